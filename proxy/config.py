@@ -1,0 +1,169 @@
+"""Settings: one YAML file plus `CONTEXT_PROXY_*` environment overrides.
+
+The file is a LiteLLM config (`model_list`, `router_settings`, …) with this
+project's own sections beside it, so an existing LiteLLM config works as-is.
+Every default lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "CONTEXT_PROXY_"
+CONFIG_ENV = "CONTEXT_PROXY_CONFIG"
+SECRET_REF = "os.environ/"
+
+# LiteLLM config sections that we accept so existing files load, but do not use.
+LITELLM_ONLY_SECTIONS = frozenset({"litellm_settings", "general_settings", "environment_variables"})
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the offending key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(4000, ge=1, le=65535)
+    workers: int = Field(1, ge=1, le=64)
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    # With an empty model_list, provider-prefixed names always pass through.
+    allow_unlisted_models: bool = False
+    request_timeout_seconds: float = Field(600.0, gt=0)
+
+
+class ContextSettings(_Section):
+    mode: Literal["auto", "off"] = "auto"
+    budget_ratio: float = Field(0.8, ge=0.1, le=0.95)
+    keep_recent_ratio: float = Field(0.5, ge=0.1, le=0.9)
+    summarize_at: float = Field(0.7, ge=0.1, le=1.0)
+    summary_model: str | None = None
+    max_summary_tokens: int = Field(1024, ge=64)
+    summary_timeout_seconds: float = Field(60.0, gt=0)
+    token_counting: Literal["auto", "tiktoken", "char"] = "auto"
+    default_context_window: int = Field(8192, ge=256)
+
+
+class SessionSettings(_Section):
+    header: str = "X-Session-Id"
+    store: Literal["disk", "redis"] = "disk"
+    path: str = "./.context-proxy"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    ttl_seconds: float | None = Field(None, gt=0)
+    tenant_secret: str | None = None
+
+
+class ModelEntry(BaseModel):
+    """One `model_list` deployment, in LiteLLM's own format."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model_name: str = Field(min_length=1)
+    litellm_params: dict[str, Any]
+    model_info: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("litellm_params")
+    @classmethod
+    def _needs_model(cls, params: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(params.get("model"), str) or not params["model"]:
+            raise ValueError("`model` is required (e.g. openai/gpt-4o)")
+        return params
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_list: list[ModelEntry] = Field(default_factory=list)
+    router_settings: dict[str, Any] = Field(default_factory=dict)
+    server: ServerSettings = ServerSettings()
+    context: ContextSettings = ContextSettings()
+    session: SessionSettings = SessionSettings()
+
+    def model_names(self) -> list[str]:
+        return list(dict.fromkeys(entry.model_name for entry in self.model_list))
+
+    def allows_unlisted_models(self) -> bool:
+        return self.server.allow_unlisted_models or not self.model_list
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    "server": ServerSettings,
+    "context": ContextSettings,
+    "session": SessionSettings,
+}
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None
+) -> Settings:
+    """Read the YAML file (if any), apply env overrides, validate everything."""
+    environ = dict(os.environ if environ is None else environ)
+    path = path or environ.get(CONFIG_ENV) or None
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: top level must be a mapping")
+        raw = dict(loaded or {})
+    for section in LITELLM_ONLY_SECTIONS:
+        raw.pop(section, None)
+    _apply_env_overrides(raw, environ)
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    _check_secret_refs(settings, environ)
+    return settings
+
+
+def _apply_env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
+    """`CONTEXT_PROXY_<SECTION>_<KEY>=value` overrides `<section>.<key>`."""
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section, _, key = rest.partition("_")
+        if section not in _SECTIONS or key not in _SECTIONS[section].model_fields:
+            raise ConfigError(f"{name}: unknown setting (expected {ENV_PREFIX}<SECTION>_<KEY>)")
+        current = raw.setdefault(section, {})
+        if not isinstance(current, dict):
+            raise ConfigError(f"{section}: must be a mapping")
+        current[key] = None if value.lower() in ("", "none", "null") else yaml.safe_load(value)
+
+
+def _check_secret_refs(settings: Settings, environ: dict[str, str]) -> None:
+    """Fail at start, naming the key, when an `os.environ/VAR` reference is unset."""
+    for index, entry in enumerate(settings.model_list):
+        for key, value in entry.litellm_params.items():
+            if isinstance(value, str) and value.startswith(SECRET_REF):
+                variable = value[len(SECRET_REF) :]
+                if variable not in environ:
+                    raise ConfigError(
+                        f"model_list[{index}].litellm_params.{key}: "
+                        f"environment variable {variable} is not set"
+                    )
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        location = ".".join(
+            f"[{part}]" if isinstance(part, int) else str(part) for part in error["loc"]
+        ).replace(".[", "[")
+        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = message.removeprefix("Value error, ")
+        lines.append(f"{location or 'config'}: {message}")
+    return "invalid config: " + "; ".join(lines)

@@ -1,0 +1,14 @@
+"""HTTP header names, defined once."""
+
+from __future__ import annotations
+
+# Request headers (the session header's name is configurable: `session.header`).
+SESSION_MODE = "X-Session-Mode"
+BUDGET_RATIO = "X-Context-Budget-Ratio"
+
+# Response headers.
+REQUEST_ID = "X-Request-Id"
+TOKENS_ORIGINAL = "X-Context-Tokens-Original"
+TOKENS_SENT = "X-Context-Tokens-Sent"
+COMPRESSION = "X-Context-Compression"
+SUMMARY_AGE = "X-Context-Summary-Age"

@@ -1,0 +1,246 @@
+"""The one door to providers: a LiteLLM Router built from the config's `model_list`.
+
+Retries, fallbacks and load balancing are LiteLLM's. This module decides which
+request parameters may pass, turns LiteLLM's objects into plain OpenAI JSON,
+and turns LiteLLM's exceptions into `ProxyError`s with no secrets in them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import litellm
+import openai
+from litellm import Router
+
+from proxy.config import SECRET_REF, ConfigError, Settings
+from proxy.errors import ProxyError, redact
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+# Standard OpenAI chat-completion parameters: only these reach a provider. Anything
+# else (api_base, api_key, custom_llm_provider, fallbacks, mock_response, …) could
+# redirect traffic or change routing, so it is rejected, as OpenAI rejects unknown
+# arguments.
+CHAT_PARAMETERS = frozenset(
+    {
+        "model",
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "reasoning_effort",
+        "response_format",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "web_search_options",
+    }
+)
+
+# Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
+# sometimes reports these as a 500, so the exception chain is searched for them.
+_TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
+_UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
+
+# LiteLLM's decorations around a provider's own message.
+_NOISE = [
+    re.compile(r"^litellm\.\w+:\s*(\w+:\s*)?"),
+    re.compile(r"^\w+Exception - "),
+    re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
+    re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
+]
+
+
+class Upstream:
+    """Sends chat completions to providers through LiteLLM."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._names = settings.model_names()
+        self._router: Router | None = None
+        if settings.model_list:
+            model_list = [entry.model_dump() for entry in settings.model_list]
+            try:
+                self._router = Router(model_list=model_list, **settings.router_settings)
+            except TypeError as exc:
+                raise ConfigError(f"router_settings: {exc}") from None
+        self._secrets = _secrets_of(settings)
+
+    def model_names(self) -> list[str]:
+        return list(self._names)
+
+    def check_model(self, model: str) -> None:
+        """404 for a model that is neither configured nor an allowed provider/name."""
+        if model in self._names:
+            return
+        if self._settings.allows_unlisted_models() and _is_provider_model(model):
+            return
+        raise ProxyError(
+            404,
+            f"The model `{model}` does not exist or is not served by this proxy.",
+            code="model_not_found",
+            param="model",
+        )
+
+    async def complete(self, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._call(params | {"stream": False})
+        except Exception as exc:
+            raise self.error(exc) from None
+        return _openai_completion(_plain(response))
+
+    async def stream(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Yield OpenAI chunk dicts. The first call happens before the first yield,
+        so errors before any byte is sent surface as ordinary exceptions."""
+        try:
+            response = await self._call(params | {"stream": True})
+        except Exception as exc:
+            raise self.error(exc) from None
+        return self._chunks(response)
+
+    async def _chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for chunk in response:
+                yield _openai_chunk(_plain(chunk))
+        except Exception as exc:
+            raise self.error(exc) from None
+        finally:
+            close = getattr(response, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # must not mask the real failure
+                    await close()
+
+    async def _call(self, params: dict[str, Any]) -> Any:
+        timeout = self._settings.server.request_timeout_seconds
+        if params["model"] in self._names and self._router is not None:
+            return await self._router.acompletion(**params, timeout=timeout)
+        return await litellm.acompletion(**params, timeout=timeout)
+
+    def error(self, exc: Exception) -> ProxyError:
+        """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
+        if isinstance(exc, ProxyError):
+            return exc
+        status = _gateway_status(exc) or getattr(exc, "status_code", None)
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            status = 502
+        message = str(getattr(exc, "message", None) or exc)
+        for pattern in _NOISE:
+            message = pattern.sub("", message)
+        message = redact(message.strip(), self._secrets)
+        code = getattr(exc, "code", None)
+        return ProxyError(
+            status,
+            message or "upstream error",
+            code=str(code) if code is not None else None,
+            error_type=None if status < 500 else "upstream_error",
+        )
+
+
+def _gateway_status(exc: BaseException) -> int | None:
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, _TIMEOUTS):
+            return 504
+        if isinstance(cause, _UNREACHABLE):
+            return 502
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A LiteLLM response object as OpenAI JSON (no LiteLLM-private fields)."""
+    data = obj.model_dump(exclude_none=False) if hasattr(obj, "model_dump") else dict(obj)
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+# Fields LiteLLM adds to OpenAI's objects; clients of an OpenAI-compatible API never see them.
+_LITELLM_FIELDS = frozenset({"provider_specific_fields", "citations", "moderation"})
+_NULL_OMITTED = frozenset({"tool_calls", "function_call", "audio", "reasoning_content"})
+
+
+def _without(data: dict[str, Any], drop: frozenset[str], drop_none: frozenset[str] | None) -> dict:
+    return {
+        k: v
+        for k, v in data.items()
+        if k not in drop and not (v is None and (drop_none is None or k in drop_none))
+    }
+
+
+def _openai_usage(data: dict[str, Any]) -> None:
+    if isinstance(data.get("usage"), dict):
+        data["usage"] = _without(data["usage"], frozenset({"cost"}), frozenset())
+
+
+def _openai_completion(data: dict[str, Any]) -> dict[str, Any]:
+    data = _without(data, _LITELLM_FIELDS, frozenset())
+    data["choices"] = [
+        _without(choice, _LITELLM_FIELDS, frozenset())
+        | {"message": _without(choice.get("message") or {}, _LITELLM_FIELDS, _NULL_OMITTED)}
+        for choice in data.get("choices") or []
+    ]
+    _openai_usage(data)
+    return data
+
+
+def _openai_chunk(data: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's chunk shape: deltas carry only what is present, and the usage chunk
+    (`stream_options.include_usage`) has an empty `choices` list."""
+    data = _without(data, _LITELLM_FIELDS, frozenset())
+    choices = [
+        _without(choice, _LITELLM_FIELDS, frozenset())
+        | {"delta": _without(choice.get("delta") or {}, _LITELLM_FIELDS, None)}
+        for choice in data.get("choices") or []
+    ]
+    if data.get("usage") and all(not c["delta"] and not c.get("finish_reason") for c in choices):
+        choices = []
+    data["choices"] = choices
+    _openai_usage(data)
+    return data
+
+
+def _is_provider_model(model: str) -> bool:
+    provider, _, name = model.partition("/")
+    return bool(name) and provider in litellm.provider_list
+
+
+def _secrets_of(settings: Settings) -> list[str]:
+    """Credential values in the config (resolved), so error messages can never echo them."""
+    secrets = []
+    for entry in settings.model_list:
+        for key, value in entry.litellm_params.items():
+            if not isinstance(value, str) or not any(
+                word in key for word in ("key", "secret", "token", "password")
+            ):
+                continue
+            if value.startswith(SECRET_REF):
+                value = os.environ.get(value[len(SECRET_REF) :], "")
+            secrets.append(value)
+    return secrets

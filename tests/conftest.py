@@ -1,0 +1,75 @@
+"""Shared fixtures: a real upstream on loopback and a real proxy in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from tests.servers import serve
+from tests.upstream import FakeUpstream, Reply, running_upstream
+
+UPSTREAM_KEY = "sk-test-upstream-secret-0123456789"
+MODEL = "gpt-4o-mini"
+
+
+@pytest.fixture(scope="session")
+def _shared_upstream() -> Iterator[FakeUpstream]:
+    with running_upstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def upstream(_shared_upstream: FakeUpstream) -> FakeUpstream:
+    """The test upstream, with no queued replies and an empty record."""
+    _shared_upstream.requests.clear()
+    _shared_upstream.replies.clear()
+    _shared_upstream.default = Reply()
+    return _shared_upstream
+
+
+def proxy_config(upstream: FakeUpstream, **sections: dict[str, Any]) -> dict[str, Any]:
+    """A config dict routing MODEL to the test upstream."""
+    config: dict[str, Any] = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"openai/{MODEL}",
+                    "api_base": upstream.base_url,
+                    "api_key": UPSTREAM_KEY,
+                },
+            }
+        ],
+        "router_settings": {"num_retries": 0},
+    }
+    for name, values in sections.items():
+        config[name] = {**config.get(name, {}), **values} if isinstance(values, dict) else values
+    return config
+
+
+@pytest.fixture
+def start_proxy(tmp_path: Any) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Start a real proxy (uvicorn on loopback) for a config dict; returns its base URL."""
+    import yaml
+
+    stack = ExitStack()
+
+    def start(config: dict[str, Any]) -> str:
+        config.setdefault("session", {}).setdefault("path", str(tmp_path / "sessions"))
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        settings = load_settings(path, environ={})
+        return stack.enter_context(serve(create_app(settings)))
+
+    with stack:
+        yield start
+
+
+@pytest.fixture
+def proxy_url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]) -> str:
+    return start_proxy(proxy_config(upstream))

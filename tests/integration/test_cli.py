@@ -1,0 +1,114 @@
+"""`context-proxy serve` as a user runs it: a real process, no network."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from tests.conftest import MODEL, proxy_config
+from tests.upstream import FakeUpstream
+
+NONET = Path(__file__).resolve().parent.parent / "nonet"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(args: list[str], netlog: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(NONET), os.environ.get("PYTHONPATH", "")]),
+        "TEST_NETWORK_LOG": str(netlog),
+    }
+    env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)  # the proxy must set it itself
+    env.pop("TIKTOKEN_CACHE_DIR", None)
+    command = [sys.executable, "-m", "proxy.cli", "serve", *args]
+    return subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], limit: float = 60) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        try:
+            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
+                return time.monotonic() - began
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("proxy did not become ready")
+
+
+def stop(process: subprocess.Popen[bytes]) -> str:
+    process.terminate()
+    try:
+        output, _ = process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    return output.decode()
+
+
+def test_serve_with_no_config_and_no_network(tmp_path: Path) -> None:
+    netlog = tmp_path / "net.log"
+    port = free_port()
+    process = start(["--port", str(port)], netlog, tmp_path)
+    try:
+        seconds = wait_ready(f"http://127.0.0.1:{port}", process)
+        print(f"ready in {seconds:.1f}s")
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"] == []
+    finally:
+        stop(process)
+    attempts = netlog.read_text() if netlog.exists() else ""
+    assert attempts == "", f"the proxy tried to reach the network:\n{attempts}"
+
+
+def test_serve_config_file_routes_to_upstream(tmp_path: Path, upstream: FakeUpstream) -> None:
+    import yaml
+
+    config = proxy_config(upstream)
+    config["model_list"][0]["litellm_params"]["api_key"] = "os.environ/TEST_UPSTREAM_KEY"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    os.environ["TEST_UPSTREAM_KEY"] = "sk-from-environment-123456"
+    netlog = tmp_path / "net.log"
+    port = free_port()
+    process = start(
+        ["--config", str(path), "--host", "127.0.0.1", "--port", str(port)], netlog, tmp_path
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", process)
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        reply = sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "yo"}]
+        )
+        assert reply.choices[0].message.content == "echo: yo"
+    finally:
+        stop(process)
+        del os.environ["TEST_UPSTREAM_KEY"]
+    received = upstream.chat_requests()[-1]
+    assert received.headers["authorization"] == "Bearer sk-from-environment-123456"
+    assert not netlog.exists() or netlog.read_text() == ""
+
+
+def test_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("context:\n  budget_ratio: 3\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "context.budget_ratio" in result.stderr

@@ -1,0 +1,229 @@
+"""A real OpenAI-compatible chat server for tests, recording what it receives.
+
+It answers `POST /v1/chat/completions` (plain and SSE streaming) on a loopback
+socket. By default it echoes the last user message; tests queue `Reply`s to
+make it return tool calls, fail with a status, stall, or break mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib.util
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tiktoken
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.servers import serve
+
+
+@dataclass
+class Reply:
+    """What the upstream does for one request."""
+
+    content: str | None = None  # None: echo the last user message
+    tool_calls: list[dict[str, Any]] | None = None
+    status: int = 200
+    error_message: str = "upstream failure"
+    stall_seconds: float = 0.0
+    fail_after_chunks: int | None = None  # streaming: drop the connection after N chunks
+    respond: Callable[[dict[str, Any]], str] | None = None  # computes content from the body
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeUpstream:
+    """Scriptable upstream. `base_url` ends in `/v1`, like OpenAI's."""
+
+    requests: list[Received] = field(default_factory=list)
+    replies: collections.deque[Reply] = field(default_factory=collections.deque)
+    default: Reply = field(default_factory=Reply)
+    base_url: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ids: Iterator[int] = field(default_factory=itertools.count)
+
+    def queue(self, *replies: Reply) -> None:
+        with self._lock:
+            self.replies.extend(replies)
+
+    def chat_requests(self) -> list[Received]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def _next(self) -> Reply:
+        with self._lock:
+            return self.replies.popleft() if self.replies else self.default
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": []})
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(Received(request.url.path, dict(request.headers), body))
+        reply = self._next()
+        if reply.stall_seconds:
+            await asyncio.sleep(reply.stall_seconds)
+        if reply.status != 200:
+            error = {"message": reply.error_message, "type": "upstream_error", "code": None}
+            return JSONResponse({"error": error}, status_code=reply.status)
+        content = self._content(reply, body)
+        completion_id = f"chatcmpl-test-{next(self._ids)}"
+        prompt_tokens = count_prompt_tokens(body)
+        completion_tokens = len(_ENCODING.encode(content or ""))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if body.get("stream"):
+            chunks = _chunks(completion_id, body, content, reply.tool_calls, usage)
+            return StreamingResponse(
+                _sse(chunks, reply.fail_after_chunks), media_type="text/event-stream"
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        choices = [
+            {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
+            for i in range(int(body.get("n") or 1))
+        ]
+        return JSONResponse(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "test-model"),
+                "choices": choices,
+                "usage": usage,
+            }
+        )
+
+    @staticmethod
+    def _content(reply: Reply, body: dict[str, Any]) -> str | None:
+        if reply.respond is not None:
+            return reply.respond(body)
+        if reply.content is not None or reply.tool_calls:
+            return reply.content
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        last = users[-1].get("content") if users else ""
+        if isinstance(last, list):
+            last = " ".join(p.get("text", "") for p in last if isinstance(p, dict))
+        return f"echo: {last}"
+
+
+def _offline_encoding(name: str) -> tiktoken.Encoding:
+    """tiktoken's BPE file from the litellm wheel: tests never download."""
+    spec = importlib.util.find_spec("litellm")
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(spec.submodule_search_locations[0], "litellm_core_utils", "tokenizers")
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(folder))
+    return tiktoken.get_encoding(name)
+
+
+_ENCODING = _offline_encoding("o200k_base")
+
+
+def count_prompt_tokens(body: dict[str, Any]) -> int:
+    """Prompt tokens by OpenAI's published recipe (o200k), independent of the proxy's code.
+
+    3 tokens per message, 1 per name, every string field's tokens, tool calls
+    and tool schemas as JSON, plus 3 to prime the reply.
+    """
+
+    def text(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return " ".join(text(part.get("text", "")) for part in value if isinstance(part, dict))
+        return "" if value is None else json.dumps(value)
+
+    total = 3
+    for message in body.get("messages", []):
+        total += 3 + (1 if message.get("name") else 0)
+        for key in ("role", "content", "name", "tool_call_id"):
+            total += len(_ENCODING.encode(text(message.get(key))))
+        if message.get("tool_calls"):
+            total += len(_ENCODING.encode(json.dumps(message["tool_calls"])))
+    if body.get("tools"):
+        total += len(_ENCODING.encode(json.dumps(body["tools"])))
+    return total
+
+
+def _chunks(
+    completion_id: str,
+    body: dict[str, Any],
+    content: str | None,
+    tool_calls: list[dict[str, Any]] | None,
+    usage: dict[str, int],
+) -> list[dict[str, Any]]:
+    base = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if content:
+        words = content.split(" ")
+        out += [chunk({"content": w if i == 0 else " " + w}) for i, w in enumerate(words)]
+    for index, call in enumerate(tool_calls or []):
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        out.append(chunk({"tool_calls": [{**head, "function": {"name": function["name"]}}]}))
+        out.append(
+            chunk(
+                {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}
+            )
+        )
+    out.append(chunk({}, "tool_calls" if tool_calls else "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        out.append({**base, "choices": [], "usage": usage})
+    return out
+
+
+async def _sse(chunks: list[dict[str, Any]], fail_after: int | None) -> AsyncIterator[bytes]:
+    for index, chunk in enumerate(chunks):
+        if fail_after is not None and index >= fail_after:
+            raise ConnectionResetError("test upstream drops the stream")
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+        await asyncio.sleep(0)
+    yield b"data: [DONE]\n\n"
+
+
+@contextmanager
+def running_upstream() -> Iterator[FakeUpstream]:
+    upstream = FakeUpstream()
+    with serve(upstream.app()) as url:
+        upstream.base_url = url + "/v1"
+        yield upstream
