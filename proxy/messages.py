@@ -1,0 +1,121 @@
+"""Message identity: canonical form, content hashes and the hash chain.
+
+Clients echo assistant messages back in slightly different shapes (string vs
+text parts, `content: null` vs missing, extra SDK fields).  Identity must not
+depend on those details, or every echo would look like an edit and fork the
+session.  The canonical form is only used for hashing: messages forwarded
+upstream or stored keep the exact dict the client sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "GENESIS",
+    "SYSTEM_ROLES",
+    "canonical",
+    "chain",
+    "chain_hash",
+    "message_hash",
+    "split_system",
+]
+
+GENESIS = ""
+"""Chain hash before the first message (h[-1])."""
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def canonical(message: dict[str, Any]) -> dict[str, Any]:
+    """Return the identity form of an OpenAI chat message."""
+    result: dict[str, Any] = {"role": message.get("role")}
+    content = _canonical_content(message.get("content"))
+    if content is not None:
+        result["content"] = content
+    if message.get("name"):
+        result["name"] = message["name"]
+    if message.get("tool_calls"):
+        result["tool_calls"] = [_canonical_tool_call(call) for call in message["tool_calls"]]
+    if message.get("tool_call_id"):
+        result["tool_call_id"] = message["tool_call_id"]
+    return result
+
+
+def message_hash(message: dict[str, Any]) -> str:
+    """Content hash of a message's canonical form (32 hex chars)."""
+    data = _dumps(canonical(message)).encode()
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def chain_hash(previous: str, message_hash: str) -> str:
+    """h[i] = H(h[i-1] || hash(m[i])); hashes are fixed-width, so no separator is needed."""
+    return hashlib.blake2b((previous + message_hash).encode(), digest_size=16).hexdigest()
+
+
+def chain(hashes: Iterable[str], start: str = GENESIS) -> list[str]:
+    """Running chain hashes; `result[i]` identifies the whole prefix up to message i."""
+    result: list[str] = []
+    head = start
+    for digest in hashes:
+        head = chain_hash(head, digest)
+        result.append(head)
+    return result
+
+
+def split_system(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split into leading system/developer messages and the conversation."""
+    index = 0
+    while index < len(messages) and messages[index].get("role") in SYSTEM_ROLES:
+        index += 1
+    return messages[:index], messages[index:]
+
+
+def _canonical_content(content: Any) -> Any:
+    # "", [] and None all mean "no content": clients echo tool-call turns either way.
+    if isinstance(content, list):
+        parts = [_canonical_part(part) for part in content]
+        if all(part.get("type") == "text" for part in parts):
+            content = "".join(part["text"] for part in parts)
+        else:
+            return parts
+    return content if content not in (None, "") else None
+
+
+def _canonical_part(part: Any) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if part.get("type") == "text":
+        return {"type": "text", "text": part.get("text") or ""}
+    return dict(part)
+
+
+def _canonical_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    return {
+        "id": call.get("id"),
+        "type": call.get("type") or "function",
+        "function": {
+            "name": function.get("name"),
+            "arguments": _canonical_arguments(function.get("arguments")),
+        },
+    }
+
+
+def _canonical_arguments(arguments: Any) -> Any:
+    # Frameworks re-serialize arguments ('{"a":1}' -> '{"a": 1}'); compare the JSON value.
+    if isinstance(arguments, str):
+        try:
+            return _dumps(json.loads(arguments))
+        except ValueError:
+            return arguments
+    return _dumps(arguments)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
