@@ -18,6 +18,11 @@ from proxy.sessions import Session
 __all__ = ["DiskSessionStore"]
 
 _NO_SIZE_LIMIT = 2**62
+# diskcache keeps values above `disk_min_file_size` in separate files and deletes the
+# old file on overwrite, so a read racing a write can find the file gone and report
+# a miss: a stored session would look absent. Kept inline, every read is one atomic
+# SQLite row.
+_ALWAYS_INLINE = 2**40
 
 
 class DiskSessionStore:
@@ -29,7 +34,12 @@ class DiskSessionStore:
     def __init__(self, directory: str, ttl_seconds: float | None = None) -> None:
         # eviction_policy="none" disables size-based culling entirely; the huge
         # size_limit is a second guard.  Expired entries are still purged.
-        self._cache = diskcache.Cache(directory, eviction_policy="none", size_limit=_NO_SIZE_LIMIT)
+        self._cache = diskcache.Cache(
+            directory,
+            eviction_policy="none",
+            size_limit=_NO_SIZE_LIMIT,
+            disk_min_file_size=_ALWAYS_INLINE,
+        )
         self._ttl = ttl_seconds
 
     async def get(self, tenant: str, session_id: str) -> Session | None:

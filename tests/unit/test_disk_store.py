@@ -45,11 +45,38 @@ async def test_roundtrip_is_json_not_pickle(store: DiskSessionStore, tmp_path: P
 
 
 async def test_large_session_roundtrip(store: DiskSessionStore) -> None:
-    session = make_session(text="x" * 200_000)  # above diskcache's inline limit: stored as a file
+    session = make_session(text="x" * 200_000)  # above diskcache's default file threshold
     assert await store.put(session, 0)
     assert await store.put(next_version(session, "more"), 1)
     loaded = await store.get("t1", "s")
     assert loaded is not None and loaded.version == 2 and len(loaded.transcript) == 3
+
+
+async def test_reads_racing_writes_never_miss_a_large_session(tmp_path: Path) -> None:
+    """A session being rewritten is always readable: a miss would make the proxy plan
+    without its summary checkpoints."""
+    writer = DiskSessionStore(str(tmp_path))
+    reader = DiskSessionStore(str(tmp_path))
+    session = make_session(text="x" * 100_000)
+    assert await writer.put(session, 0)
+    misses = 0
+
+    async def write() -> None:
+        current = session
+        for round_ in range(40):
+            following = next_version(current, f"turn {round_}")
+            assert await writer.put(following, current.version)
+            current = following
+
+    async def read() -> None:
+        nonlocal misses
+        for _ in range(200):
+            misses += await reader.get("t1", "s") is None
+
+    await asyncio.gather(write(), read(), read())
+    await writer.close()
+    await reader.close()
+    assert misses == 0
 
 
 async def test_compare_and_set(store: DiskSessionStore) -> None:
