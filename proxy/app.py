@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -15,7 +17,11 @@ from starlette.routing import Route
 
 from proxy import headers
 from proxy.config import Settings, load_settings
+from proxy.conversations import Conversations, Prepared, RequestContext
 from proxy.errors import ProxyError
+from proxy.replies import StreamedReply, reply_message
+from proxy.sessions import Session, SessionStore
+from proxy.stores import open_store
 from proxy.upstream import CHAT_PARAMETERS, Upstream
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -101,26 +107,89 @@ def _invalid(param: str, message: str) -> ProxyError:
 
 
 class Proxy:
-    """Route handlers, holding the settings and the upstream they share."""
+    """Route handlers, holding what they share: settings, upstream, conversations."""
 
-    def __init__(self, settings: Settings, upstream: Upstream) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
         self.settings = settings
         self.upstream = upstream
+        self.store = store
+        self.conversations = Conversations(settings, upstream, store)
+
+    def _request_context(self, request: Request) -> RequestContext:
+        return RequestContext(
+            authorization=request.headers.get("authorization"),
+            session_id=request.headers.get(self.settings.session.header) or None,
+            session_mode=request.headers.get(headers.SESSION_MODE),
+            budget_ratio=request.headers.get(headers.BUDGET_RATIO),
+        )
 
     async def chat_completions(self, request: Request) -> Response:
         body = await read_json(request, self.settings.server.max_body_bytes)
         validate_chat(body)
         self.upstream.check_model(body["model"])
-        response_headers = {headers.REQUEST_ID: uuid.uuid4().hex}
+        prepared = await self.conversations.prepare(body, self._request_context(request))
+        response_headers = {headers.REQUEST_ID: uuid.uuid4().hex} | prepared.response_headers()
         if body.get("stream"):
-            chunks = await self.upstream.stream(body)
+            chunks = await self.upstream.stream(prepared.body)
             return StreamingResponse(
-                _sse(chunks),
+                self._sse(prepared, chunks),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
-        completion = await self.upstream.complete(body)
+        completion = await self.upstream.complete(prepared.body)
+        await self.conversations.record(prepared, reply_message(completion))
         return ORJSONResponse(completion, headers=response_headers)
+
+    async def _sse(
+        self, prepared: Prepared, chunks: AsyncIterator[dict[str, Any]]
+    ) -> AsyncIterator[bytes]:
+        """OpenAI's SSE framing. The reply is stored only once the stream is complete;
+        a failure mid-stream becomes an error event and no [DONE], so the client can
+        tell a cut-off reply from a finished one. A client that disconnects cancels
+        this generator, and with it the upstream call."""
+        reply = StreamedReply()
+        try:
+            async for chunk in chunks:
+                reply.add(chunk)
+                yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            await self.conversations.record(prepared, reply.message())
+        except ProxyError as exc:
+            yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+            return
+        yield b"data: [DONE]\n\n"
+
+    async def get_session(self, request: Request) -> Response:
+        session = await self._session(request)
+        return ORJSONResponse(session_view(session))
+
+    async def delete_session(self, request: Request) -> Response:
+        tenant = self.conversations.tenant(request.headers.get("authorization"))
+        session_id = request.path_params["session_id"]
+        if not await self.store.delete(tenant, session_id):
+            raise _no_session(session_id)
+        return ORJSONResponse({"id": session_id, "object": "session.deleted", "deleted": True})
+
+    async def preview(self, request: Request) -> Response:
+        """The exact context the next request would send, without calling any model."""
+        body = await read_json(request, self.settings.server.max_body_bytes)
+        session = await self._session(request)
+        body.setdefault("messages", [])
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            raise _invalid("model", "`model` is required and must be a non-empty string.")
+        if body["messages"]:
+            validate_chat(body)
+        self.upstream.check_model(body["model"])
+        context = replace(self._request_context(request), session_id=session.session_id)
+        preview = await self.conversations.preview(body, context)
+        return ORJSONResponse(preview)
+
+    async def _session(self, request: Request) -> Session:
+        tenant = self.conversations.tenant(request.headers.get("authorization"))
+        session_id = request.path_params["session_id"]
+        session = await self.store.get(tenant, session_id)
+        if session is None:
+            raise _no_session(session_id)
+        return session
 
     async def models(self, request: Request) -> Response:
         data = [
@@ -133,19 +202,40 @@ class Proxy:
         return ORJSONResponse({"status": "ok"})
 
     async def ready(self, request: Request) -> Response:
+        if not await self.store.ping():
+            return ORJSONResponse({"status": "unavailable", "store": "unreachable"}, 503)
         return ORJSONResponse({"status": "ok", "models": len(self.upstream.model_names())})
 
 
-async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """OpenAI's SSE framing. A failure mid-stream becomes an error event and no [DONE],
-    so the client can tell a cut-off reply from a finished one."""
-    try:
-        async for chunk in chunks:
-            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
-    except ProxyError as exc:
-        yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
-        return
-    yield b"data: [DONE]\n\n"
+def session_view(session: Session) -> dict[str, Any]:
+    """A session as the API shows it: the whole transcript, checkpoints, token stats."""
+    tokens: dict[str, int] = {}
+    for stored in session.transcript:
+        for name, count in stored.tokens.items():
+            tokens[name] = tokens.get(name, 0) + count
+    return {
+        "id": session.session_id,
+        "object": "session",
+        "created": session.created,
+        "updated": session.updated,
+        "version": session.version,
+        "messages": [stored.message for stored in session.transcript],
+        "checkpoints": [
+            {
+                "covers_until": c.covers_until,
+                "text": c.text,
+                "tokens": c.tokens,
+                "model": c.model,
+                "created": c.created,
+            }
+            for c in session.checkpoints
+        ],
+        "stats": {"messages": len(session.transcript), "tokens": tokens},
+    }
+
+
+def _no_session(session_id: str) -> ProxyError:
+    return ProxyError(404, f"No session `{session_id}`.", code="session_not_found")
 
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:
@@ -164,14 +254,26 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings if settings is not None else load_settings()
-    proxy = Proxy(settings, Upstream(settings))
+    store = open_store(settings.session)
+    proxy = Proxy(settings, Upstream(settings), store)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await proxy.conversations.close()
+        await store.close()
+
     return Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/chat/completions", proxy.chat_completions, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/health/live", proxy.live, methods=["GET"]),
             Route("/health/ready", proxy.ready, methods=["GET"]),
+            Route("/v1/sessions/{session_id}", proxy.get_session, methods=["GET"]),
+            Route("/v1/sessions/{session_id}", proxy.delete_session, methods=["DELETE"]),
+            Route("/v1/sessions/{session_id}/preview", proxy.preview, methods=["POST"]),
         ],
         exception_handlers={
             ProxyError: _proxy_error,

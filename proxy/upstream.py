@@ -8,10 +8,13 @@ and turns LiteLLM's exceptions into `ProxyError`s with no secrets in them.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import httpx
 import litellm
@@ -20,6 +23,8 @@ from litellm import Router
 
 from proxy.config import SECRET_REF, ConfigError, Settings
 from proxy.errors import ProxyError, redact
+
+logger = logging.getLogger("context_proxy.upstream")
 
 litellm.suppress_debug_info = True
 litellm.telemetry = False
@@ -77,6 +82,15 @@ _NOISE = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """What a model accepts, and where we learned it (a guess is never silent)."""
+
+    max_input_tokens: int
+    max_output_tokens: int | None
+    source: Literal["config", "litellm", "default"]
+
+
 class Upstream:
     """Sends chat completions to providers through LiteLLM."""
 
@@ -94,6 +108,51 @@ class Upstream:
 
     def model_names(self) -> list[str]:
         return list(self._names)
+
+    def provider_model(self, model: str) -> str:
+        """The provider's own name for `model` (first deployment), e.g. `openai/gpt-4o`."""
+        for entry in self._settings.model_list:
+            if entry.model_name == model:
+                return str(entry.litellm_params["model"])
+        return model
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
+    def limits(self, model: str) -> ModelLimits:
+        """Input limit from the config's model_info, else LiteLLM's model map, else the
+        configured default (logged, so a guessed budget is never silent)."""
+        configured = any(
+            entry.model_name == model and entry.model_info.get("max_input_tokens")
+            for entry in self._settings.model_list
+        )
+        info: dict[str, Any] = {}
+        if self._router is not None and model in self._names:
+            group = self._router.get_model_group_info(model)
+            info = group.model_dump() if group is not None else {}
+        else:
+            with contextlib.suppress(Exception):
+                info = dict(litellm.get_model_info(model))
+        max_input = info.get("max_input_tokens")
+        max_output = info.get("max_output_tokens")
+        output = int(max_output) if max_output else None
+        if max_input:
+            return ModelLimits(int(max_input), output, "config" if configured else "litellm")
+        default = self._settings.context.default_context_window
+        logger.warning(
+            "no input limit known for model %r; using context.default_context_window=%d",
+            model,
+            default,
+        )
+        return ModelLimits(default, output, "default")
+
+    async def complete_text(
+        self, model: str, messages: list[dict[str, Any]], max_tokens: int
+    ) -> str:
+        """One plain completion's text: what the summarizer needs from a model."""
+        completion = await self.complete(
+            {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+        )
+        choices = completion.get("choices") or [{}]
+        return str((choices[0].get("message") or {}).get("content") or "")
 
     def check_model(self, model: str) -> None:
         """404 for a model that is neither configured nor an allowed provider/name."""

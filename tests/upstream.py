@@ -40,7 +40,8 @@ class Reply:
     error_message: str = "upstream failure"
     stall_seconds: float = 0.0
     fail_after_chunks: int | None = None  # streaming: drop the connection after N chunks
-    respond: Callable[[dict[str, Any]], str] | None = None  # computes content from the body
+    # Computes the answer from the request body: the content, or a whole Reply.
+    respond: Callable[[dict[str, Any]], str | Reply] | None = None
 
 
 @dataclass
@@ -87,6 +88,9 @@ class FakeUpstream:
         body = await request.json()
         self.requests.append(Received(request.url.path, dict(request.headers), body))
         reply = self._next()
+        if reply.respond is not None:
+            answer = reply.respond(body)
+            reply = answer if isinstance(answer, Reply) else Reply(content=answer)
         if reply.stall_seconds:
             await asyncio.sleep(reply.stall_seconds)
         if reply.status != 200:
@@ -127,8 +131,6 @@ class FakeUpstream:
 
     @staticmethod
     def _content(reply: Reply, body: dict[str, Any]) -> str | None:
-        if reply.respond is not None:
-            return reply.respond(body)
         if reply.content is not None or reply.tool_calls:
             return reply.content
         users = [m for m in body.get("messages", []) if m.get("role") == "user"]
@@ -153,26 +155,25 @@ _ENCODING = _offline_encoding("o200k_base")
 def count_prompt_tokens(body: dict[str, Any]) -> int:
     """Prompt tokens by OpenAI's published recipe (o200k), independent of the proxy's code.
 
-    3 tokens per message, 1 per name, every string field's tokens, tool calls
-    and tool schemas as JSON, plus 3 to prime the reply.
+    3 tokens per message and 1 per name, plus every field's tokens; a tool call is
+    3 plus its id, name and arguments; tool schemas are their JSON; 3 prime the reply.
     """
 
-    def text(value: Any) -> str:
-        if isinstance(value, str):
-            return value
+    def tokens(value: Any) -> int:
         if isinstance(value, list):
-            return " ".join(text(part.get("text", "")) for part in value if isinstance(part, dict))
-        return "" if value is None else json.dumps(value)
+            return sum(tokens(part.get("text", "")) for part in value if isinstance(part, dict))
+        return len(_ENCODING.encode(value if isinstance(value, str) else str(value or "")))
 
     total = 3
     for message in body.get("messages", []):
         total += 3 + (1 if message.get("name") else 0)
-        for key in ("role", "content", "name", "tool_call_id"):
-            total += len(_ENCODING.encode(text(message.get(key))))
-        if message.get("tool_calls"):
-            total += len(_ENCODING.encode(json.dumps(message["tool_calls"])))
+        total += sum(tokens(message.get(k)) for k in ("role", "content", "name", "tool_call_id"))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            total += 3 + tokens(call.get("id")) + tokens(function.get("name"))
+            total += tokens(function.get("arguments"))
     if body.get("tools"):
-        total += len(_ENCODING.encode(json.dumps(body["tools"])))
+        total += tokens(json.dumps(body["tools"]))
     return total
 
 

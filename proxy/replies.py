@@ -1,0 +1,59 @@
+"""The assistant's reply as a message to store, from a completion or a stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def reply_message(completion: dict[str, Any]) -> dict[str, Any] | None:
+    """The first choice's message (the one a client continues with), or None."""
+    choices = completion.get("choices") or []
+    if not choices:
+        return None
+    message = choices[0].get("message") or {}
+    return _assistant(message.get("content"), message.get("tool_calls"))
+
+
+class StreamedReply:
+    """Accumulates streamed deltas of choice 0 into one message.
+
+    `message()` is None until a finish_reason arrives: a stream that was cut off
+    is never stored as a complete reply.
+    """
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.finished = False
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._content.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                entry = self._calls.setdefault(
+                    call.get("index", 0),
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                entry["id"] += call.get("id") or ""
+                function = call.get("function") or {}
+                entry["function"]["name"] += function.get("name") or ""
+                entry["function"]["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finished = True
+
+    def message(self) -> dict[str, Any] | None:
+        if not self.finished:
+            return None
+        calls = [self._calls[index] for index in sorted(self._calls)]
+        return _assistant("".join(self._content) or None, calls or None)
+
+
+def _assistant(content: Any, tool_calls: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
