@@ -119,30 +119,29 @@ class Upstream:
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
     def limits(self, model: str) -> ModelLimits:
         """Input limit from the config's model_info, else LiteLLM's model map, else the
-        configured default (logged, so a guessed budget is never silent)."""
-        configured = any(
-            entry.model_name == model and entry.model_info.get("max_input_tokens")
-            for entry in self._settings.model_list
-        )
-        info: dict[str, Any] = {}
-        if self._router is not None and model in self._names:
-            group = self._router.get_model_group_info(model)
-            info = group.model_dump() if group is not None else {}
-        else:
-            with contextlib.suppress(Exception):
-                info = dict(litellm.get_model_info(model))
-        max_input = info.get("max_input_tokens")
-        max_output = info.get("max_output_tokens")
-        output = int(max_output) if max_output else None
-        if max_input:
-            return ModelLimits(int(max_input), output, "config" if configured else "litellm")
+        configured default (logged, so a guessed budget is never silent). A name with
+        several deployments gets the smallest limit: any of them may serve it."""
+        entries = [e for e in self._settings.model_list if e.model_name == model]
+        found: list[tuple[int, int | None, Literal["config", "litellm"]]] = []
+        for entry in entries or [None]:
+            provider = str(entry.litellm_params["model"]) if entry else model
+            info = entry.model_info if entry else {}
+            known = _known_limits(provider)
+            output = info.get("max_output_tokens") or (known[1] if known else None)
+            if info.get("max_input_tokens"):
+                found.append((int(info["max_input_tokens"]), output, "config"))
+            elif known is not None:
+                found.append((known[0], output, "litellm"))
+        if found and len(found) == len(entries or [None]):
+            max_input, max_output, source = min(found, key=lambda limit: limit[0])
+            return ModelLimits(max_input, int(max_output) if max_output else None, source)
         default = self._settings.context.default_context_window
         logger.warning(
             "no input limit known for model %r; using context.default_context_window=%d",
             model,
             default,
         )
-        return ModelLimits(default, output, "default")
+        return ModelLimits(default, None, "default")
 
     async def complete_text(
         self, model: str, messages: list[dict[str, Any]], max_tokens: int
@@ -219,6 +218,24 @@ class Upstream:
             code=str(code) if code is not None else None,
             error_type=None if status < 500 else "upstream_error",
         )
+
+
+# LiteLLM's bundled model map as shipped. `litellm.Router` writes each deployment's
+# `model_info` into the global map, so after that the map answers with whatever
+# some config said about a model; limits are read from this copy instead.
+_MAP_LIMITS: dict[str, tuple[int, int | None]] = {
+    name: (int(info["max_input_tokens"]), info.get("max_output_tokens"))
+    for name, info in litellm.model_cost.items()
+    if isinstance(info, dict) and isinstance(info.get("max_input_tokens"), int | float)
+}
+
+
+def _known_limits(provider_model: str) -> tuple[int, int | None] | None:
+    """(max input, max output) for `openai/gpt-4o` or `gpt-4o` from the pristine map."""
+    for key in (provider_model, provider_model.split("/", 1)[-1]):
+        if key in _MAP_LIMITS:
+            return _MAP_LIMITS[key]
+    return None
 
 
 def _gateway_status(exc: BaseException) -> int | None:

@@ -223,9 +223,9 @@ def test_summarizer_failure_truncates_and_stores_no_error(
 ) -> None:
     url = start_proxy(small_model(upstream))
 
-    def respond(body: dict[str, Any]) -> str:
+    def respond(body: dict[str, Any]) -> str | Reply:
         if is_summarizer(body):
-            raise RuntimeError("summarizer down")
+            return Reply(status=500, error_message="summarizer down")
         return "noted"
 
     upstream.default = Reply(respond=respond)
@@ -370,3 +370,30 @@ def test_background_summary_is_ready_for_the_next_request(
     response = chat(client, messages)
     assert summarizer_calls() == made  # nothing to wait for: the summary was ready
     assert response.headers["X-Context-Compression"] == "summary"
+
+
+def test_summary_model_writes_the_summaries(upstream: FakeUpstream, start_proxy) -> None:
+    config = small_model(upstream, context={"summary_model": "cheap"})
+    config["model_list"].append(
+        {
+            "model_name": "cheap",
+            "litellm_params": {
+                "model": "openai/cheap-summarizer",
+                "api_base": upstream.base_url,
+                "api_key": "sk-cheap",
+            },
+            "model_info": {"max_input_tokens": 8000},
+        }
+    )
+    url = start_proxy(config)
+    upstream.default = Reply(respond=lambda body: "Short summary." if is_summarizer(body) else "ok")
+    client = sdk(url, "cheap-summaries")
+    messages: list[dict[str, Any]] = []
+    for turn in range(8):
+        messages.append({"role": "user", "content": words(90, f"t{turn}w")})
+        chat(client, messages)
+        messages.append({"role": "assistant", "content": "ok"})
+    summarizer_models = {r.body["model"] for r in upstream.chat_requests() if is_summarizer(r.body)}
+    chat_models = {body["model"] for body in model_requests(upstream)}
+    assert summarizer_models == {"cheap-summarizer"}
+    assert chat_models == {MODEL}

@@ -1,0 +1,66 @@
+"""Where a model's input limit comes from: config, LiteLLM's map, or a logged default."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from proxy.config import Settings
+from proxy.upstream import Upstream
+
+
+def upstream_for(*entries: dict) -> Upstream:
+    return Upstream(Settings.model_validate({"model_list": list(entries)}))
+
+
+def entry(name: str, model: str, **model_info: int) -> dict:
+    return {
+        "model_name": name,
+        "litellm_params": {"model": model, "api_base": "http://127.0.0.1:9/", "api_key": "k"},
+        "model_info": model_info,
+    }
+
+
+def test_config_model_info_wins() -> None:
+    limits = upstream_for(entry("small", "openai/gpt-4o", max_input_tokens=4096)).limits("small")
+    assert (limits.max_input_tokens, limits.source) == (4096, "config")
+
+
+def test_litellm_model_map_is_the_fallback() -> None:
+    limits = upstream_for(entry("big", "openai/gpt-4o")).limits("big")
+    assert (limits.max_input_tokens, limits.source) == (128000, "litellm")
+
+
+def test_unknown_model_uses_the_default_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    upstream = upstream_for(entry("mystery", "openai/not-a-known-model"))
+    with caplog.at_level(logging.WARNING):
+        limits = upstream.limits("mystery")
+    assert (limits.max_input_tokens, limits.source) == (8192, "default")
+    assert "default_context_window" in caplog.text
+
+
+def test_provider_model_names_the_deployment() -> None:
+    upstream = upstream_for(entry("alias", "anthropic/claude-3-5-haiku-latest"))
+    assert upstream.provider_model("alias") == "anthropic/claude-3-5-haiku-latest"
+    assert upstream.provider_model("openai/gpt-4o") == "openai/gpt-4o"
+
+
+def test_aliases_of_one_model_keep_their_own_limits() -> None:
+    """LiteLLM's Router writes model_info into its global map; one alias's small
+    window must not shrink another alias (or a later config) of the same model."""
+    upstream = upstream_for(
+        entry("tight", "openai/gpt-4o", max_input_tokens=2048),
+        entry("roomy", "openai/gpt-4o"),
+    )
+    assert upstream.limits("tight").max_input_tokens == 2048
+    assert upstream.limits("roomy").max_input_tokens == 128000
+    assert upstream_for(entry("later", "openai/gpt-4o")).limits("later").max_input_tokens == 128000
+
+
+def test_several_deployments_get_the_smallest_limit() -> None:
+    upstream = upstream_for(
+        entry("pool", "openai/gpt-4o", max_input_tokens=30000),
+        entry("pool", "openai/gpt-4o-mini", max_input_tokens=20000),
+    )
+    assert upstream.limits("pool").max_input_tokens == 20000
