@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -19,11 +18,15 @@ from proxy import headers
 from proxy.config import Settings, load_settings
 from proxy.conversations import Conversations, Prepared, RequestContext
 from proxy.errors import ProxyError
+from proxy.metrics import OTHER_MODEL, exposition
 from proxy.replies import StreamedReply, reply_message
 from proxy.sessions import Session, SessionStore
 from proxy.stores import open_store
+from proxy.telemetry import RequestTelemetry
 from proxy.upstream import CHAT_PARAMETERS, Upstream
 
+# nginx's status for a client that went away before the response was complete.
+CLIENT_CLOSED_REQUEST = 499
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _INTEGERS = ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs")
@@ -124,39 +127,80 @@ class Proxy:
         )
 
     async def chat_completions(self, request: Request) -> Response:
+        telemetry = RequestTelemetry(model=OTHER_MODEL)
+        try:
+            response = await self._chat(request, telemetry)
+        except ProxyError as exc:
+            telemetry.finish(exc.status_code)
+            raise
+        except BaseException:
+            telemetry.finish(500)
+            raise
+        if not telemetry.stream:
+            telemetry.finish(response.status_code)
+        return response
+
+    async def _chat(self, request: Request, telemetry: RequestTelemetry) -> Response:
         body = await read_json(request, self.settings.server.max_body_bytes)
         validate_chat(body)
+        telemetry.model = self.conversations.label(body["model"])
         self.upstream.check_model(body["model"])
         prepared = await self.conversations.prepare(body, self._request_context(request))
-        response_headers = {headers.REQUEST_ID: uuid.uuid4().hex} | prepared.response_headers()
+        telemetry.prepared = prepared
+        telemetry.input_limit = prepared.input_limit
+        response_headers = {headers.REQUEST_ID: telemetry.request_id}
+        response_headers |= prepared.response_headers()
+        telemetry.upstream_started()
         if body.get("stream"):
             chunks = await self.upstream.stream(prepared.body)
+            telemetry.stream = True
             return StreamingResponse(
-                self._sse(prepared, chunks),
+                self._sse(prepared, chunks, telemetry),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
         completion = await self.upstream.complete(prepared.body)
+        telemetry.upstream_finished()
+        telemetry.usage = completion.get("usage")
+        self.conversations.observe_usage(prepared, telemetry.usage)
         await self.conversations.record(prepared, reply_message(completion))
         return ORJSONResponse(completion, headers=response_headers)
 
     async def _sse(
-        self, prepared: Prepared, chunks: AsyncIterator[dict[str, Any]]
+        self,
+        prepared: Prepared,
+        chunks: AsyncIterator[dict[str, Any]],
+        telemetry: RequestTelemetry,
     ) -> AsyncIterator[bytes]:
         """OpenAI's SSE framing. The reply is stored only once the stream is complete;
         a failure mid-stream becomes an error event and no [DONE], so the client can
         tell a cut-off reply from a finished one. A client that disconnects cancels
         this generator, and with it the upstream call."""
         reply = StreamedReply()
+        status = CLIENT_CLOSED_REQUEST
         try:
             async for chunk in chunks:
                 reply.add(chunk)
+                if chunk.get("usage"):
+                    telemetry.usage = chunk["usage"]
+                elif _has_output(chunk):
+                    telemetry.first_token()
                 yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            telemetry.upstream_finished()
+            self.conversations.observe_usage(prepared, telemetry.usage)
             await self.conversations.record(prepared, reply.message())
+            status = 200
         except ProxyError as exc:
+            status = exc.status_code
             yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
             return
+        finally:
+            telemetry.finish(status)
         yield b"data: [DONE]\n\n"
+
+    async def metrics(self, request: Request) -> Response:
+        body, content_type = exposition()
+        return Response(body, media_type=content_type)
 
     async def get_session(self, request: Request) -> Response:
         session = await self._session(request)
@@ -205,6 +249,11 @@ class Proxy:
         if not await self.store.ping():
             return ORJSONResponse({"status": "unavailable", "store": "unreachable"}, 503)
         return ORJSONResponse({"status": "ok", "models": len(self.upstream.model_names())})
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    deltas = [choice.get("delta") or {} for choice in chunk.get("choices") or []]
+    return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)
 
 
 def session_view(session: Session) -> dict[str, Any]:
@@ -271,6 +320,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/health/live", proxy.live, methods=["GET"]),
             Route("/health/ready", proxy.ready, methods=["GET"]),
+            Route("/metrics", proxy.metrics, methods=["GET"]),
             Route("/v1/sessions/{session_id}", proxy.get_session, methods=["GET"]),
             Route("/v1/sessions/{session_id}", proxy.delete_session, methods=["DELETE"]),
             Route("/v1/sessions/{session_id}/preview", proxy.preview, methods=["POST"]),

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from proxy.config import CONFIG_ENV, ConfigError, load_settings
+from proxy.metrics import MULTIPROCESS_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
 
+    workers = args.workers or settings.server.workers
+    if workers > 1:
+        _prepare_multiprocess_metrics()
+
     import uvicorn
+
+    from proxy.logs import log_config
 
     # Workers import the app by name and read the same config through the environment.
     uvicorn.run(
@@ -35,10 +44,23 @@ def main(argv: list[str] | None = None) -> int:
         factory=True,
         host=args.host or settings.server.host,
         port=args.port or settings.server.port,
-        workers=args.workers or settings.server.workers,
-        log_level="info",
+        workers=workers,
+        log_config=log_config(settings.server.log_format, settings.server.log_level),
+        access_log=False,  # the proxy writes its own line per request
     )
     return 0
+
+
+def _prepare_multiprocess_metrics() -> None:
+    """Several workers share one /metrics through prometheus-client's multiprocess mode:
+    a fresh directory, named before any worker imports prometheus_client."""
+    directory = os.environ.get(MULTIPROCESS_ENV)
+    if directory:
+        for stale in Path(directory).glob("*.db"):
+            stale.unlink()
+    else:
+        directory = tempfile.mkdtemp(prefix="context-proxy-metrics-")
+        os.environ[MULTIPROCESS_ENV] = directory
 
 
 if __name__ == "__main__":

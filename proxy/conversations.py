@@ -19,11 +19,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from proxy import headers
+from proxy import headers, metrics
+from proxy.calibration import Calibration
 from proxy.config import Settings
 from proxy.context import ContextOverflowError, Plan, plan_context
 from proxy.errors import ProxyError
 from proxy.messages import GENESIS, chain, chain_hash, message_hash, split_system
+from proxy.metrics import ModelLabels
 from proxy.sessions import (
     Checkpoint,
     Mode,
@@ -64,6 +66,7 @@ class Prepared:
     system_tokens: int = 0  # the client's system messages, plus reply priming
     tools_tokens: int = 0
     budget: int = 0
+    input_limit: int = 0
     tokens_original: int = 0
     tokens_sent: int = 0
     compression: Compression = "none"
@@ -100,6 +103,8 @@ class Conversations:
         self.store = store
         self._secret = _tenant_secret(settings)
         self._summarizing: dict[SessionKey, asyncio.Task[None]] = {}
+        self.label = ModelLabels(settings.model_names())
+        self.calibration = Calibration()
 
     def tenant(self, authorization: str | None) -> str:
         token = None
@@ -153,6 +158,7 @@ class Conversations:
             self.upstream.provider_model(model), self.settings.context.token_counting
         )
         prepared.budget = self.budget(model, body, ratio)
+        prepared.input_limit = self.upstream.limits(model).max_input_tokens
         prepared.tools_tokens = prepared.counter.count_tools(body.get("tools"))
         prepared.system, conversation = split_system(prepared.incoming)
         prepared.system_tokens = prepared.counter.count_messages(prepared.system)
@@ -166,6 +172,13 @@ class Conversations:
         plan = self._plan(prepared, session, allow_summary=prepared.key is not None)
         return prepared, session, plan
 
+    def observe_usage(self, prepared: Prepared, usage: dict[str, Any] | None) -> None:
+        """Calibrate our estimate against the provider's count of what we sent."""
+        prompt_tokens = (usage or {}).get("prompt_tokens")
+        if prepared.counter is not None and isinstance(prompt_tokens, int):
+            label = self.label(prepared.model)
+            self.calibration.observe(label, prepared.tokens_sent, prompt_tokens)
+
     async def record(self, prepared: Prepared, reply: dict[str, Any] | None) -> None:
         """Store the client's messages and the reply; then maybe summarize ahead of need."""
         if prepared.key is None or prepared.counter is None or reply is None:
@@ -177,12 +190,16 @@ class Conversations:
     # -- budget and counting ----------------------------------------------------------
 
     def budget(self, model: str, body: dict[str, Any], ratio: float) -> int:
-        """floor(ratio × input limit), and room left for the requested output."""
+        """floor(ratio × input limit), and room left for the requested output, in our
+        tokenizer's units: divided by the calibration factor when we undercount."""
         limits = self.upstream.limits(model)
+        if limits.source == "default":
+            metrics.MODEL_LIMIT_DEFAULTED.labels(self.label(model)).inc()
         budget = math.floor(ratio * limits.max_input_tokens)
         requested = body.get("max_completion_tokens") or body.get("max_tokens")
         if isinstance(requested, int) and requested > 0:
             budget = min(budget, limits.max_input_tokens - requested)
+        budget = math.floor(budget / self.calibration.factor(self.label(model)))
         if budget <= 0:
             raise ProxyError(
                 400,
@@ -273,7 +290,7 @@ class Conversations:
             span = plan.summarize
         try:
             checkpoint = await asyncio.wait_for(
-                self._summarize(session, span, prepared.model, prepared.budget),
+                self._summarize(session, span, prepared.model, prepared.budget, "sync"),
                 self.settings.context.summary_timeout_seconds,
             )
         except (SummarizationError, ProxyError, TimeoutError) as exc:
@@ -285,7 +302,12 @@ class Conversations:
         return self._plan(prepared, session, allow_summary=False)
 
     async def _summarize(
-        self, session: Session, span: tuple[int, int], model: str, budget: int
+        self,
+        session: Session,
+        span: tuple[int, int],
+        model: str,
+        budget: int,
+        mode: Literal["sync", "background"],
     ) -> Checkpoint:
         """Fold transcript[span] into the summary that ends where the span starts.
 
@@ -304,15 +326,33 @@ class Conversations:
         room = math.floor(budget * (1 - context.keep_recent_ratio) / 2)
         max_summary = max(32, min(context.max_summary_tokens, room))
         limit = self.upstream.limits(summary_model).max_input_tokens
-        result = await summarize_span(
-            previous=previous.text if previous else None,
-            span=[m.message for m in session.transcript[start:end]],
-            complete=self.upstream.complete_text,
-            model=summary_model,
-            counter=counter,
-            budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
-            max_summary_tokens=max_summary,
+        label = self.label(summary_model)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await summarize_span(
+                previous=previous.text if previous else None,
+                span=[m.message for m in session.transcript[start:end]],
+                complete=self.upstream.complete_text,
+                model=summary_model,
+                counter=counter,
+                budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
+                max_summary_tokens=max_summary,
+            )
+            outcome = "success"
+        except asyncio.CancelledError:
+            outcome = "timeout"
+            raise
+        finally:
+            metrics.SUMMARIZATIONS.labels(label, outcome, mode).inc()
+            metrics.SUMMARIZATION_DURATION.labels(label, mode).observe(
+                time.perf_counter() - started
+            )
+        metrics.SUMMARIZATION_TOKENS.labels(label, "input").inc(result.input_tokens)
+        metrics.SUMMARIZATION_TOKENS.labels(label, "output").inc(
+            counter.count_text(result.raw_text)
         )
+        metrics.FACT_RETENTION.labels(label).observe(result.retention)
         return Checkpoint(
             covers_until=end,
             chain_hash=_chain_head(session, end),
@@ -341,14 +381,16 @@ class Conversations:
             return
 
         async def run() -> None:
+            metrics.BACKGROUND_TASKS.inc()
             try:
                 checkpoint = await self._summarize(
-                    session, plan.summarize, prepared.model, prepared.budget
+                    session, plan.summarize, prepared.model, prepared.budget, "background"
                 )
                 await self._add_checkpoint(key, checkpoint)
             except Exception as exc:  # the next request falls back; never store an error
                 logger.warning("background summarization failed: %s", exc)
             finally:
+                metrics.BACKGROUND_TASKS.dec()
                 self._summarizing.pop(key, None)
 
         self._summarizing[key] = asyncio.get_running_loop().create_task(run())

@@ -2,17 +2,57 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from proxy import metrics
 from proxy.config import SessionSettings
-from proxy.sessions import SessionStore
+from proxy.sessions import Session, SessionStore
 from proxy.stores.disk import DiskSessionStore
 
-__all__ = ["DiskSessionStore", "open_store"]
+__all__ = ["DiskSessionStore", "TimedStore", "open_store"]
+
+T = TypeVar("T")
 
 
 def open_store(settings: SessionSettings) -> SessionStore:
-    """The store the config names."""
+    """The store the config names, with its operations timed."""
     if settings.store == "redis":
         from proxy.stores.redis import RedisSessionStore
 
-        return RedisSessionStore(settings.redis_url, settings.ttl_seconds)
-    return DiskSessionStore(settings.path, settings.ttl_seconds)
+        return TimedStore(RedisSessionStore(settings.redis_url, settings.ttl_seconds), "redis")
+    return TimedStore(DiskSessionStore(settings.path, settings.ttl_seconds), "disk")
+
+
+class TimedStore:
+    """A SessionStore that records each operation's latency."""
+
+    def __init__(self, inner: SessionStore, name: str) -> None:
+        self.inner = inner
+        self._timers = {
+            operation: metrics.STORE_DURATION.labels(name, operation)
+            for operation in ("get", "put", "delete", "ping")
+        }
+
+    async def _timed(self, operation: str, call: Awaitable[T]) -> T:
+        started = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self._timers[operation].observe(time.perf_counter() - started)
+
+    async def get(self, tenant: str, session_id: str) -> Session | None:
+        return await self._timed("get", self.inner.get(tenant, session_id))
+
+    async def put(self, session: Session, expected_version: int) -> bool:
+        return await self._timed("put", self.inner.put(session, expected_version))
+
+    async def delete(self, tenant: str, session_id: str) -> bool:
+        return await self._timed("delete", self.inner.delete(tenant, session_id))
+
+    async def ping(self) -> bool:
+        return await self._timed("ping", self.inner.ping())
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -56,7 +56,7 @@ def stop(process: subprocess.Popen[bytes]) -> str:
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-    return output.decode()
+    return output.decode() if output else ""
 
 
 def test_serve_with_no_config_and_no_network(tmp_path: Path) -> None:

@@ -1,0 +1,152 @@
+"""Every Prometheus metric the proxy exports, defined once.
+
+Names carry the `context_proxy_` prefix and base units (seconds, tokens,
+ratios). Labels are bounded: `model` is a configured model name or `other`,
+never a session id, key or anything else a client chooses.
+
+With several workers (`context-proxy serve --workers N`) prometheus-client's
+multiprocess mode is used: `PROMETHEUS_MULTIPROC_DIR` must be set before this
+module is imported (the CLI does that), and `/metrics` aggregates all workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+OTHER_MODEL = "other"
+
+# Buckets suited to what each histogram measures.
+_LATENCY = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+_OVERHEAD = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_RATIO = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
+_STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+REQUESTS = Counter(
+    "context_proxy_requests",
+    "Chat completion requests, by model and HTTP status.",
+    ["model", "status"],
+)
+REQUEST_DURATION = Histogram(
+    "context_proxy_request_duration_seconds",
+    "Total time to answer a chat completion (to the last byte when streaming).",
+    ["model"],
+    buckets=_LATENCY,
+)
+UPSTREAM_DURATION = Histogram(
+    "context_proxy_upstream_duration_seconds",
+    "Time spent waiting for the provider.",
+    ["model"],
+    buckets=_LATENCY,
+)
+OVERHEAD_DURATION = Histogram(
+    "context_proxy_overhead_duration_seconds",
+    "Time the proxy itself added: total minus upstream "
+    "(summaries made while the client waits count here).",
+    ["model"],
+    buckets=_OVERHEAD,
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "context_proxy_time_to_first_token_seconds",
+    "Streaming: time from the request to the first content chunk sent to the client.",
+    ["model"],
+    buckets=_LATENCY,
+)
+TOKENS = Counter(
+    "context_proxy_tokens",
+    "Tokens by kind: client (the full context the client's request stands for), "
+    "sent (what the proxy sent upstream, by its count), upstream_prompt (the provider's "
+    "usage.prompt_tokens), completion, saved (client minus sent).",
+    ["model", "kind"],
+)
+CONTEXT_UTILIZATION = Histogram(
+    "context_proxy_context_utilization_ratio",
+    "Tokens sent upstream as a share of the model's input limit.",
+    ["model"],
+    buckets=_RATIO,
+)
+COMPRESSION_RATIO = Histogram(
+    "context_proxy_compression_ratio",
+    "Tokens sent upstream divided by the tokens of the full context.",
+    ["model"],
+    buckets=_RATIO,
+)
+COMPRESSIONS = Counter(
+    "context_proxy_compressions",
+    "Requests by how their context was fitted: none, summary or truncated.",
+    ["model", "method"],
+)
+SUMMARIZATIONS = Counter(
+    "context_proxy_summarizations",
+    "Summaries made, by outcome (success, error, timeout) and mode (sync, background).",
+    ["model", "outcome", "mode"],
+)
+SUMMARIZATION_DURATION = Histogram(
+    "context_proxy_summarization_duration_seconds",
+    "Time to make one summary (all its chunked calls).",
+    ["model", "mode"],
+    buckets=_LATENCY,
+)
+SUMMARIZATION_TOKENS = Counter(
+    "context_proxy_summarization_tokens",
+    "Tokens the summarizer read (input) and wrote (output).",
+    ["model", "kind"],
+)
+FACT_RETENTION = Histogram(
+    "context_proxy_fact_retention_ratio",
+    "Share of the evicted span's facts the model's summary kept, before pinning.",
+    ["model"],
+    buckets=_RATIO,
+)
+TOKEN_ESTIMATE_RATIO = Gauge(
+    "context_proxy_token_estimate_ratio",
+    "Calibration: the provider's prompt tokens divided by the proxy's estimate (smoothed).",
+    ["model"],
+    multiprocess_mode="mostrecent",
+)
+MODEL_LIMIT_DEFAULTED = Counter(
+    "context_proxy_model_limit_defaulted",
+    "Requests whose budget used context.default_context_window: no limit was known.",
+    ["model"],
+)
+STORE_DURATION = Histogram(
+    "context_proxy_store_operation_duration_seconds",
+    "Session store operation latency.",
+    ["store", "operation"],
+    buckets=_STORE,
+)
+BACKGROUND_TASKS = Gauge(
+    "context_proxy_background_tasks",
+    "Background summarizations running now.",
+    multiprocess_mode="livesum",
+)
+
+
+class ModelLabels:
+    """Maps a request's model to a bounded label value."""
+
+    def __init__(self, configured: Iterable[str]) -> None:
+        self._configured = frozenset(configured)
+
+    def __call__(self, model: object) -> str:
+        return model if isinstance(model, str) and model in self._configured else OTHER_MODEL
+
+
+def exposition() -> tuple[bytes, str]:
+    """The /metrics body: this process's metrics, or every worker's in multiprocess mode."""
+    if os.environ.get(MULTIPROCESS_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST

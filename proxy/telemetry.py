@@ -1,0 +1,104 @@
+"""One request's measurements: metrics and its access-log line, written once at the end.
+
+The app marks the moments (upstream start/end, first token) and hands over what
+it learned (the prepared context, the provider's usage); `finish` turns that
+into Prometheus samples and one log line without message content.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy import metrics
+from proxy.conversations import Prepared
+
+access_log = logging.getLogger("context_proxy.access")
+
+
+@dataclass
+class RequestTelemetry:
+    model: str  # already a bounded label value
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = field(default_factory=time.perf_counter)
+    stream: bool = False
+    prepared: Prepared | None = None
+    input_limit: int | None = None
+    usage: dict[str, Any] | None = None
+    upstream_seconds: float = 0.0
+    first_token_seconds: float | None = None
+    _upstream_started: float | None = None
+    _finished: bool = False
+
+    def upstream_started(self) -> None:
+        self._upstream_started = time.perf_counter()
+
+    def upstream_finished(self) -> None:
+        if self._upstream_started is not None:
+            self.upstream_seconds += time.perf_counter() - self._upstream_started
+            self._upstream_started = None
+
+    def first_token(self) -> None:
+        if self.first_token_seconds is None:
+            self.first_token_seconds = time.perf_counter() - self.started
+
+    def finish(self, status: int) -> None:
+        """Record everything once, whether the request succeeded or not."""
+        if self._finished:
+            return
+        self._finished = True
+        self.upstream_finished()
+        total = time.perf_counter() - self.started
+        model = self.model
+        metrics.REQUESTS.labels(model, str(status)).inc()
+        metrics.REQUEST_DURATION.labels(model).observe(total)
+        if self.upstream_seconds:
+            metrics.UPSTREAM_DURATION.labels(model).observe(self.upstream_seconds)
+        metrics.OVERHEAD_DURATION.labels(model).observe(max(0.0, total - self.upstream_seconds))
+        if self.first_token_seconds is not None:
+            metrics.TIME_TO_FIRST_TOKEN.labels(model).observe(self.first_token_seconds)
+        prepared = self.prepared
+        fitted = prepared is not None and prepared.counter is not None and status < 400
+        if fitted:
+            assert prepared is not None
+            self._record_context(prepared)
+        usage = self.usage or {}
+        if usage.get("prompt_tokens"):
+            metrics.TOKENS.labels(model, "upstream_prompt").inc(usage["prompt_tokens"])
+        if usage.get("completion_tokens"):
+            metrics.TOKENS.labels(model, "completion").inc(usage["completion_tokens"])
+        access_log.info(
+            "%s %s %s",
+            status,
+            model,
+            prepared.compression if fitted and prepared else "-",
+            extra={
+                "request_id": self.request_id,
+                "model": model,
+                "status": status,
+                "stream": self.stream,
+                "session": prepared is not None and prepared.key is not None,
+                "tokens_original": prepared.tokens_original if fitted and prepared else None,
+                "tokens_sent": prepared.tokens_sent if fitted and prepared else None,
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "completion_tokens": usage.get("completion_tokens"),
+                "compression": prepared.compression if fitted and prepared else None,
+                "latency_ms": round(total * 1000, 1),
+                "upstream_ms": round(self.upstream_seconds * 1000, 1),
+            },
+        )
+
+    def _record_context(self, prepared: Prepared) -> None:
+        model = self.model
+        original, sent = prepared.tokens_original, prepared.tokens_sent
+        metrics.TOKENS.labels(model, "client").inc(original)
+        metrics.TOKENS.labels(model, "sent").inc(sent)
+        metrics.TOKENS.labels(model, "saved").inc(max(0, original - sent))
+        metrics.COMPRESSIONS.labels(model, prepared.compression).inc()
+        if original:
+            metrics.COMPRESSION_RATIO.labels(model).observe(min(1.0, sent / original))
+        if self.input_limit:
+            metrics.CONTEXT_UTILIZATION.labels(model).observe(sent / self.input_limit)
