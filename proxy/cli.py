@@ -20,7 +20,21 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="bind address (default: server.host)")
     serve.add_argument("--port", type=int, help="port (default: server.port)")
     serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+    demo = commands.add_parser(
+        "demo", help="a scripted conversation through the proxy and the local model"
+    )
+    demo.add_argument("--turns", type=int, default=40, help="conversation turns (default: 40)")
+    demo.add_argument("--n-ctx", type=int, default=2048, help="model context window")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from proxy.demo import main as demo_main
+        from proxy.local import LocalModelUnavailable
+
+        try:
+            return demo_main(args.turns, args.n_ctx)
+        except LocalModelUnavailable as exc:
+            print(f"context-proxy: {exc}", file=sys.stderr)
+            return 2
 
     if args.config:
         os.environ[CONFIG_ENV] = os.path.abspath(args.config)

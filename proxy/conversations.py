@@ -398,6 +398,10 @@ class Conversations:
     # -- the store --------------------------------------------------------------------
 
     async def _reconciled(self, prepared: Prepared) -> Session:
+        return (await self._load(prepared))[1]
+
+    async def _load(self, prepared: Prepared) -> tuple[Session | None, Session]:
+        """The stored session, and what it becomes with this request's messages."""
         assert prepared.key is not None
         tenant, session_id = prepared.key
         stored = await self.store.get(tenant, session_id)
@@ -411,24 +415,15 @@ class Conversations:
         )
         if result.kind == "fork":
             logger.info("session forked at message %d (edit or regenerate)", result.fork_at)
-        return result.session
+        return stored, result.session
 
     async def _save(self, prepared: Prepared, reply: dict[str, Any]) -> Session | None:
         """Compare-and-set: replay this request onto the freshest session until it lands."""
         assert prepared.key is not None and prepared.counter is not None
-        tenant, session_id = prepared.key
         reply_hash = message_hash(reply)
+        reply_tokens = prepared.counter.count_message(reply)
         for _ in range(_SAVE_ATTEMPTS):
-            stored = await self.store.get(tenant, session_id)
-            session = reconcile(
-                stored,
-                prepared.incoming,
-                prepared.mode,
-                tenant=tenant,
-                session_id=session_id,
-                now=time.time(),
-            ).session
-            reply_tokens = prepared.counter.count_message(reply)
+            stored, session = await self._load(prepared)
             session.transcript.append(
                 StoredMessage(reply, reply_hash, {prepared.counter.name: reply_tokens})
             )

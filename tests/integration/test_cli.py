@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,16 +11,11 @@ from pathlib import Path
 import httpx
 import openai
 
+from proxy.local import free_port
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream
 
 NONET = Path(__file__).resolve().parent.parent / "nonet"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start(args: list[str], netlog: Path, cwd: Path) -> subprocess.Popen[bytes]:

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.local import free_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
-from tests.integration.test_cli import free_port, stop, wait_ready
+from tests.integration.test_cli import stop, wait_ready
 from tests.integration.test_sessions import is_summarizer, small_model, words
 from tests.upstream import FakeUpstream, Reply
 
