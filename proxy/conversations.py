@@ -364,7 +364,12 @@ class Conversations:
 
     def _schedule_summary(self, prepared: Prepared, session: Session) -> None:
         """After a reply, summarize in the background once the session passes
-        `summarize_at` of its budget, so the next request finds the summary ready."""
+        `summarize_at` of its budget, so the next request finds the summary ready.
+
+        The plan is made as if the budget were `summarize_at` of it, verbatim part
+        included: the fold leaves `keep_recent_ratio` of that smaller budget, so the
+        summary plus what stays verbatim lands well under the trigger and the next
+        fold is several turns away (keeping the prefix stable for prompt caches)."""
         key = prepared.key
         assert key is not None
         if key in self._summarizing:
@@ -375,7 +380,6 @@ class Conversations:
             session,
             allow_summary=True,
             budget=math.floor(context.summarize_at * prepared.budget),
-            keep_recent_ratio=min(0.9, context.keep_recent_ratio / context.summarize_at),
         )
         if plan.summarize is None:
             return

@@ -158,7 +158,9 @@ def _inspect(proxy_url: str, turns: int, reply_tokens: int, result: DemoResult) 
     if session["checkpoints"]:
         latest = max(session["checkpoints"], key=lambda c: c["covers_until"])
         result.summary = latest["text"]
-        raw, _, pinned = latest["text"].partition("\n\n" + PINNED_LABEL)
+        raw, _, pinned = latest["text"].rpartition("\n\n" + PINNED_LABEL)
+        if not raw:  # nothing was pinned
+            raw, pinned = latest["text"], ""
         result.summary_raw, result.pinned = raw, pinned
         covered_user_turns = (latest["covers_until"] + 1) // 2  # user, assistant, user, …
         for _, facts in script(turns)[:covered_user_turns]:

@@ -41,6 +41,8 @@ recent ones: older facts that matter have had earlier summaries to land in."""
 
 _SEPARATOR = "\n\n"
 _LABEL = re.compile(r"^[#*\s]*(?:updated\s+|new\s+)?summary[* \t]*(?::|\n)[*\s]*", re.IGNORECASE)
+# Small models sometimes run on into the prompt's own markup; nothing after it is summary.
+_ECHOED_PROMPT = re.compile(r"</?(?:previous_summary|new_messages|conversation)>")
 _ERRORISH = re.compile(
     r"^(?:error|exception)\s*[:\d(\[]|^traceback \(most recent call last\)|^\{\s*\"error\""
     r"|^(?:internal server error|bad gateway|service unavailable|rate limit)"
@@ -170,7 +172,8 @@ async def _complete(complete: Complete, model: str, prompt: list[Message], max_t
         raise SummarizationError(f"summarizer call failed: {exc!r}") from exc
     if not isinstance(output, str):
         raise SummarizationError(f"summarizer returned {type(output).__name__}, not text")
-    text = _LABEL.sub("", output.strip(), count=1).strip()
+    text = _LABEL.sub("", output.strip(), count=1)
+    text = _ECHOED_PROMPT.split(text, maxsplit=1)[0].strip()
     if not text:
         raise SummarizationError("summarizer returned an empty summary")
     if _ERRORISH.match(text):

@@ -179,6 +179,14 @@ async def test_strips_summary_label_and_whitespace(reply: str) -> None:
     assert result.text == "The user said hi."
 
 
+async def test_cuts_a_model_running_on_into_the_prompt_markup() -> None:
+    reply = "The user said hi.\n</previous_summary>\n<new_messages>\nuser: hi"
+    result = await summarize([user("hi")], FakeModel(reply))
+    assert result.text == "The user said hi."
+    with pytest.raises(SummarizationError):  # nothing but echoed markup is no summary
+        await summarize([user("hi")], FakeModel("<new_messages>\nuser: hi"))
+
+
 async def test_pins_dropped_facts_only() -> None:
     span = [user("Please pay invoice INV-2024-001 for Maria Gonzalez today.")]
     result = await summarize(span, FakeModel("Maria Gonzalez asked for a payment."))
