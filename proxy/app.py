@@ -20,8 +20,8 @@ from proxy.conversations import Conversations, Prepared, RequestContext
 from proxy.errors import ProxyError
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.replies import StreamedReply, reply_message
-from proxy.sessions import Session, SessionStore
-from proxy.stores import open_store
+from proxy.sessions import Mode, Session, SessionStore
+from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
 from proxy.upstream import CHAT_PARAMETERS, Upstream
 
@@ -105,6 +105,38 @@ def validate_chat(body: dict[str, Any]) -> None:
             raise _invalid(key, f"`{key}` must be {name}.")
 
 
+def _ratio(value: str | None) -> float | None:
+    """The `X-Context-Budget-Ratio` override, validated."""
+    if value is None:
+        return None
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    if not 0.1 <= ratio <= 0.95:
+        raise ProxyError(
+            400,
+            f"{headers.BUDGET_RATIO} must be a number from 0.1 to 0.95.",
+            code="invalid_header",
+            param=headers.BUDGET_RATIO,
+        )
+    return ratio
+
+
+def _mode(value: str | None) -> Mode:
+    """The `X-Session-Mode` override, validated."""
+    if value is None or value == "":
+        return "auto"
+    if value.lower() not in ("append", "full", "auto"):
+        raise ProxyError(
+            400,
+            f"{headers.SESSION_MODE} must be `append` or `full`.",
+            code="invalid_header",
+            param=headers.SESSION_MODE,
+        )
+    return value.lower()  # type: ignore[return-value]
+
+
 def _invalid(param: str, message: str) -> ProxyError:
     return ProxyError(400, message, code="invalid_value", param=param)
 
@@ -116,14 +148,15 @@ class Proxy:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.conversations = Conversations(settings, upstream, store)
+        secret = tenant_secret(settings.session)
+        self.conversations = Conversations(settings, upstream, store, secret)
 
     def _request_context(self, request: Request) -> RequestContext:
         return RequestContext(
             authorization=request.headers.get("authorization"),
             session_id=request.headers.get(self.settings.session.header) or None,
-            session_mode=request.headers.get(headers.SESSION_MODE),
-            budget_ratio=request.headers.get(headers.BUDGET_RATIO),
+            mode=_mode(request.headers.get(headers.SESSION_MODE)),
+            budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
         )
 
     async def chat_completions(self, request: Request) -> Response:

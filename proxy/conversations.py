@@ -12,11 +12,8 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import secrets
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 from proxy import headers, metrics
@@ -92,16 +89,18 @@ class RequestContext:
 
     authorization: str | None = None
     session_id: str | None = None
-    session_mode: str | None = None
-    budget_ratio: str | None = None
+    mode: Mode = "auto"
+    budget_ratio: float | None = None  # overrides context.budget_ratio
 
 
 class Conversations:
-    def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, store: SessionStore, tenant_secret: bytes
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self._secret = _tenant_secret(settings)
+        self._secret = tenant_secret
         self._summarizing: dict[SessionKey, asyncio.Task[None]] = {}
         self.label = ModelLabels(settings.model_names())
         self.calibration = Calibration()
@@ -152,8 +151,8 @@ class Conversations:
         prepared = Prepared(body=body, model=model, incoming=list(body["messages"]))
         if self.settings.context.mode == "off":
             return prepared, Session.new("", "", 0), _UNTOUCHED
-        ratio = _ratio(request.budget_ratio, self.settings.context.budget_ratio)
-        prepared.mode = _mode(request.session_mode)
+        ratio = request.budget_ratio or self.settings.context.budget_ratio
+        prepared.mode = request.mode
         prepared.counter = counter_for(
             self.upstream.provider_model(model), self.settings.context.token_counting
         )
@@ -488,52 +487,3 @@ def _chain_head(session: Session, end: int) -> str:
     """The hash chain's value after transcript[:end]."""
     heads = chain(m.hash for m in session.transcript[:end])
     return heads[-1] if heads else GENESIS
-
-
-def _ratio(value: str | None, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        ratio = float(value)
-    except ValueError:
-        ratio = -1.0
-    if not 0.1 <= ratio <= 0.95:
-        raise ProxyError(
-            400,
-            f"{headers.BUDGET_RATIO} must be a number from 0.1 to 0.95.",
-            code="invalid_header",
-            param=headers.BUDGET_RATIO,
-        )
-    return ratio
-
-
-def _mode(value: str | None) -> Mode:
-    if value is None or value == "":
-        return "auto"
-    if value.lower() not in ("append", "full", "auto"):
-        raise ProxyError(
-            400,
-            f"{headers.SESSION_MODE} must be `append` or `full`.",
-            code="invalid_header",
-            param=headers.SESSION_MODE,
-        )
-    return value.lower()  # type: ignore[return-value]
-
-
-def _tenant_secret(settings: Settings) -> bytes:
-    """The key that turns bearer tokens into tenant ids: configured, or made once and
-    kept beside the sessions so every worker and restart agrees."""
-    if settings.session.tenant_secret:
-        return settings.session.tenant_secret.encode()
-    path = Path(settings.session.path, "tenant.key")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_hex(32))
-    for _ in range(50):  # another worker may be writing it right now
-        text = path.read_text().strip()
-        if text:
-            return text.encode()
-        time.sleep(0.01)
-    raise RuntimeError(f"{path} is empty")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import TypeVar
 
 from proxy import metrics
@@ -11,7 +15,7 @@ from proxy.config import SessionSettings
 from proxy.sessions import Session, SessionStore
 from proxy.stores.disk import DiskSessionStore
 
-__all__ = ["DiskSessionStore", "TimedStore", "open_store"]
+__all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
 
 T = TypeVar("T")
 
@@ -56,3 +60,22 @@ class TimedStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def tenant_secret(settings: SessionSettings) -> bytes:
+    """The key that turns bearer tokens into tenant ids: configured, or made once and
+    kept beside the sessions so every worker and restart agrees."""
+    if settings.tenant_secret:
+        return settings.tenant_secret.encode()
+    path = Path(settings.path, "tenant.key")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+    for _ in range(50):  # another worker may be writing it right now
+        text = path.read_text().strip()
+        if text:
+            return text.encode()
+        time.sleep(0.01)
+    raise RuntimeError(f"{path} is empty")

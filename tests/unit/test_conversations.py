@@ -43,7 +43,8 @@ def make(tmp_path: Path) -> Conversations:
             "session": {"path": str(tmp_path)},
         }
     )
-    return Conversations(settings, Upstream(settings), DiskSessionStore(str(tmp_path)))
+    store = DiskSessionStore(str(tmp_path))
+    return Conversations(settings, Upstream(settings), store, tenant_secret=b"test-secret")
 
 
 async def test_a_request_tokenizes_only_new_messages(tmp_path: Path, counted: list[str]) -> None:
