@@ -10,21 +10,8 @@ import anyio
 import diskcache
 import pytest
 
-from proxy.sessions import Checkpoint, Session, reconcile
 from proxy.stores import DiskSessionStore
-
-
-def make_session(tenant: str = "t1", session_id: str = "s", text: str = "hello") -> Session:
-    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "hi"}]
-    session = reconcile(None, messages, tenant=tenant, session_id=session_id, now=1.0).session
-    session.transcript[0].tokens["tiktoken:o200k"] = 2
-    session.checkpoints.append(Checkpoint(1, session.head, "sum", 3, "m", 1.0))
-    return session
-
-
-def next_version(session: Session, text: str) -> Session:
-    messages = [*(m.message for m in session.transcript), {"role": "user", "content": text}]
-    return reconcile(session, messages, tenant=session.tenant, session_id="s", now=2.0).session
+from tests.unit.sessions_factory import make_session, next_version
 
 
 @pytest.fixture
@@ -77,38 +64,6 @@ async def test_reads_racing_writes_never_miss_a_large_session(tmp_path: Path) ->
     await writer.close()
     await reader.close()
     assert misses == 0
-
-
-async def test_compare_and_set(store: DiskSessionStore) -> None:
-    first = make_session()
-    assert await store.put(first, 0)
-    assert not await store.put(make_session(text="other"), 0)  # already exists
-    second = next_version(first, "u2")
-    assert not await store.put(second, expected_version=5)
-    assert await store.put(second, expected_version=1)
-    assert not await store.put(next_version(first, "stale"), expected_version=1)
-    assert await store.get("t1", "s") == second
-
-
-async def test_tenants_are_isolated(store: DiskSessionStore) -> None:
-    assert await store.put(make_session("t1", "s", "one"), 0)
-    assert await store.put(make_session("t2", "s", "two"), 0)
-    one, two = await store.get("t1", "s"), await store.get("t2", "s")
-    assert one is not None and one.transcript[0].message["content"] == "one"
-    assert two is not None and two.transcript[0].message["content"] == "two"
-    assert await store.delete("t1", "s")
-    assert await store.get("t1", "s") is None
-    assert await store.get("t2", "s") is not None
-    with pytest.raises(ValueError):
-        await store.get("t1:x", "s")  # would alias tenant "t1", session "x:s"
-
-
-async def test_delete(store: DiskSessionStore) -> None:
-    assert not await store.delete("t1", "s")
-    assert await store.put(make_session(), 0)
-    assert await store.delete("t1", "s")
-    assert await store.get("t1", "s") is None
-    assert await store.put(make_session(), 0)  # can start over at version 0
 
 
 async def test_ttl_expiry(tmp_path: Path) -> None:

@@ -10,27 +10,13 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.sessions import Checkpoint, Session, reconcile
+from proxy.sessions import reconcile
 from proxy.stores.redis import RedisSessionStore
+from tests.unit.sessions_factory import make_session, next_version
 
 URL = "redis://127.0.0.1:6379/0"
 
 StoreFactory = Callable[..., RedisSessionStore]
-
-
-def make_session(tenant: str = "t1", session_id: str = "s", text: str = "hello") -> Session:
-    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "hi"}]
-    session = reconcile(None, messages, tenant=tenant, session_id=session_id, now=1.0).session
-    session.transcript[0].tokens["tiktoken:o200k"] = 2
-    session.checkpoints.append(Checkpoint(1, session.head, "sum", 3, "m", 1.0))
-    return session
-
-
-def next_version(session: Session, *texts: str) -> Session:
-    messages = [*(m.message for m in session.transcript)]
-    messages += [{"role": "user", "content": text} for text in texts]
-    sid = session.session_id
-    return reconcile(session, messages, tenant=session.tenant, session_id=sid, now=2.0).session
 
 
 @pytest.fixture
@@ -99,17 +85,6 @@ async def test_new_store_instance_reads_it(
     longer = next_version(session, *(f"m{i}" for i in range(2500)))  # several RPUSH chunks
     assert await other.put(longer, 1)
     assert await store.get("t1", "s") == longer
-
-
-async def test_compare_and_set(store: RedisSessionStore) -> None:
-    first = make_session()
-    assert await store.put(first, 0)
-    assert not await store.put(make_session(text="other"), 0)  # already exists
-    second = next_version(first, "u2")
-    assert not await store.put(second, expected_version=5)
-    assert await store.put(second, expected_version=1)
-    assert not await store.put(next_version(first, "stale"), expected_version=1)
-    assert await store.get("t1", "s") == second
 
 
 async def test_tenants_and_odd_session_ids_are_isolated(store: RedisSessionStore) -> None:
