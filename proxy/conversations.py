@@ -384,6 +384,13 @@ class Conversations:
             return
 
         async def run() -> None:
+            # A shared store (Redis) also keeps other replicas from making the same summary.
+            try_lock = getattr(self.store, "try_lock", None)
+            lease = 2 * context.summary_timeout_seconds
+            token = await try_lock(*key, lease) if try_lock is not None else None
+            if try_lock is not None and token is None:
+                self._summarizing.pop(key, None)
+                return
             metrics.BACKGROUND_TASKS.inc()
             try:
                 checkpoint = await self._summarize(
@@ -395,6 +402,8 @@ class Conversations:
             finally:
                 metrics.BACKGROUND_TASKS.dec()
                 self._summarizing.pop(key, None)
+                if token is not None:
+                    await self.store.unlock(*key, token)  # type: ignore[attr-defined]
 
         self._summarizing[key] = asyncio.get_running_loop().create_task(run())
 

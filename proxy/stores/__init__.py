@@ -61,6 +61,10 @@ class TimedStore:
     async def close(self) -> None:
         await self.inner.close()
 
+    def __getattr__(self, name: str) -> object:
+        """Backend extras (the Redis store's `try_lock`/`unlock`) pass through."""
+        return getattr(self.inner, name)
+
 
 def tenant_secret(settings: SessionSettings) -> bytes:
     """The key that turns bearer tokens into tenant ids: configured, or made once and

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -397,3 +399,45 @@ def test_summary_model_writes_the_summaries(upstream: FakeUpstream, start_proxy)
     chat_models = {body["model"] for body in model_requests(upstream)}
     assert summarizer_models == {"cheap-summarizer"}
     assert chat_models == {MODEL}
+
+
+def test_replicas_sharing_redis_make_one_background_summary(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    """Two proxies on one Redis store: a session's background summary is made once."""
+    shared = {
+        "store": "redis",
+        "redis_url": "redis://127.0.0.1:6379/0",
+        "tenant_secret": "shared-secret",
+    }
+    first = start_proxy(small_model(upstream, session=shared))
+    second = start_proxy(small_model(upstream, session=shared))
+
+    def respond(body: dict[str, Any]) -> str | Reply:
+        if is_summarizer(body):  # slow enough that both replicas want to summarize meanwhile
+            return Reply(content="The user shared notes.", stall_seconds=1.5)
+        return "noted"
+
+    upstream.default = Reply(respond=respond)
+    session = f"replicated-{uuid.uuid4().hex}"
+    messages: list[dict[str, Any]] = []
+    # Turns alternate between the replicas; the fourth crosses summarize_at (0.7 × 800)
+    # on the second replica, whose summary is still being made when the first replica
+    # gets a short fifth turn that also wants one (still within the budget: no sync
+    # summary is needed).
+    for turn in range(5):
+        text = words(40, f"t{turn}w") if turn < 4 else "and one more thing?"
+        messages.append({"role": "user", "content": text})
+        url = first if turn % 2 == 0 else second
+        assert chat(sdk(url, session), messages).headers["X-Context-Compression"] == "none"
+        messages.append({"role": "assistant", "content": "noted"})
+    time.sleep(4)  # both replicas' background tasks have finished or given way
+    summarized: list[str] = []
+    for request in upstream.chat_requests():
+        if is_summarizer(request.body):
+            new_part = request.body["messages"][-1]["content"].split("</previous_summary>")[-1]
+            summarized += re.findall(r"\bt(\d+)w0\b", new_part)
+    assert summarized, "a background summary was made"
+    # Without a shared lock the second replica folds the same turns again meanwhile.
+    assert len(summarized) == len(set(summarized)), summarized
+    httpx.delete(f"{first}/v1/sessions/{session}", headers={"authorization": "Bearer client-key"})
