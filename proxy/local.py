@@ -74,6 +74,41 @@ def serve_in_background(app: object, host: str = "127.0.0.1") -> Iterator[str]:
 
 
 @contextmanager
+def running_server(command: list[str], ready_url: str, seconds: float = 60) -> Iterator[None]:
+    """Run `command` until the block ends, once `ready_url` answers 200.
+
+    Output goes to a temporary file and is shown if the process dies first.
+    """
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + seconds
+            while not _answers(ready_url):
+                if process.poll() is not None:
+                    log.seek(0)
+                    output = log.read().decode(errors="replace")[-2000:]
+                    raise RuntimeError(f"{command[0]} exited:\n{output}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{command[0]} not ready after {seconds:.0f}s")
+                time.sleep(0.2)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@contextmanager
 def local_model_server(n_ctx: int = 2048, startup_seconds: float = 120) -> Iterator[str]:
     """Start llama.cpp's OpenAI-compatible server for the local model; yield its `/v1` URL."""
     if importlib.util.find_spec("llama_cpp") is None:
@@ -93,32 +128,6 @@ def local_model_server(n_ctx: int = 2048, startup_seconds: float = 120) -> Itera
         "--seed", "7",
         "--verbose", "False",
     ]  # fmt: skip
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}/v1"
-        try:
-            _wait_ready(url, process, log, startup_seconds)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)  # type: ignore[attr-defined]
-            output = log.read().decode(errors="replace")[-2000:]  # type: ignore[attr-defined]
-            raise RuntimeError(f"llama.cpp server exited:\n{output}")
-        try:
-            if httpx.get(url + "/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"llama.cpp server not ready after {seconds:.0f}s")
+    url = f"http://127.0.0.1:{port}/v1"
+    with running_server(command, url + "/models", startup_seconds):
+        yield url

@@ -12,8 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ import yaml
 from prometheus_client import Counter, Gauge, Histogram
 
 from proxy import metrics
+from proxy.local import free_port, running_server
 from proxy.summarize import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
@@ -122,12 +121,6 @@ def concrete(expr: str) -> str:
 
 def matches(series: dict[str, str], wanted: dict[str, str]) -> bool:
     return all(series.get(key) == value for key, value in wanted.items())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- structure ---------------------------------------------------------------
@@ -245,39 +238,15 @@ def running_prometheus(binary: str, scrape: str, workdir: Path) -> Iterator[str]
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     port = free_port()
-    log = (workdir / "prometheus.log").open("w")
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
-    )
+    command = [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, (workdir / "prometheus.log").read_text()
-            try:
-                if httpx.get(url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "prometheus not ready in 20 s"
-            time.sleep(0.2)
+    with running_server(command, url + "/-/ready", seconds=20):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        log.close()
 
 
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
