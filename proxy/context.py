@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proxy.tokens import REPLY_PRIMING, TokenCounter
+from proxy.tokens import TokenCounter
 
 __all__ = [
     "SUMMARY_PREFIX",
@@ -71,6 +71,7 @@ def plan_context(
     tools_tokens: int = 0,
     keep_recent_ratio: float = 0.5,
     allow_summary: bool = True,
+    system_tokens: int | None = None,
 ) -> Plan:
     """Plan system + summary + recent transcript within `budget` tokens.
 
@@ -85,7 +86,9 @@ def plan_context(
     """
     if len(transcript_tokens) != len(transcript):
         raise ValueError("transcript_tokens needs one count per transcript message")
-    base = sum(map(counter.count_message, system)) + REPLY_PRIMING + tools_tokens
+    if system_tokens is None:  # callers planning repeatedly pass count_messages(system) once
+        system_tokens = counter.count_messages(system)
+    base = system_tokens + tools_tokens
     if base > budget:
         raise ContextOverflowError(f"system messages and tools need {base} tokens of {budget}")
     covers = min(summary_covers, len(transcript)) if summary is not None else 0

@@ -258,6 +258,7 @@ class Conversations:
                 tools_tokens=prepared.tools_tokens,
                 keep_recent_ratio=keep_recent_ratio or self.settings.context.keep_recent_ratio,
                 allow_summary=allow_summary,
+                system_tokens=prepared.system_tokens,
             )
         except ContextOverflowError as exc:
             raise ProxyError(
