@@ -74,13 +74,20 @@ def serve_in_background(app: object, host: str = "127.0.0.1") -> Iterator[str]:
 
 
 @contextmanager
-def running_server(command: list[str], ready_url: str, seconds: float = 60) -> Iterator[None]:
+def running_server(
+    command: list[str],
+    ready_url: str,
+    seconds: float = 60,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[None]:
     """Run `command` until the block ends, once `ready_url` answers 200.
 
     Output goes to a temporary file and is shown if the process dies first.
     """
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
         try:
             deadline = time.monotonic() + seconds
             while not _answers(ready_url):

@@ -1,0 +1,55 @@
+"""`python -m tests.benchmarks [overhead|history|store|context|all] [--quick]`.
+
+Benchmarks print ratios from one run on this machine; they are not part of the test
+suite (timings on shared machines are noisy), but `tests/benchmarks/test_harness.py`
+runs each one in its quick form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.benchmarks import overhead
+
+BENCHMARKS = ("overhead",)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
+    parser.add_argument("which", nargs="?", default="all", choices=(*BENCHMARKS, "all"))
+    parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
+    args = parser.parse_args(argv)
+    print(f"machine: {machine()}")
+    chosen = BENCHMARKS if args.which == "all" else (args.which,)
+    with tempfile.TemporaryDirectory(prefix="context-proxy-bench-") as directory:
+        for name in chosen:
+            print(f"\n== {name} ==", flush=True)
+            if name == "overhead":
+                sizes = overhead.Sizes.quick() if args.quick else overhead.Sizes()
+                text = asyncio.run(
+                    overhead.benchmark(Path(directory), sizes, with_litellm=not args.no_litellm)
+                )
+            print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The processes a benchmark talks to, each in its own process on loopback.
+
+The test upstream, context-proxy (`context-proxy serve`), and LiteLLM's own proxy,
+installed on first use into a virtualenv of its own (`litellm[proxy]` at the version
+this project pins) so that it never mixes with the project's environment.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.local import free_port, running_server
+from tests.benchmarks.conversations import MODEL
+
+UPSTREAM_KEY = "sk-bench-upstream"
+# Large enough that no benchmark body is ever compressed: proxy and direct calls then
+# carry the same messages, and the difference is the proxy's own time.
+HUGE_WINDOW = 4_000_000
+CACHE_ENV = "BENCHMARK_CACHE"
+
+
+def model_list(upstream_url: str, max_input_tokens: int = HUGE_WINDOW) -> list[dict[str, Any]]:
+    return [
+        {
+            "model_name": MODEL,
+            "litellm_params": {
+                "model": "openai/gpt-4o-mini",
+                "api_base": upstream_url,
+                "api_key": UPSTREAM_KEY,
+            },
+            "model_info": {"max_input_tokens": max_input_tokens},
+        }
+    ]
+
+
+@contextmanager
+def upstream() -> Iterator[str]:
+    """The test upstream in its own process; yields its `/v1` base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.benchmarks.upstream_server", str(port)]
+    url = f"http://127.0.0.1:{port}/v1"
+    with running_server(command, url + "/models", cwd=_ROOT):
+        yield url
+
+
+@contextmanager
+def context_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
+    """`context-proxy serve` with `config` (one worker); yields its base URL."""
+    port = free_port()
+    config = {
+        **config,
+        "session": {"path": str(directory / "sessions"), **config.get("session", {})},
+    }
+    path = directory / "context-proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+    command += ["--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()):
+        yield url
+
+
+@contextmanager
+def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
+    """LiteLLM's proxy (one worker) on the same config; yields its base URL."""
+    executable = litellm_proxy_executable()
+    port = free_port()
+    path = directory / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [str(executable), "--config", str(path), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--num_workers", "1"]
+    url = f"http://127.0.0.1:{port}"
+    with running_server(command, url + "/health/liveliness", seconds=180, env=_quiet_env()):
+        yield url
+
+
+def litellm_proxy_executable() -> Path:
+    """`litellm` from a virtualenv holding `litellm[proxy]` at our pinned version."""
+    version = importlib.metadata.version("litellm")
+    cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "context-proxy-bench")
+    home = cache / f"litellm-proxy-{version}"
+    executable = home / "bin" / "litellm"
+    if executable.is_file():
+        return executable
+    print(f"installing litellm[proxy]=={version} into {home} (once)", file=sys.stderr)
+    venv.create(home, with_pip=True, clear=True)
+    pip = [str(home / "bin" / "python"), "-m", "pip", "install", "-q"]
+    done = subprocess.run([*pip, f"litellm[proxy]=={version}"], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"installing litellm[proxy] failed:\n{done.stderr[-3000:]}")
+    return executable
+
+
+def _quiet_env() -> dict[str, str]:
+    """No network at start-up for either proxy (LiteLLM's bundled model map)."""
+    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+_ROOT = Path(__file__).resolve().parents[2]
