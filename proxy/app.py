@@ -16,20 +16,19 @@ from starlette.routing import Route
 
 from proxy import headers
 from proxy.config import Settings, load_settings
-from proxy.conversations import Conversations, Prepared, RequestContext
+from proxy.engine import Engine, RequestContext, Turn
 from proxy.errors import ProxyError
 from proxy.metrics import OTHER_MODEL, exposition
+from proxy.openai_compatible import Event
 from proxy.replies import StreamedReply, reply_message
-from proxy.sessions import Mode, Session, SessionStore
+from proxy.sessions import Checkpoint, Mode, SessionMeta, SessionStore, StoredMessage
 from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
-from proxy.upstream import CHAT_PARAMETERS, Upstream
+from proxy.upstream import Upstream
+from proxy.validation import invalid, validate_parameters
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
-_INTEGERS = ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs")
 
 
 class ORJSONResponse(JSONResponse):
@@ -37,16 +36,23 @@ class ORJSONResponse(JSONResponse):
         return orjson.dumps(content)
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object; 413 as soon as it passes `limit` bytes."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body; 413 as soon as it passes `limit` bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
-    body = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
             raise _too_large(limit)
+    return b"".join(chunks)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or an OpenAI-shaped 400."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -60,49 +66,6 @@ def _too_large(limit: int) -> ProxyError:
     return ProxyError(
         413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
     )
-
-
-def validate_chat(body: dict[str, Any]) -> None:
-    """Reject what no provider should see: unknown or internal parameters, wrong types."""
-    for key in body:
-        if key not in CHAT_PARAMETERS:
-            raise ProxyError(
-                400,
-                f"Unrecognized request argument supplied: {key}",
-                code="unknown_parameter",
-                param=key,
-            )
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise _invalid("model", "`model` is required and must be a non-empty string.")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _invalid("messages", "`messages` is required and must be a non-empty array.")
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise _invalid(where, f"`{where}` must be an object.")
-        if message.get("role") not in ROLES:
-            raise _invalid(f"{where}.role", f"`{where}.role` must be one of {sorted(ROLES)}.")
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise _invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
-    for key in _NUMBERS:
-        value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise _invalid(key, f"`{key}` must be a number.")
-    for key in _INTEGERS:
-        value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise _invalid(key, f"`{key}` must be an integer.")
-    for key, kind, name in (
-        ("stream", bool, "a boolean"),
-        ("tools", list, "an array"),
-        ("stream_options", dict, "an object"),
-        ("response_format", dict, "an object"),
-    ):
-        if body.get(key) is not None and not isinstance(body[key], kind):
-            raise _invalid(key, f"`{key}` must be {name}.")
 
 
 def _ratio(value: str | None) -> float | None:
@@ -137,26 +100,23 @@ def _mode(value: str | None) -> Mode:
     return value.lower()  # type: ignore[return-value]
 
 
-def _invalid(param: str, message: str) -> ProxyError:
-    return ProxyError(400, message, code="invalid_value", param=param)
-
-
 class Proxy:
-    """Route handlers, holding what they share: settings, upstream, conversations."""
+    """Route handlers, holding what they share: settings, upstream, the engine."""
 
     def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        secret = tenant_secret(settings.session)
-        self.conversations = Conversations(settings, upstream, store, secret)
+        self.engine = Engine(settings, upstream, store, tenant_secret(settings.session))
 
-    def _request_context(self, request: Request) -> RequestContext:
+    def _request_context(self, request: Request, body: bytes = b"") -> RequestContext:
         return RequestContext(
             authorization=request.headers.get("authorization"),
             session_id=request.headers.get(self.settings.session.header) or None,
             mode=_mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
+            body_size=len(body),
+            images=body.count(b'"image_url"'),
         )
 
     async def chat_completions(self, request: Request) -> Response:
@@ -174,35 +134,37 @@ class Proxy:
         return response
 
     async def _chat(self, request: Request, telemetry: RequestTelemetry) -> Response:
-        body = await read_json(request, self.settings.server.max_body_bytes)
-        validate_chat(body)
-        telemetry.model = self.conversations.label(body["model"])
+        raw = await read_body(request, self.settings.server.max_body_bytes)
+        body = parse_json(raw)
+        validate_parameters(body)
+        telemetry.model = self.engine.label(body["model"])
         self.upstream.check_model(body["model"])
-        prepared = await self.conversations.prepare(body, self._request_context(request))
-        telemetry.prepared = prepared
-        telemetry.input_limit = prepared.input_limit
+        turn = await self.engine.prepare(body, self._request_context(request, raw))
+        telemetry.turn = turn
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
-        response_headers |= prepared.response_headers()
+        response_headers |= turn.response_headers()
         telemetry.upstream_started()
         if body.get("stream"):
-            chunks = await self.upstream.stream(prepared.body)
+            events = await self.upstream.stream(turn.body)
             telemetry.stream = True
             return StreamingResponse(
-                self._sse(prepared, chunks, telemetry),
+                self._sse(turn, events, telemetry),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
-        completion = await self.upstream.complete(prepared.body)
+        completion = await self.upstream.complete(turn.body)
         telemetry.upstream_finished()
-        telemetry.usage = completion.get("usage")
-        self.conversations.observe_usage(prepared, telemetry.usage)
-        await self.conversations.record(prepared, reply_message(completion))
-        return ORJSONResponse(completion, headers=response_headers)
+        telemetry.usage = completion.data.get("usage")
+        self.engine.observe_usage(turn, telemetry.usage)
+        await self.engine.commit(turn, reply_message(completion.data))
+        if completion.raw is not None:  # the provider's own bytes, relayed as they came
+            return Response(completion.raw, media_type="application/json", headers=response_headers)
+        return ORJSONResponse(completion.data, headers=response_headers)
 
     async def _sse(
         self,
-        prepared: Prepared,
-        chunks: AsyncIterator[dict[str, Any]],
+        turn: Turn,
+        events: AsyncIterator[Event],
         telemetry: RequestTelemetry,
     ) -> AsyncIterator[bytes]:
         """OpenAI's SSE framing. The reply is stored only once the stream is complete;
@@ -212,16 +174,17 @@ class Proxy:
         reply = StreamedReply()
         status = CLIENT_CLOSED_REQUEST
         try:
-            async for chunk in chunks:
+            async for event in events:
+                chunk = event.chunk
                 reply.add(chunk)
                 if chunk.get("usage"):
                     telemetry.usage = chunk["usage"]
                 elif _has_output(chunk):
                     telemetry.first_token()
-                yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                yield event.raw or b"data: " + orjson.dumps(chunk) + b"\n\n"
             telemetry.upstream_finished()
-            self.conversations.observe_usage(prepared, telemetry.usage)
-            await self.conversations.record(prepared, reply.message())
+            self.engine.observe_usage(turn, telemetry.usage)
+            await self.engine.commit(turn, reply.message())
             status = 200
         except ProxyError as exc:
             status = exc.status_code
@@ -236,11 +199,13 @@ class Proxy:
         return Response(body, media_type=content_type)
 
     async def get_session(self, request: Request) -> Response:
-        session = await self._session(request)
-        return ORJSONResponse(session_view(session))
+        tenant, session_id, meta = await self._session(request)
+        messages = await self.store.messages(tenant, session_id, 0, meta.length)
+        checkpoints = await self.store.checkpoints(tenant, session_id)
+        return ORJSONResponse(session_view(meta, messages, checkpoints))
 
     async def delete_session(self, request: Request) -> Response:
-        tenant = self.conversations.tenant(request.headers.get("authorization"))
+        tenant = self.engine.tenant(request.headers.get("authorization"))
         session_id = request.path_params["session_id"]
         if not await self.store.delete(tenant, session_id):
             raise _no_session(session_id)
@@ -248,25 +213,24 @@ class Proxy:
 
     async def preview(self, request: Request) -> Response:
         """The exact context the next request would send, without calling any model."""
-        body = await read_json(request, self.settings.server.max_body_bytes)
-        session = await self._session(request)
+        body = parse_json(await read_body(request, self.settings.server.max_body_bytes))
+        _, session_id, _ = await self._session(request)
         body.setdefault("messages", [])
         if not isinstance(body.get("model"), str) or not body["model"]:
-            raise _invalid("model", "`model` is required and must be a non-empty string.")
+            raise invalid("model", "`model` is required and must be a non-empty string.")
         if body["messages"]:
-            validate_chat(body)
+            validate_parameters(body)
         self.upstream.check_model(body["model"])
-        context = replace(self._request_context(request), session_id=session.session_id)
-        preview = await self.conversations.preview(body, context)
-        return ORJSONResponse(preview)
+        context = replace(self._request_context(request), session_id=session_id)
+        return ORJSONResponse(await self.engine.preview(body, context))
 
-    async def _session(self, request: Request) -> Session:
-        tenant = self.conversations.tenant(request.headers.get("authorization"))
+    async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
+        tenant = self.engine.tenant(request.headers.get("authorization"))
         session_id = request.path_params["session_id"]
-        session = await self.store.get(tenant, session_id)
-        if session is None:
+        meta = await self.store.load(tenant, session_id)
+        if meta is None:
             raise _no_session(session_id)
-        return session
+        return tenant, session_id, meta
 
     async def models(self, request: Request) -> Response:
         data = [
@@ -289,19 +253,21 @@ def _has_output(chunk: dict[str, Any]) -> bool:
     return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)
 
 
-def session_view(session: Session) -> dict[str, Any]:
+def session_view(
+    meta: SessionMeta, messages: list[StoredMessage], checkpoints: list[Checkpoint]
+) -> dict[str, Any]:
     """A session as the API shows it: the whole transcript, checkpoints, token stats."""
     tokens: dict[str, int] = {}
-    for stored in session.transcript:
+    for stored in messages:
         for name, count in stored.tokens.items():
             tokens[name] = tokens.get(name, 0) + count
     return {
-        "id": session.session_id,
+        "id": meta.session_id,
         "object": "session",
-        "created": session.created,
-        "updated": session.updated,
-        "version": session.version,
-        "messages": [stored.message for stored in session.transcript],
+        "created": meta.created,
+        "updated": meta.updated,
+        "version": meta.version,
+        "messages": [stored.message for stored in messages],
         "checkpoints": [
             {
                 "covers_until": c.covers_until,
@@ -310,9 +276,9 @@ def session_view(session: Session) -> dict[str, Any]:
                 "model": c.model,
                 "created": c.created,
             }
-            for c in session.checkpoints
+            for c in checkpoints
         ],
-        "stats": {"messages": len(session.transcript), "tokens": tokens},
+        "stats": {"messages": len(messages), "tokens": tokens},
     }
 
 
@@ -342,7 +308,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        await proxy.conversations.close()
+        await proxy.engine.close()
+        await proxy.upstream.close()
         await store.close()
 
     return Starlette(

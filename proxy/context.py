@@ -1,7 +1,8 @@
 """The context planner: which messages to send upstream, within a token budget.
 
 A pure function, so it can be property-tested and called as often as needed:
-no I/O, no logging, inputs never mutated.  The caller owns summarization; the
+no I/O, no logging, inputs never mutated (a message that must be cut is copied;
+the others are passed on as they are, never copied).  The caller owns summarization; the
 planner only says which span of the transcript to fold into the summary.
 
 Units are atomic: an assistant message with `tool_calls` travels with the
@@ -145,7 +146,7 @@ def _plan(
     cut: bool = False,
 ) -> Plan:
     marker = [omitted_message(dropped)] if dropped else []
-    messages = copy.deepcopy([*system, *head, *marker, *rest])
+    messages = [*system, *head, *marker, *rest]  # shared, not copied: nobody mutates them
     compression = "truncated" if dropped or cut else ("summary" if head else "none")
     return Plan(messages, tokens, compression, None, dropped)
 

@@ -71,7 +71,11 @@ def split_system(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Split into leading system/developer messages and the conversation."""
     index = 0
-    while index < len(messages) and messages[index].get("role") in SYSTEM_ROLES:
+    while (
+        index < len(messages)
+        and isinstance(messages[index], dict)
+        and messages[index].get("role") in SYSTEM_ROLES
+    ):
         index += 1
     return messages[:index], messages[index:]
 

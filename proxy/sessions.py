@@ -1,59 +1,63 @@
-"""Sessions: the stored conversation, its summary checkpoints, and reconcile.
+"""Sessions: the stored conversation as an append-only log plus a small meta record.
 
-`reconcile` works out what a client sent relative to the stored transcript
-(full resend, only the new turn, or an edit/regenerate) and returns a new
-Session.  It is pure; persistence goes through a `SessionStore`.
+A store keeps, per session, its messages one entry each (never rewritten), its summary
+checkpoints, and a `SessionMeta`: what every request reads. The meta is enough to
+answer the common questions without touching the messages: how long the transcript
+is, its hash-chain head, its token totals, the latest summary, and the fingerprint of
+what a full-resend client sent last time, so its next request is recognised by one
+C-speed pass over the body rather than a Python walk over the history.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from proxy.messages import GENESIS, chain, message_hash, split_system
+from proxy.messages import GENESIS
 
 __all__ = [
     "Checkpoint",
-    "ConflictError",
-    "Kind",
+    "Fingerprint",
     "Mode",
-    "Reconciled",
-    "Session",
+    "SessionMeta",
     "SessionStore",
     "StoredMessage",
-    "reconcile",
     "tenant_id",
 ]
 
 Mode = Literal["auto", "append", "full"]
-Kind = Literal["new", "full", "append", "fork"]
-
-
-class ConflictError(Exception):
-    """Another request updated the session first (compare-and-set failed)."""
 
 
 @dataclass(slots=True)
 class StoredMessage:
-    """A message exactly as the client sent it, plus cached token counts per tokenizer."""
+    """A message exactly as the client sent it, its content hash, the chain value after
+    it, and its token count per tokenizer."""
 
     message: dict[str, Any]
     hash: str
+    chain: str
     tokens: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "hash": self.hash, "tokens": self.tokens}
+        return {
+            "message": self.message,
+            "hash": self.hash,
+            "chain": self.chain,
+            "tokens": self.tokens,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StoredMessage:
-        return cls(data["message"], data["hash"], dict(data.get("tokens") or {}))
+        return cls(data["message"], data["hash"], data.get("chain", ""), dict(data["tokens"]))
 
 
 @dataclass(slots=True, frozen=True)
 class Checkpoint:
-    """Summary of transcript[:covers_until]; chain_hash pins the exact prefix it covers."""
+    """Summary of transcript[:covers_until]; chain_hash pins the exact prefix it covers,
+    `before` holds that prefix's token count per tokenizer."""
 
     covers_until: int
     chain_hash: str
@@ -61,6 +65,7 @@ class Checkpoint:
     tokens: int
     model: str
     created: float
+    before: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,81 +75,126 @@ class Checkpoint:
             "tokens": self.tokens,
             "model": self.model,
             "created": self.created,
+            "before": self.before,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
+        return cls(**{"before": {}, **data})
+
+
+@dataclass(slots=True, frozen=True)
+class Fingerprint:
+    """What a full-resend client sent last time: its first `count` conversation messages
+    (= transcript[:count]) serialized by orjson are `length` bytes, whose digest without
+    the closing bracket is `digest`; `head` is the chain value after them."""
+
+    count: int
+    length: int
+    digest: str
+    head: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "length": self.length,
+            "digest": self.digest,
+            "head": self.head,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
         return cls(**data)
 
 
-@dataclass(slots=True)
-class Session:
+@dataclass(slots=True, frozen=True)
+class SessionMeta:
+    """Everything about a session but its messages and older checkpoints."""
+
     tenant: str
     session_id: str
-    transcript: list[StoredMessage]
-    head: str
-    checkpoints: list[Checkpoint]
-    version: int
-    created: float
-    updated: float
+    version: int = 0
+    length: int = 0
+    head: str = GENESIS
+    first: str = ""  # hash of transcript[0]: tells a new turn from an edited history
+    totals: dict[str, int] = field(default_factory=dict)  # tokens of the transcript
+    checkpoint: Checkpoint | None = None  # the latest summary
+    checkpoints: int = 0  # how many summaries are stored, the latest included
+    fingerprint: Fingerprint | None = None
+    tail: tuple[str, ...] = ()  # hashes of transcript[fingerprint.count:length]
+    created: float = 0.0
+    updated: float = 0.0
 
-    @classmethod
-    def new(cls, tenant: str, session_id: str, now: float) -> Session:
-        return cls(tenant, session_id, [], GENESIS, [], 0, now, now)
-
-    def latest_checkpoint(self) -> Checkpoint | None:
-        """The checkpoint covering the most history, if any."""
-        return max(self.checkpoints, key=lambda c: c.covers_until, default=None)
-
-    def hashes(self) -> list[str]:
-        return [stored.hash for stored in self.transcript]
+    def evolve(self, **changes: Any) -> SessionMeta:
+        return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tenant": self.tenant,
             "session_id": self.session_id,
-            "transcript": [stored.to_dict() for stored in self.transcript],
-            "head": self.head,
-            "checkpoints": [checkpoint.to_dict() for checkpoint in self.checkpoints],
             "version": self.version,
+            "length": self.length,
+            "head": self.head,
+            "first": self.first,
+            "totals": self.totals,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "checkpoints": self.checkpoints,
+            "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
+            "tail": list(self.tail),
             "created": self.created,
             "updated": self.updated,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Session:
+    def from_dict(cls, data: dict[str, Any]) -> SessionMeta:
+        checkpoint, fingerprint = data.get("checkpoint"), data.get("fingerprint")
         return cls(
             tenant=data["tenant"],
             session_id=data["session_id"],
-            transcript=[StoredMessage.from_dict(item) for item in data["transcript"]],
-            head=data["head"],
-            checkpoints=[Checkpoint.from_dict(item) for item in data["checkpoints"]],
             version=data["version"],
+            length=data["length"],
+            head=data["head"],
+            first=data["first"],
+            totals=dict(data["totals"]),
+            checkpoint=Checkpoint.from_dict(checkpoint) if checkpoint else None,
+            checkpoints=data["checkpoints"],
+            fingerprint=Fingerprint.from_dict(fingerprint) if fingerprint else None,
+            tail=tuple(data["tail"]),
             created=data["created"],
             updated=data["updated"],
         )
 
 
-@dataclass(slots=True)
-class Reconciled:
-    """Result of reconcile: the new session and what happened to it."""
-
-    session: Session
-    system: list[dict[str, Any]]
-    kind: Kind
-    fork_at: int | None
-    added: int
-
-    @property
-    def changed(self) -> bool:
-        return self.kind in ("new", "fork") or self.added > 0
-
-
 class SessionStore(Protocol):
-    async def get(self, tenant: str, session_id: str) -> Session | None: ...
+    """Append-only session storage. A turn writes its new messages and the meta record,
+    under compare-and-set on the version; nothing else is rewritten."""
 
-    async def put(self, session: Session, expected_version: int) -> bool:
-        """Compare-and-set: store only if the stored version is expected_version (0 = absent)."""
+    async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
+        """The meta record, or None for a session that does not exist."""
+        ...
+
+    async def messages(
+        self, tenant: str, session_id: str, start: int, end: int
+    ) -> list[StoredMessage]:
+        """transcript[start:end] (of the stored version)."""
+        ...
+
+    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
+        """Every stored summary checkpoint, oldest first."""
+        ...
+
+    async def commit(
+        self,
+        meta: SessionMeta,
+        expected_version: int,
+        keep: int,
+        appended: Sequence[StoredMessage],
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> bool:
+        """Compare-and-set (0 = absent): the transcript becomes its first `keep` messages
+        plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
+        first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`.
+        False if another writer changed the session first."""
         ...
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...
@@ -152,6 +202,13 @@ class SessionStore(Protocol):
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
+        """A token for `unlock`, or None if another process holds the session's summary
+        lock; the lock expires after `seconds`, so a crashed holder cannot keep it."""
+        ...
+
+    async def unlock(self, tenant: str, session_id: str, token: str) -> None: ...
 
 
 def tenant_id(bearer_token: str | None, secret: bytes) -> str:
@@ -162,74 +219,3 @@ def tenant_id(bearer_token: str | None, secret: bytes) -> str:
     if not bearer_token:
         return "anonymous"
     return hmac.new(secret, bearer_token.encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def reconcile(
-    session: Session | None,
-    incoming: list[dict[str, Any]],
-    mode: Mode = "auto",
-    *,
-    tenant: str,
-    session_id: str,
-    now: float,
-) -> Reconciled:
-    """Merge an incoming request's messages into a session (see DESIGN.md section 4).
-
-    auto:   stored transcript T is a prefix of C -> append the tail; C shares a
-            non-empty prefix k with T then differs or ends -> fork at k; no shared
-            first message -> C is only the new turn, append all of it.
-    append: always append all of C.
-    full:   C is the whole conversation: append the tail if T is a prefix,
-            otherwise fork at k (k may be 0, replacing the transcript with C).
-    An empty C never changes the session, in any mode.
-    """
-    system, conversation = split_system(incoming)
-    hashes = [message_hash(message) for message in conversation]
-    base = session if session is not None else Session.new(tenant, session_id, now)
-    size = len(base.transcript)
-    checkpoints = list(base.checkpoints)
-    kind: Kind = "append"
-    keep, start, prefix_head, fork_at = size, 0, base.head, None
-
-    if conversation and mode != "append":
-        running = chain(hashes)
-        if size <= len(hashes) and _head_at(running, size) == base.head:
-            kind, start = "full", size  # case 1: client resent the full history
-        else:
-            k = _common_prefix(base.hashes(), hashes)
-            if k > 0 or mode == "full":  # case 2: edit / regenerate
-                kind, keep, start, fork_at = "fork", k, k, k
-                prefix_head = _head_at(running, k)
-                checkpoints = [c for c in checkpoints if c.covers_until <= k]
-            # else case 3: no shared first message, client sent only the new turn
-
-    tail, tail_hashes = conversation[start:], hashes[start:]
-    kept = [StoredMessage(m.message, m.hash, dict(m.tokens)) for m in base.transcript[:keep]]
-    result = Session(
-        tenant=base.tenant,
-        session_id=base.session_id,
-        transcript=kept + [StoredMessage(m, h) for m, h in zip(tail, tail_hashes, strict=True)],
-        head=chain(tail_hashes, start=prefix_head)[-1] if tail else prefix_head,
-        checkpoints=checkpoints,
-        version=base.version,
-        created=base.created,
-        updated=base.updated,
-    )
-    reconciled = Reconciled(result, system, "new" if session is None else kind, fork_at, len(tail))
-    if reconciled.changed:
-        result.version += 1
-        result.updated = now
-    return reconciled
-
-
-def _head_at(running: list[str], size: int) -> str:
-    return running[size - 1] if size else GENESIS
-
-
-def _common_prefix(left: list[str], right: list[str]) -> int:
-    k = 0
-    for a, b in zip(left, right, strict=False):
-        if a != b:
-            break
-        k += 1
-    return k

@@ -1,7 +1,7 @@
 """One request's measurements: metrics and its access-log line, written once at the end.
 
 The app marks the moments (upstream start/end, first token) and hands over what
-it learned (the prepared context, the provider's usage); `finish` turns that
+it learned (the planned turn, the provider's usage); `finish` turns that
 into Prometheus samples and one log line without message content.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import metrics
-from proxy.conversations import Prepared
+from proxy.engine import Turn
 
 access_log = logging.getLogger("context_proxy.access")
 
@@ -25,8 +25,7 @@ class RequestTelemetry:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     stream: bool = False
-    prepared: Prepared | None = None
-    input_limit: int | None = None
+    turn: Turn | None = None
     usage: dict[str, Any] | None = None
     upstream_seconds: float = 0.0
     first_token_seconds: float | None = None
@@ -60,12 +59,12 @@ class RequestTelemetry:
         metrics.OVERHEAD_DURATION.labels(model).observe(max(0.0, total - self.upstream_seconds))
         if self.first_token_seconds is not None:
             metrics.TIME_TO_FIRST_TOKEN.labels(model).observe(self.first_token_seconds)
-        prepared = self.prepared
-        fitted = prepared is not None and prepared.counter is not None and status < 400
-        if fitted:
-            assert prepared is not None
-            self._record_context(prepared)
+        turn = self.turn
+        fitted = turn is not None and turn.managed and status < 400
         usage = self.usage or {}
+        if fitted:
+            assert turn is not None
+            self._record_context(turn, usage.get("prompt_tokens"))
         if usage.get("prompt_tokens"):
             metrics.TOKENS.labels(model, "upstream_prompt").inc(usage["prompt_tokens"])
         if usage.get("completion_tokens"):
@@ -74,31 +73,38 @@ class RequestTelemetry:
             "%s %s %s",
             status,
             model,
-            prepared.compression if fitted and prepared else "-",
+            turn.compression if fitted and turn else "-",
             extra={
                 "request_id": self.request_id,
                 "model": model,
                 "status": status,
                 "stream": self.stream,
-                "session": prepared is not None and prepared.key is not None,
-                "tokens_original": prepared.tokens_original if fitted and prepared else None,
-                "tokens_sent": prepared.tokens_sent if fitted and prepared else None,
+                "session": turn is not None and turn.key is not None,
+                "tokens_original": turn.tokens_original if fitted and turn else None,
+                "tokens_sent": turn.tokens_sent if fitted and turn else None,
                 "prompt_tokens": usage.get("prompt_tokens"),
                 "completion_tokens": usage.get("completion_tokens"),
-                "compression": prepared.compression if fitted and prepared else None,
+                "compression": turn.compression if fitted and turn else None,
                 "latency_ms": round(total * 1000, 1),
                 "upstream_ms": round(self.upstream_seconds * 1000, 1),
             },
         )
 
-    def _record_context(self, prepared: Prepared) -> None:
+    def _record_context(self, turn: Turn, prompt_tokens: Any) -> None:
+        """Tokens in, sent and saved. A request the proxy passed on without counting (it
+        fitted by its size) is counted by the provider's own prompt tokens."""
         model = self.model
-        original, sent = prepared.tokens_original, prepared.tokens_sent
+        original, sent = turn.tokens_original, turn.tokens_sent
+        if original is None or sent is None:
+            if not isinstance(prompt_tokens, int):
+                metrics.COMPRESSIONS.labels(model, turn.compression).inc()
+                return
+            original = sent = prompt_tokens
         metrics.TOKENS.labels(model, "client").inc(original)
         metrics.TOKENS.labels(model, "sent").inc(sent)
         metrics.TOKENS.labels(model, "saved").inc(max(0, original - sent))
-        metrics.COMPRESSIONS.labels(model, prepared.compression).inc()
+        metrics.COMPRESSIONS.labels(model, turn.compression).inc()
         if original:
             metrics.COMPRESSION_RATIO.labels(model).observe(min(1.0, sent / original))
-        if self.input_limit:
-            metrics.CONTEXT_UTILIZATION.labels(model).observe(sent / self.input_limit)
+        if turn.input_limit:
+            metrics.CONTEXT_UTILIZATION.labels(model).observe(sent / turn.input_limit)

@@ -13,12 +13,22 @@ import importlib.util
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["CountingMode", "TokenCounter", "counter_for", "estimate_tokens"]
+import orjson
+
+__all__ = [
+    "CountCache",
+    "CountingMode",
+    "TokenCounter",
+    "counter_for",
+    "counter_named",
+    "estimate_tokens",
+]
 
 CountingMode = Literal["auto", "tiktoken", "char"]
 
@@ -140,6 +150,15 @@ def counter_for(model: str, mode: CountingMode = "auto") -> TokenCounter:
     return _CHAR
 
 
+def counter_named(name: str) -> TokenCounter:
+    """The counter whose `name` this is (names key the stored counts)."""
+    if name in _BUNDLED_BPE:
+        return _tiktoken_counter(name)
+    if name == "anthropic":
+        return _anthropic_counter()
+    return _CHAR
+
+
 def _tiktoken_encoding_name(model: str) -> str | None:
     """tiktoken's own model map (litellm's selector answers cl100k for gpt-4o)."""
     from tiktoken.model import encoding_name_for_model
@@ -233,3 +252,39 @@ _CHAR = TokenCounter("char", estimate_tokens)
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class CountCache:
+    """Counts of what comes back on every request (system prompts, tool schemas, the
+    summary in use, messages stored without this tokenizer's count), kept per tokenizer
+    so each is tokenized once per process rather than once per request."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._counts: OrderedDict[tuple[str, bytes | str], int] = OrderedDict()
+
+    def messages(self, counter: TokenCounter, messages: list[dict[str, Any]]) -> int:
+        """`counter.count_messages(messages)`: reply priming included."""
+        key = (counter.name, orjson.dumps(messages))
+        return self._get(key, lambda: counter.count_messages(messages))
+
+    def message(self, counter: TokenCounter, message: dict[str, Any], key: str = "") -> int:
+        """`counter.count_message(message)`; `key` (a content hash) saves serializing it."""
+        cache_key = (counter.name, key or orjson.dumps(message))
+        return self._get(cache_key, lambda: counter.count_message(message))
+
+    def tools(self, counter: TokenCounter, tools: list[dict[str, Any]] | None) -> int:
+        if not tools:
+            return 0
+        key = (counter.name, b"tools:" + orjson.dumps(tools))
+        return self._get(key, lambda: counter.count_tools(tools))
+
+    def _get(self, key: tuple[str, bytes | str], count: Callable[[], int]) -> int:
+        value = self._counts.get(key)
+        if value is None:
+            value = self._counts[key] = count()
+            if len(self._counts) > self._size:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(key)
+        return value

@@ -13,8 +13,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import litellm
@@ -23,6 +22,8 @@ from litellm import Router
 
 from proxy.config import SECRET_REF, ConfigError, Settings
 from proxy.errors import ProxyError, redact
+from proxy.limits import ModelLimits, model_limits
+from proxy.openai_compatible import Completion, DirectClient, Event, is_openai_compatible
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -82,17 +83,13 @@ _NOISE = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelLimits:
-    """What a model accepts, and where we learned it (a guess is never silent)."""
-
-    max_input_tokens: int
-    max_output_tokens: int | None
-    source: Literal["config", "litellm", "default"]
-
-
 class Upstream:
-    """Sends chat completions to providers through LiteLLM."""
+    """Sends chat completions to providers through LiteLLM's Router.
+
+    Models whose deployments (and fallbacks) all speak the OpenAI API take the lean
+    path: the Router picks the deployment, retries and falls back as configured, and
+    `DirectClient` makes the call. Everything else takes `litellm.acompletion`.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -104,6 +101,8 @@ class Upstream:
                 self._router = Router(model_list=model_list, **settings.router_settings)
             except TypeError as exc:
                 raise ConfigError(f"router_settings: {exc}") from None
+        self._direct = DirectClient(self._router)
+        self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
         self._secrets = _secrets_of(settings)
 
     def model_names(self) -> list[str]:
@@ -118,30 +117,8 @@ class Upstream:
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
     def limits(self, model: str) -> ModelLimits:
-        """Input limit from the config's model_info, else LiteLLM's model map, else the
-        configured default (logged, so a guessed budget is never silent). A name with
-        several deployments gets the smallest limit: any of them may serve it."""
-        entries = [e for e in self._settings.model_list if e.model_name == model]
-        found: list[tuple[int, int | None, Literal["config", "litellm"]]] = []
-        for entry in entries or [None]:
-            provider = str(entry.litellm_params["model"]) if entry else model
-            info = entry.model_info if entry else {}
-            known = _known_limits(provider)
-            output = info.get("max_output_tokens") or (known[1] if known else None)
-            if info.get("max_input_tokens"):
-                found.append((int(info["max_input_tokens"]), output, "config"))
-            elif known is not None:
-                found.append((known[0], output, "litellm"))
-        if found and len(found) == len(entries or [None]):
-            max_input, max_output, source = min(found, key=lambda limit: limit[0])
-            return ModelLimits(max_input, int(max_output) if max_output else None, source)
-        default = self._settings.context.default_context_window
-        logger.warning(
-            "no input limit known for model %r; using context.default_context_window=%d",
-            model,
-            default,
-        )
-        return ModelLimits(default, None, "default")
+        """What `model` accepts (see `proxy.limits.model_limits`)."""
+        return model_limits(self._settings, model)
 
     async def complete_text(
         self, model: str, messages: list[dict[str, Any]], max_tokens: int
@@ -150,7 +127,7 @@ class Upstream:
         completion = await self.complete(
             {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
         )
-        choices = completion.get("choices") or [{}]
+        choices = completion.data.get("choices") or [{}]
         return str((choices[0].get("message") or {}).get("content") or "")
 
     def check_model(self, model: str) -> None:
@@ -166,26 +143,54 @@ class Upstream:
             param="model",
         )
 
-    async def complete(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def close(self) -> None:
+        await self._direct.close()
+
+    async def complete(self, params: dict[str, Any]) -> Completion:
+        params = params | {"stream": False}
         try:
-            response = await self._call(params | {"stream": False})
+            if params["model"] in self.lean_models:
+                return await self._routed(self._direct.complete, params)
+            response = await self._call(params)
         except Exception as exc:
             raise self.error(exc) from None
-        return _openai_completion(_plain(response))
+        return Completion(_openai_completion(_plain(response)))
 
-    async def stream(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Yield OpenAI chunk dicts. The first call happens before the first yield,
-        so errors before any byte is sent surface as ordinary exceptions."""
+    async def stream(self, params: dict[str, Any]) -> AsyncIterator[Event]:
+        """The stream's events. The call is made before this returns, so errors before
+        any byte is sent surface here as ordinary exceptions."""
+        params = params | {"stream": True}
         try:
-            response = await self._call(params | {"stream": True})
+            if params["model"] in self.lean_models:
+                return self._relayed(await self._routed(self._direct.stream, params))
+            response = await self._call(params)
         except Exception as exc:
             raise self.error(exc) from None
         return self._chunks(response)
 
-    async def _chunks(self, response: Any) -> AsyncIterator[dict[str, Any]]:
+    async def _routed(self, call: Any, params: dict[str, Any]) -> Any:
+        """`call` on the deployment the Router picks, with its retries and fallbacks."""
+        assert self._router is not None
+        payload = {key: value for key, value in params.items() if key != "model"}
+        return await self._router._ageneric_api_call_with_fallbacks(
+            model=params["model"],
+            original_function=call,
+            messages=params["messages"],
+            openai_payload=payload,
+            timeout=self._settings.server.request_timeout_seconds,
+        )
+
+    async def _relayed(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        try:
+            async for event in events:
+                yield event
+        except Exception as exc:
+            raise self.error(exc) from None
+
+    async def _chunks(self, response: Any) -> AsyncIterator[Event]:
         try:
             async for chunk in response:
-                yield _openai_chunk(_plain(chunk))
+                yield Event(_openai_chunk(_plain(chunk)))
         except Exception as exc:
             raise self.error(exc) from None
         finally:
@@ -218,24 +223,6 @@ class Upstream:
             code=str(code) if code is not None else None,
             error_type=None if status < 500 else "upstream_error",
         )
-
-
-# LiteLLM's bundled model map as shipped. `litellm.Router` writes each deployment's
-# `model_info` into the global map, so after that the map answers with whatever
-# some config said about a model; limits are read from this copy instead.
-_MAP_LIMITS: dict[str, tuple[int, int | None]] = {
-    name: (int(info["max_input_tokens"]), info.get("max_output_tokens"))
-    for name, info in litellm.model_cost.items()
-    if isinstance(info, dict) and isinstance(info.get("max_input_tokens"), int | float)
-}
-
-
-def _known_limits(provider_model: str) -> tuple[int, int | None] | None:
-    """(max input, max output) for `openai/gpt-4o` or `gpt-4o` from the pristine map."""
-    for key in (provider_model, provider_model.split("/", 1)[-1]):
-        if key in _MAP_LIMITS:
-            return _MAP_LIMITS[key]
-    return None
 
 
 def _gateway_status(exc: BaseException) -> int | None:
@@ -320,3 +307,42 @@ def _secrets_of(settings: Settings) -> list[str]:
                 value = os.environ.get(value[len(SECRET_REF) :], "")
             secrets.append(value)
     return secrets
+
+
+# Routing strategies that need nothing from LiteLLM's logging callbacks: with others
+# (latency-, usage- or cost-based), every call goes through `litellm.acompletion`.
+_LEAN_STRATEGIES = frozenset({"simple-shuffle"})
+_FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+
+
+def lean_models(settings: Settings) -> frozenset[str]:
+    """Model names whose every deployment, and every model they fall back to, is
+    OpenAI-compatible (`is_openai_compatible`): those can take the lean path."""
+    router = settings.router_settings
+    if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
+        return frozenset()
+    compatible: dict[str, bool] = {}
+    for entry in settings.model_list:
+        ok = is_openai_compatible(entry.litellm_params)
+        compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
+    edges: dict[str, set[str]] = {}
+    for key in _FALLBACK_SETTINGS:
+        for rule in router.get(key) or []:
+            for name, targets in rule.items() if isinstance(rule, dict) else ():
+                edges.setdefault(name, set()).update(targets or [])
+    defaults = set(router.get("default_fallbacks") or [])
+
+    def reachable(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo += [*edges.get(current, ()), *defaults]
+        return seen
+
+    return frozenset(
+        name
+        for name in compatible
+        if all(compatible.get(other, False) for other in reachable(name))
+    )

@@ -73,3 +73,12 @@ def start_proxy(tmp_path: Any) -> Iterator[Callable[[dict[str, Any]], str]]:
 @pytest.fixture
 def proxy_url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]) -> str:
     return start_proxy(proxy_config(upstream))
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A three-node Redis Cluster on loopback, for the whole test session."""
+    from tests.redis_servers import redis_cluster
+
+    with redis_cluster() as url:
+        yield url

@@ -6,13 +6,13 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from proxy import metrics
 from proxy.config import SessionSettings
-from proxy.sessions import Session, SessionStore
+from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.stores.disk import DiskSessionStore
 
 __all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
@@ -36,7 +36,7 @@ class TimedStore:
         self.inner = inner
         self._timers = {
             operation: metrics.STORE_DURATION.labels(name, operation)
-            for operation in ("get", "put", "delete", "ping")
+            for operation in ("load", "read", "commit", "delete", "ping", "lock")
         }
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
@@ -46,11 +46,27 @@ class TimedStore:
         finally:
             self._timers[operation].observe(time.perf_counter() - started)
 
-    async def get(self, tenant: str, session_id: str) -> Session | None:
-        return await self._timed("get", self.inner.get(tenant, session_id))
+    async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
+        return await self._timed("load", self.inner.load(tenant, session_id))
 
-    async def put(self, session: Session, expected_version: int) -> bool:
-        return await self._timed("put", self.inner.put(session, expected_version))
+    async def messages(
+        self, tenant: str, session_id: str, start: int, end: int
+    ) -> list[StoredMessage]:
+        return await self._timed("read", self.inner.messages(tenant, session_id, start, end))
+
+    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
+        return await self._timed("read", self.inner.checkpoints(tenant, session_id))
+
+    async def commit(
+        self,
+        meta: SessionMeta,
+        expected_version: int,
+        keep: int,
+        appended: Sequence[StoredMessage],
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> bool:
+        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints)
+        return await self._timed("commit", call)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return await self._timed("delete", self.inner.delete(tenant, session_id))
@@ -61,9 +77,11 @@ class TimedStore:
     async def close(self) -> None:
         await self.inner.close()
 
-    def __getattr__(self, name: str) -> object:
-        """Backend extras (the Redis store's `try_lock`/`unlock`) pass through."""
-        return getattr(self.inner, name)
+    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
+        return await self._timed("lock", self.inner.try_lock(tenant, session_id, seconds))
+
+    async def unlock(self, tenant: str, session_id: str, token: str) -> None:
+        await self._timed("lock", self.inner.unlock(tenant, session_id, token))
 
 
 def tenant_secret(settings: SessionSettings) -> bytes:

@@ -103,7 +103,7 @@ def test_requests_tokens_and_compressions_are_counted(upstream: FakeUpstream, st
         after,
         "context_proxy_store_operation_duration_seconds_count",
         store="disk",
-        operation="put",
+        operation="commit",
     )
     # The test upstream counts like the proxy does: calibration stays near 1.
     ratio = value(after, "context_proxy_token_estimate_ratio", model=MODEL)

@@ -1,21 +1,55 @@
-"""Small sessions for store tests."""
+"""Sessions for store tests: stored messages with real hashes and chain values."""
 
 from __future__ import annotations
 
-from proxy.sessions import Checkpoint, Session, reconcile
+from proxy.messages import GENESIS, chain, message_hash
+from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage
+
+COUNTER = "o200k_base"
 
 
-def make_session(tenant: str = "t1", session_id: str = "s", text: str = "hello") -> Session:
-    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "hi"}]
-    session = reconcile(None, messages, tenant=tenant, session_id=session_id, now=1.0).session
-    session.transcript[0].tokens["tiktoken:o200k"] = 2
-    session.checkpoints.append(Checkpoint(1, session.head, "sum", 3, "m", 1.0))
-    return session
+def entries(*texts: str, start: int = 0, head: str = GENESIS) -> list[StoredMessage]:
+    """Alternating user/assistant messages, counted as 10 tokens each."""
+    messages = [
+        {"role": "user" if (start + i) % 2 == 0 else "assistant", "content": text}
+        for i, text in enumerate(texts)
+    ]
+    hashes = [message_hash(m) for m in messages]
+    heads = chain(hashes, start=head)
+    return [
+        StoredMessage(m, h, c, {COUNTER: 10})
+        for m, h, c in zip(messages, hashes, heads, strict=True)
+    ]
 
 
-def next_version(session: Session, *texts: str) -> Session:
-    """The session after a client resent it with new user messages."""
-    messages = [*(m.message for m in session.transcript)]
-    messages += [{"role": "user", "content": text} for text in texts]
-    sid = session.session_id
-    return reconcile(session, messages, tenant=session.tenant, session_id=sid, now=2.0).session
+def meta(
+    transcript: list[StoredMessage],
+    *,
+    tenant: str = "t1",
+    session_id: str = "s",
+    version: int = 1,
+    checkpoints: list[Checkpoint] | None = None,
+) -> SessionMeta:
+    """The meta of a stored transcript, as the engine would write it."""
+    checkpoints = checkpoints or []
+    return SessionMeta(
+        tenant=tenant,
+        session_id=session_id,
+        version=version,
+        length=len(transcript),
+        head=transcript[-1].chain if transcript else GENESIS,
+        first=transcript[0].hash if transcript else "",
+        totals={COUNTER: 10 * len(transcript)},
+        checkpoint=checkpoints[-1] if checkpoints else None,
+        checkpoints=len(checkpoints),
+        fingerprint=Fingerprint(len(transcript) - 1, 42, "d" * 32, "h") if transcript else None,
+        tail=(transcript[-1].hash,) if transcript else (),
+        created=1.0,
+        updated=2.0,
+    )
+
+
+def checkpoint(transcript: list[StoredMessage], covers: int, text: str = "summary") -> Checkpoint:
+    return Checkpoint(
+        covers, transcript[covers - 1].chain, text, 3, "m", 1.0, {COUNTER: 10 * covers}
+    )

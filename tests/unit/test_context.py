@@ -148,13 +148,16 @@ def test_system_messages_alone_over_budget_raise() -> None:
         plan([user("hi")], budget=100, tools_tokens=200)
 
 
-def test_inputs_are_not_mutated_and_results_are_copies() -> None:
+def test_inputs_are_not_mutated_and_only_cut_messages_are_copies() -> None:
+    """The history is passed on, not copied (a copy of it per request is a Python walk
+    over the whole history); a message that must be cut is a new object."""
     transcript = [user("hi"), *tool_unit(["a"], "{}", [text(5000)])]
     before = copy.deepcopy(transcript)
     result = plan(transcript, budget=500)
     assert transcript == before
-    result.messages[1]["content"] = "changed"
-    assert transcript == before
+    assert result.messages[1] is transcript[0]
+    assert result.messages[-1] is not transcript[-1]
+    assert result.messages[-1]["content"] != transcript[-1]["content"]
 
 
 # --- properties -----------------------------------------------------------------------------

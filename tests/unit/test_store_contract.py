@@ -1,58 +1,231 @@
-"""What every SessionStore promises, checked on each backend (Redis is the real one)."""
+"""What every SessionStore promises, checked on each backend: the disk store, Redis, and a
+three-node Redis Cluster the tests start on loopback."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import diskcache
+import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from proxy.messages import message_hash
 from proxy.sessions import SessionStore
 from proxy.stores import DiskSessionStore
-from proxy.stores.redis import RedisSessionStore
-from tests.unit.sessions_factory import make_session, next_version
+from proxy.stores.redis import RedisSessionStore, connect
+from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+LEGACY = json.loads((Path(__file__).parent / "fixtures" / "session-0.1.json").read_text())
 
 
-@pytest.fixture(params=["disk", "redis"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
-    if request.param == "disk":
-        disk = DiskSessionStore(str(tmp_path))
-        yield disk
-        await disk.close()
-        return
+@pytest.fixture(params=["disk", "redis", "redis-cluster"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def make_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Any]:
+    """Stores of one backend sharing one place (a directory, a key prefix)."""
+    stores: list[SessionStore] = []
     prefix = f"cp-test-{uuid.uuid4().hex}"
-    redis_store = RedisSessionStore(REDIS_URL, prefix=prefix)
-    yield redis_store
-    await redis_store.close()
-    raw = aioredis.Redis.from_url(REDIS_URL)
-    keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await raw.delete(*keys)
-    await raw.aclose()
+    url = request.getfixturevalue("redis_cluster_url") if backend == "redis-cluster" else REDIS_URL
+
+    def make(ttl_seconds: float | None = None) -> SessionStore:
+        if backend == "disk":
+            stores.append(DiskSessionStore(str(tmp_path), ttl_seconds))
+        else:
+            stores.append(RedisSessionStore(url, ttl_seconds, prefix=prefix))
+        return stores[-1]
+
+    make.prefix = prefix  # type: ignore[attr-defined]
+    make.url = url  # type: ignore[attr-defined]
+    make.directory = tmp_path  # type: ignore[attr-defined]
+    yield make
+    for store in stores:
+        await store.close()
+    if backend != "disk":
+        raw = connect(url)
+        for key in [k async for k in raw.scan_iter(match=f"{prefix}:*")]:
+            await raw.delete(key)
+        await raw.aclose()
+
+
+@pytest.fixture
+def store(make_store: Any) -> SessionStore:
+    return make_store()
+
+
+async def test_a_new_session_round_trips(store: SessionStore) -> None:
+    transcript = entries("u1", "a1", "u2", "a2")
+    assert await store.load("t1", "s") is None
+    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.load("t1", "s") == meta(transcript)
+    assert await store.messages("t1", "s", 0, 4) == transcript
+    assert await store.messages("t1", "s", 1, 3) == transcript[1:3]
+    assert await store.messages("t1", "s", 4, 4) == []
+    assert await store.checkpoints("t1", "s") == []
 
 
 async def test_compare_and_set(store: SessionStore) -> None:
-    first = make_session()
-    assert await store.put(first, 0)
-    assert not await store.put(make_session(text="other"), 0)  # already exists
-    second = next_version(first, "u2")
-    assert not await store.put(second, expected_version=5)
-    assert await store.put(second, expected_version=1)
-    assert not await store.put(next_version(first, "stale"), expected_version=1)
-    assert await store.get("t1", "s") == second
+    first = entries("u1", "a1")
+    assert await store.commit(meta(first), 0, 0, first)
+    assert not await store.commit(meta(entries("other")), 0, 0, entries("other"))
+    more = entries("u2", "a2", start=2, head=first[-1].chain)
+    grown = meta([*first, *more], version=2)
+    assert not await store.commit(grown, 5, 2, more)
+    assert await store.commit(grown, 1, 2, more)
+    assert not await store.commit(meta([*first, *more], version=3), 1, 2, more)
+    assert await store.load("t1", "s") == grown
 
 
-async def test_tenants_are_isolated_and_delete_is_per_tenant(store: SessionStore) -> None:
-    assert await store.put(make_session("t1", "s", "one"), 0)
-    assert await store.put(make_session("t2", "s", "two"), 0)
-    one, two = await store.get("t1", "s"), await store.get("t2", "s")
-    assert one is not None and one.transcript[0].message["content"] == "one"
-    assert two is not None and two.transcript[0].message["content"] == "two"
+async def test_a_turn_appends_and_a_fork_cuts(store: SessionStore) -> None:
+    first = entries("u1", "a1", "u2", "a2")
+    assert await store.commit(meta(first), 0, 0, first)
+    more = entries("u3", "a3", start=4, head=first[-1].chain)
+    assert await store.commit(meta([*first, *more], version=2), 1, 4, more)
+    assert await store.messages("t1", "s", 0, 6) == [*first, *more]
+    edited = entries("u2 edited", start=2, head=first[1].chain)
+    forked = [*first[:2], *edited]
+    assert await store.commit(meta(forked, version=3), 2, 2, edited)
+    assert await store.messages("t1", "s", 0, 3) == forked
+    with pytest.raises(LookupError):
+        await store.messages("t1", "s", 0, 6)  # what the fork cut away is gone
+    restart = entries("fresh")
+    assert await store.commit(meta(restart, version=4), 3, 0, restart)  # fork at 0
+    assert await store.messages("t1", "s", 0, 1) == restart
+
+
+async def test_checkpoints_are_added_and_cut_with_the_history(store: SessionStore) -> None:
+    transcript = entries("u1", "a1", "u2", "a2")
+    one, two = checkpoint(transcript, 2, "first"), checkpoint(transcript, 4, "second")
+    assert await store.commit(meta(transcript, checkpoints=[one]), 0, 0, transcript, [one])
+    summarized = meta(transcript, version=2, checkpoints=[one, two])
+    assert await store.commit(summarized, 1, 4, [], [two])
+    assert await store.checkpoints("t1", "s") == [one, two]
+    assert (await store.load("t1", "s")) == summarized
+    edited = entries("u2 edited", start=2, head=transcript[1].chain)
+    forked = meta([*transcript[:2], *edited], version=3, checkpoints=[one])
+    assert await store.commit(forked, 2, 2, edited)
+    assert await store.checkpoints("t1", "s") == [one]
+
+
+async def test_tenants_and_odd_session_ids_are_isolated(store: SessionStore) -> None:
+    ids = ["s", "x}:meta", "x", "{s}", "t2:s", "a/b", "m:0", "ünï"]
+    for index, session_id in enumerate(ids):
+        transcript = entries(f"one {index}")
+        assert await store.commit(meta(transcript, session_id=session_id), 0, 0, transcript)
+    two = entries("two")
+    assert await store.commit(meta(two, tenant="t2"), 0, 0, two)
+    for index, session_id in enumerate(ids):
+        loaded = await store.messages("t1", session_id, 0, 1)
+        assert loaded[0].message["content"] == f"one {index}"
+    assert not await store.delete("t1", "missing")
     assert await store.delete("t1", "s")
-    assert await store.get("t1", "s") is None
-    assert await store.get("t2", "s") == two
-    assert not await store.delete("t1", "s")
+    assert await store.load("t1", "s") is None
+    assert (await store.messages("t2", "s", 0, 1)) == two
+    assert await store.commit(meta(two), 0, 0, two)  # a deleted session starts over
+    with pytest.raises(ValueError):
+        await store.load("t1:x", "s")  # would alias tenant "t1", session "x:s"
+
+
+async def test_concurrent_commits_one_winner_per_version(make_store: Any) -> None:
+    stores = [make_store() for _ in range(4)]
+    base = entries("u1", "a1")
+    assert await stores[0].commit(meta(base), 0, 0, base)
+    for version in range(1, 4):
+        candidates = [
+            entries(f"writer {i}", start=len(base), head=base[-1].chain) for i in range(8)
+        ]
+        results = await asyncio.gather(
+            *(
+                stores[i % 4].commit(meta([*base, *c], version=version + 1), version, len(base), c)
+                for i, c in enumerate(candidates)
+            )
+        )
+        assert sum(results) == 1
+        base = [*base, *candidates[results.index(True)]]
+        assert await stores[version % 4].messages("t1", "s", 0, len(base)) == base
+
+
+async def test_ttl_expiry(make_store: Any) -> None:
+    store = make_store(ttl_seconds=0.3)
+    transcript = entries("u1", "a1")
+    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.load("t1", "s") is not None
+    await asyncio.sleep(0.6)
+    assert await store.load("t1", "s") is None
+    assert await store.commit(meta(transcript), 0, 0, transcript)  # expired counts as absent
+
+
+async def test_summary_lock(make_store: Any) -> None:
+    first, second = make_store(), make_store()
+    token = await first.try_lock("t1", "s", 10)
+    assert token is not None
+    assert await second.try_lock("t1", "s", 10) is None
+    assert await second.try_lock("t2", "s", 10) is not None  # per session
+    await second.unlock("t1", "s", "not-the-token")  # does nothing
+    assert await second.try_lock("t1", "s", 10) is None
+    await first.unlock("t1", "s", token)
+    again = await second.try_lock("t1", "s", 0.2)
+    assert again is not None
+    await asyncio.sleep(0.4)  # expired: a crashed holder does not block forever
+    late = await first.try_lock("t1", "s", 10)
+    assert late is not None
+    await second.unlock("t1", "s", again)  # a stale holder cannot release the new lock
+    assert await second.try_lock("t1", "s", 10) is None
+
+
+async def test_sessions_written_by_release_0_1_still_load(
+    backend: str, store: SessionStore, make_store: Any
+) -> None:
+    """The fixture was written by release 0.1's own store code (see its `written_by`)."""
+    tenant, session_id = "0123456789abcdef0123456789abcdef", "legacy/1"
+    await _write_legacy(backend, make_store)
+    loaded = await store.load(tenant, session_id)
+    old = LEGACY["disk"]["value"]
+    assert loaded is not None
+    assert (loaded.length, loaded.head, loaded.version) == (6, old["head"], old["version"])
+    assert loaded.totals == {COUNTER: sum(10 + i for i in range(6))}  # "char" counted only one
+    assert loaded.checkpoint is not None and loaded.checkpoint.covers_until == 2
+    assert loaded.checkpoint.before == {COUNTER: 10 + 11}
+    messages = await store.messages(tenant, session_id, 0, 6)
+    assert [m.message for m in messages] == [e["message"] for e in old["transcript"]]
+    assert [m.hash for m in messages] == [message_hash(m.message) for m in messages]
+    assert messages[-1].chain == old["head"] and messages[1].chain == loaded.checkpoint.chain_hash
+    assert [c.text for c in await store.checkpoints(tenant, session_id)] == [
+        "The user asked about INV-100."
+    ]
+    more = entries("u4", start=6, head=messages[-1].chain)
+    grown = loaded.evolve(version=loaded.version + 1, length=7, head=more[0].chain)
+    assert await store.commit(grown, loaded.version, 6, more)  # and it carries on
+    assert await make_store().messages(tenant, session_id, 0, 7) == [*messages, *more]
+
+
+async def _write_legacy(backend: str, make_store: Any) -> None:
+    """Put the fixture where release 0.1 kept it, byte for byte."""
+    if backend == "disk":
+        with diskcache.Cache(str(make_store.directory)) as cache:
+            disk = LEGACY["disk"]
+            cache.set(disk["key"], orjson.dumps(disk["value"]), tag=disk["tag"])
+        return
+    raw = connect(make_store.url)
+    tag = f"{make_store.prefix}:{{0123456789abcdef0123456789abcdef:legacy/1}}"
+    await raw.hset(f"{tag}:meta", mapping=LEGACY["redis"]["meta"])
+    await raw.rpush(f"{tag}:msgs", *LEGACY["redis"]["messages"])
+    await raw.aclose()
+
+
+def test_cluster_urls_pick_the_cluster_client(redis_cluster_url: str) -> None:
+    assert isinstance(connect(REDIS_URL), aioredis.Redis)
+    assert not isinstance(connect(redis_cluster_url), aioredis.Redis)
+    with pytest.raises(ValueError):
+        RedisSessionStore(REDIS_URL, prefix="a{b}")

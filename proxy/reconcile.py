@@ -1,0 +1,145 @@
+"""Reconcile: what did the client send, relative to the stored transcript? (DESIGN §4)
+
+Pure. A full-resend client (the SDK default) is recognised by its fingerprint: the bytes
+of what it sent last time are a prefix of what it sends now, checked with one digest over
+the serialized body (C speed), so only the messages after that prefix are hashed in
+Python. Without a usable fingerprint the messages are hashed one by one and compared with
+the stored hash chain; telling an edit from a new turn may then need the stored hashes,
+which `reconcile` asks for by returning `NEED_STORED_HASHES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+from proxy.messages import GENESIS, chain, message_hash
+from proxy.sessions import Fingerprint, Mode, SessionMeta
+
+__all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "reconcile"]
+
+Kind = Literal["new", "full", "append", "fork"]
+NEED_STORED_HASHES: Final = "need stored hashes"
+_COMMA, _CLOSE = ord(","), ord("]")
+
+
+class Serialized:
+    """A conversation serialized once by orjson, with digests of its prefixes that reuse
+    the hashing already done (hashing a prefix, then the whole, reads each byte once)."""
+
+    __slots__ = ("_hasher", "_position", "data")
+
+    def __init__(self, conversation: list[dict[str, Any]]) -> None:
+        self.data = orjson.dumps(conversation)
+        self._hasher = hashlib.blake2b(digest_size=16)
+        self._position = 0
+
+    def digest(self, end: int) -> str:
+        """Digest of data[:end]."""
+        if end < self._position:
+            self._hasher, self._position = hashlib.blake2b(digest_size=16), 0
+        self._hasher.update(memoryview(self.data)[self._position : end])
+        self._position = end
+        return self._hasher.copy().hexdigest()
+
+    def fingerprint(self, count: int, head: str) -> Fingerprint:
+        """The fingerprint of this whole conversation of `count` messages."""
+        return Fingerprint(count, len(self.data), self.digest(len(self.data) - 1), head)
+
+    def starts_with(self, fingerprint: Fingerprint) -> bool:
+        """Whether the first `fingerprint.count` messages are byte-identical to those the
+        fingerprint was taken of. JSON values are self-delimiting, so equal bytes up to a
+        `,` or `]` mean equal messages."""
+        end = fingerprint.length - 1
+        if end < 1 or len(self.data) <= end or self.data[end] not in (_COMMA, _CLOSE):
+            return False
+        return self.digest(end) == fingerprint.digest
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """The transcript becomes stored[:keep] + conversation[start:]."""
+
+    kind: Kind
+    keep: int
+    start: int
+    hashes: list[str]  # of conversation[start:]
+    head: str  # chain value after stored[:keep]
+
+    @property
+    def whole(self) -> bool:
+        """The client sent the whole conversation (so transcript[i] == conversation[i])."""
+        return self.kind != "append"
+
+
+def reconcile(
+    meta: SessionMeta | None,
+    conversation: list[dict[str, Any]],
+    mode: Mode,
+    serialized: Serialized | None,
+    stored_hashes: list[str] | None = None,
+) -> Match | str:
+    """Merge the conversation (system messages already split off) into the session.
+
+    auto:   the stored transcript T is a prefix of C: append the tail; C shares a
+            non-empty prefix k with T then differs or ends: fork at k; no shared first
+            message: C is only the new turn, append all of it.
+    append: always append all of C.
+    full:   C is the whole conversation: append the tail if T is a prefix of C, else
+            fork at the common prefix (which may be empty).
+    An empty C never changes the session. `stored_hashes` (T's hashes, up to len(C)) is
+    needed only to tell an edit from a new turn; without it that case returns
+    `NEED_STORED_HASHES`.
+    """
+    if meta is None or meta.length == 0:
+        return Match("new", 0, 0, [message_hash(m) for m in conversation], GENESIS)
+    if not conversation:  # nothing to add: the stored transcript stands as it is
+        return Match("append", meta.length, 0, [], meta.head)
+    if mode == "append":
+        return Match("append", meta.length, 0, [message_hash(m) for m in conversation], meta.head)
+    fingerprint = meta.fingerprint
+    if (
+        fingerprint is not None
+        and serialized is not None
+        and len(conversation) >= fingerprint.count
+        and serialized.starts_with(fingerprint)
+    ):
+        return _after_fingerprint(meta, fingerprint, conversation)
+    hashes = [message_hash(m) for m in conversation]
+    running = chain(hashes)
+    if len(hashes) >= meta.length and running[meta.length - 1] == meta.head:
+        return Match("full", meta.length, meta.length, hashes[meta.length :], meta.head)
+    if mode != "full" and hashes[0] != meta.first:
+        return Match("append", meta.length, 0, hashes, meta.head)
+    if stored_hashes is None:
+        return NEED_STORED_HASHES
+    k = _common_prefix(stored_hashes, hashes)
+    if k == 0 and mode != "full":
+        return Match("append", meta.length, 0, hashes, meta.head)
+    return Match("fork", k, k, hashes[k:], running[k - 1] if k else GENESIS)
+
+
+def _after_fingerprint(
+    meta: SessionMeta, fingerprint: Fingerprint, conversation: list[dict[str, Any]]
+) -> Match:
+    """conversation[:count] is known to equal the transcript's; compare the rest with the
+    stored tail (the reply, usually) by hash."""
+    count = fingerprint.count
+    rest = [message_hash(m) for m in conversation[count:]]
+    k = _common_prefix(list(meta.tail), rest)
+    if k == len(meta.tail):
+        return Match("full", meta.length, meta.length, rest[k:], meta.head)
+    head = chain(rest[:k], start=fingerprint.head)[-1] if k else fingerprint.head
+    return Match("fork", count + k, count + k, rest[k:], head)
+
+
+def _common_prefix(left: list[str], right: list[str]) -> int:
+    k = 0
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            break
+        k += 1
+    return k

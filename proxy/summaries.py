@@ -1,0 +1,177 @@
+"""Summary checkpoints: making one (a model call, measured), storing it, and running the
+background ones (one per session at a time in a process, and across processes under the
+store's lock with expiry, so replicas never make the same summary twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal
+
+from proxy import metrics
+from proxy.config import Settings
+from proxy.metrics import ModelLabels
+from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.summarize import summarize_span
+from proxy.tokens import counter_for
+from proxy.upstream import Upstream
+
+__all__ = ["SessionKey", "Summaries"]
+
+logger = logging.getLogger("context_proxy.summaries")
+
+SessionKey = tuple[str, str]
+_ATTEMPTS = 8
+
+
+class Summaries:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, store: SessionStore, labels: ModelLabels
+    ) -> None:
+        self._settings = settings
+        self._upstream = upstream
+        self._store = store
+        self._label = labels
+        self._running: dict[SessionKey, asyncio.Task[None]] = {}
+
+    async def make(
+        self,
+        span: Sequence[StoredMessage],
+        end: int,
+        previous: Checkpoint | None,
+        model: str,
+        budget: int,
+        mode: Literal["sync", "background"],
+    ) -> Checkpoint:
+        """Fold `span` (transcript[previous.covers_until:end]) into the summary.
+
+        The summary may take at most half of what the window leaves beside the verbatim
+        recent messages (and `max_summary_tokens`), so it always fits."""
+        context = self._settings.context
+        summary_model = context.summary_model or model
+        counter = counter_for(self._upstream.provider_model(summary_model), context.token_counting)
+        room = math.floor(budget * (1 - context.keep_recent_ratio) / 2)
+        max_summary = max(32, min(context.max_summary_tokens, room))
+        limit = self._upstream.limits(summary_model).max_input_tokens
+        label = self._label(summary_model)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await summarize_span(
+                previous=previous.text if previous else None,
+                span=[stored.message for stored in span],
+                complete=self._upstream.complete_text,
+                model=summary_model,
+                counter=counter,
+                budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
+                max_summary_tokens=max_summary,
+            )
+            outcome = "success"
+        except asyncio.CancelledError:
+            outcome = "timeout"
+            raise
+        finally:
+            metrics.SUMMARIZATIONS.labels(label, outcome, mode).inc()
+            metrics.SUMMARIZATION_DURATION.labels(label, mode).observe(
+                time.perf_counter() - started
+            )
+        metrics.SUMMARIZATION_TOKENS.labels(label, "input").inc(result.input_tokens)
+        metrics.SUMMARIZATION_TOKENS.labels(label, "output").inc(
+            counter.count_text(result.raw_text)
+        )
+        metrics.FACT_RETENTION.labels(label).observe(result.retention)
+        before = dict(previous.before) if previous else {}
+        for name in list(before):  # a prefix sum is kept only where every message was counted
+            if all(name in stored.tokens for stored in span):
+                before[name] += sum(stored.tokens[name] for stored in span)
+            else:
+                del before[name]
+        if previous is None:
+            names = set.intersection(*(set(s.tokens) for s in span)) if span else set()
+            before = {name: sum(s.tokens[name] for s in span) for name in names}
+        return Checkpoint(
+            covers_until=end,
+            chain_hash=span[-1].chain,
+            text=result.text,
+            tokens=counter.count_text(result.text),
+            model=summary_model,
+            created=time.time(),
+            before=before,
+        )
+
+    async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
+        """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
+        is newer than the latest; the stored meta, or None if it no longer applies."""
+        for _ in range(_ATTEMPTS):
+            meta = await self._store.load(*key)
+            if meta is None or not await self._applies(key, meta, checkpoint):
+                return None
+            updated = meta.evolve(
+                version=meta.version + 1,
+                checkpoint=checkpoint,
+                checkpoints=meta.checkpoints + 1,
+                updated=time.time(),
+            )
+            if await self._store.commit(updated, meta.version, meta.length, (), (checkpoint,)):
+                return updated
+        return None
+
+    async def _applies(self, key: SessionKey, meta: SessionMeta, checkpoint: Checkpoint) -> bool:
+        end = checkpoint.covers_until
+        latest = meta.checkpoint.covers_until if meta.checkpoint else 0
+        if not latest < end <= meta.length:
+            return False
+        if end == meta.length:
+            return meta.head == checkpoint.chain_hash
+        last = await self._store.messages(*key, end - 1, end)
+        return last[0].chain == checkpoint.chain_hash
+
+    def running(self, key: SessionKey) -> asyncio.Task[None] | None:
+        return self._running.get(key)
+
+    async def wait(self, key: SessionKey) -> None:
+        """Wait (bounded by the summary timeout) for a background summary of `key`."""
+        task = self._running.get(key)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.shield(task), self._settings.context.summary_timeout_seconds
+                )
+
+    def schedule(self, key: SessionKey, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` in the background unless one already runs for this session, here or
+        (under the store's lock) in another process."""
+        if key in self._running:
+            return
+
+        async def run() -> None:
+            lease = 2 * self._settings.context.summary_timeout_seconds
+            try:
+                token = await self._store.try_lock(*key, lease)
+            except Exception as exc:
+                logger.warning("background summarization not started: %s", exc)
+                token = None
+            if token is None:
+                self._running.pop(key, None)
+                return
+            metrics.BACKGROUND_TASKS.inc()
+            try:
+                await job()
+            except Exception as exc:  # the next request falls back; never store an error
+                logger.warning("background summarization failed: %s", exc)
+            finally:
+                metrics.BACKGROUND_TASKS.dec()
+                self._running.pop(key, None)
+                with contextlib.suppress(Exception):
+                    await self._store.unlock(*key, token)
+
+        self._running[key] = asyncio.get_running_loop().create_task(run())
+
+    async def close(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)

@@ -1,0 +1,230 @@
+"""Reconcile (pure): what the client sent, relative to the stored transcript."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.messages import GENESIS, chain, message_hash
+from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def bot(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+T4 = [user("u1"), bot("a1"), user("u2"), bot("a2")]
+
+
+def meta_for(transcript: list[dict[str, Any]], sent: int | None = None) -> SessionMeta:
+    """The meta of a stored transcript; with `sent`, as left by a full-resend client
+    whose last request held transcript[:sent] (the rest is the reply)."""
+    hashes = [message_hash(m) for m in transcript]
+    heads = chain(hashes)
+    fingerprint = None
+    if sent:
+        fingerprint = Serialized(transcript[:sent]).fingerprint(sent, heads[sent - 1])
+    return SessionMeta(
+        tenant="t",
+        session_id="s",
+        version=1,
+        length=len(transcript),
+        head=heads[-1] if heads else GENESIS,
+        first=hashes[0] if hashes else "",
+        fingerprint=fingerprint,
+        tail=tuple(hashes[sent:]) if sent else (),
+    )
+
+
+def run(
+    transcript: list[dict[str, Any]],
+    incoming: list[dict[str, Any]],
+    mode: str = "auto",
+    sent: int | None = None,
+) -> tuple[Match, list[dict[str, Any]]]:
+    """Reconcile (fetching stored hashes when asked) and apply: (match, new transcript)."""
+    meta = meta_for(transcript, sent) if transcript else None
+    serialized = Serialized(incoming) if incoming else None
+    match = reconcile(meta, incoming, mode, serialized)  # type: ignore[arg-type]
+    if match == NEED_STORED_HASHES:
+        stored = [message_hash(m) for m in transcript[: len(incoming)]]
+        match = reconcile(meta, incoming, mode, serialized, stored)  # type: ignore[arg-type]
+    assert isinstance(match, Match)
+    result = transcript[: match.keep] + incoming[match.start :]
+    assert match.hashes == [message_hash(m) for m in incoming[match.start :]]
+    assert match.head == (chain([message_hash(m) for m in result[: match.keep]]) or [GENESIS])[-1]
+    return match, result
+
+
+def test_new_session_takes_the_whole_conversation() -> None:
+    match, result = run([], T4)
+    assert (match.kind, match.keep, match.start) == ("new", 0, 0)
+    assert result == T4
+
+
+def test_full_resend_appends_only_the_new_tail() -> None:
+    for sent in (None, 3):  # recognised by the hash chain, and by the fingerprint
+        match, result = run(T4, [*T4, user("u3")], sent=sent)
+        assert (match.kind, match.keep, match.start) == ("full", 4, 4)
+        assert result == [*T4, user("u3")]
+
+
+def test_fingerprint_means_only_new_messages_are_hashed(monkeypatch: Any) -> None:
+    from proxy import reconcile as module
+
+    hashed: list[Any] = []
+    real = module.message_hash
+    monkeypatch.setattr(module, "message_hash", lambda m: hashed.append(m) or real(m))
+    history = [user(f"u{i}") if i % 2 == 0 else bot(f"a{i}") for i in range(201)]
+    meta = meta_for([*history, bot("reply")], sent=201)
+    incoming = [*history, bot("reply"), user("next")]
+    match = reconcile(meta, incoming, "auto", Serialized(incoming))
+    assert isinstance(match, Match) and match.kind == "full"
+    assert hashed == [bot("reply"), user("next")]
+
+
+def test_identical_resend_adds_nothing() -> None:
+    for sent in (None, 4):
+        match, result = run(T4, T4, sent=sent)
+        assert (match.kind, match.hashes) == ("full", [])
+        assert result == T4
+
+
+def test_client_sending_only_the_new_turn_appends_it() -> None:
+    for sent in (None, 3):
+        match, result = run(T4, [user("u3")], sent=sent)
+        assert (match.kind, match.keep, match.start) == ("append", 4, 0)
+        assert result == [*T4, user("u3")]
+
+
+def test_editing_an_earlier_message_forks() -> None:
+    for sent in (None, 5):
+        match, result = run([*T4, user("u3"), bot("a3")], [*T4[:2], user("u2 edited")], sent=sent)
+        assert (match.kind, match.keep) == ("fork", 2)
+        assert result == [*T4[:2], user("u2 edited")]
+
+
+def test_regenerate_forks_before_the_last_answer() -> None:
+    for sent in (None, 3):
+        match, result = run(T4, T4[:3], sent=sent)
+        assert (match.kind, match.keep, match.hashes) == ("fork", 3, [])
+        assert result == T4[:3]
+
+
+def test_an_edited_reply_forks_where_it_differs() -> None:
+    match, result = run(T4, [*T4[:3], bot("a2 edited"), user("u3")], sent=3)
+    assert (match.kind, match.keep) == ("fork", 3)
+    assert result == [*T4[:3], bot("a2 edited"), user("u3")]
+
+
+def test_echoed_assistant_in_another_shape_does_not_fork() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}
+    history = [
+        user("u1"),
+        bot("a1"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    echoed_call = {"id": "c1", "function": {"name": "f", "arguments": '{"x": 1}'}, "index": 0}
+    echoed = [
+        user("u1"),
+        {"role": "assistant", "content": [{"type": "text", "text": "a1"}], "refusal": None},
+        {"role": "assistant", "tool_calls": [echoed_call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "r"}]},
+        user("u2"),
+    ]
+    for sent in (None, 3):
+        match, _ = run(history, echoed, sent=sent)
+        assert (match.kind, match.keep, match.start) == ("full", 4, 4)
+
+
+def test_a_reformatted_prefix_falls_back_to_the_hash_chain() -> None:
+    reformatted = [{"content": m["content"], "role": m["role"]} for m in T4]  # keys reordered
+    match, _ = run(T4, [*reformatted, user("u3")], sent=3)
+    assert (match.kind, match.start) == ("full", 4)
+
+
+def test_empty_conversation_changes_nothing() -> None:
+    for mode in ("auto", "append", "full"):
+        match, result = run(T4, [], mode=mode, sent=3)
+        assert (match.keep, match.hashes, match.whole) == (4, [], False)
+        assert result == T4
+
+
+def test_append_mode_appends_even_a_full_resend() -> None:
+    match, result = run(T4[:2], [*T4[:2], user("u2")], mode="append", sent=1)
+    assert match.kind == "append"
+    assert result == [*T4[:2], *T4[:2], user("u2")]
+
+
+def test_full_mode_replaces_unrelated_history() -> None:
+    _, auto = run(T4, [user("x")])
+    assert auto == [*T4, user("x")]
+    match, full = run(T4, [user("x")], mode="full")
+    assert (match.kind, match.keep) == ("fork", 0)
+    assert full == [user("x")]
+
+
+def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> None:
+    meta = meta_for(T4)
+    assert reconcile(meta, [user("u3")], "auto", None).kind == "append"  # type: ignore[union-attr]
+    assert reconcile(meta, [user("u1"), bot("x")], "auto", None) == NEED_STORED_HASHES
+
+
+def test_meta_json_roundtrip_and_tenant_ids() -> None:
+    meta = meta_for(T4, sent=3).evolve(
+        totals={"o200k_base": 40},
+        checkpoint=Checkpoint(2, "h", "summary", 5, "m", 1.0, {"o200k_base": 10}),
+        checkpoints=1,
+    )
+    assert SessionMeta.from_dict(orjson.loads(orjson.dumps(meta.to_dict()))) == meta
+    stored = StoredMessage(user("x"), "h", "c", {"o200k_base": 4})
+    assert StoredMessage.from_dict(orjson.loads(orjson.dumps(stored.to_dict()))) == stored
+    assert Fingerprint.from_dict(meta.fingerprint.to_dict()) == meta.fingerprint  # type: ignore[union-attr]
+    assert tenant_id(None, b"k") == tenant_id("", b"k") == "anonymous"
+    tenant = tenant_id("sk-secret-token", b"k")
+    assert len(tenant) == 32 and ":" not in tenant and "secret" not in tenant
+    assert tenant != tenant_id("sk-secret-token", b"other") != tenant_id("sk-other", b"k")
+
+
+ALPHABET = [user("a"), user("b"), bot("a"), bot("b")]
+conversations = st.lists(st.sampled_from(ALPHABET), max_size=6)
+
+
+@given(
+    stored=conversations.filter(bool),
+    incoming=conversations,
+    sent=st.integers(0, 6),
+    mode=st.sampled_from(["auto", "full"]),
+)
+def test_the_fingerprint_never_changes_the_outcome(
+    stored: list[Any], incoming: list[Any], sent: int, mode: str
+) -> None:
+    """Recognising a client by its bytes is only a shortcut: the result is the same as
+    comparing hash chains message by message."""
+    slow, _ = run(stored, incoming, mode)
+    fast, _ = run(stored, incoming, mode, sent=min(sent, len(stored)) or None)
+    assert (fast.kind, fast.keep, fast.start) == (slow.kind, slow.keep, slow.start)
+
+
+@given(stored=conversations.filter(bool), incoming=conversations.filter(bool))
+def test_auto_mode_never_guesses_a_fork_or_loses_history(stored: list, incoming: list) -> None:
+    match, result = run(stored, incoming)
+    if match.kind == "append":  # only when nothing is shared, so nothing is duplicated
+        assert result == stored + incoming
+        assert stored[0] != incoming[0]
+    elif match.kind == "full":
+        assert result == incoming and incoming[: len(stored)] == stored
+    else:
+        k = match.keep
+        assert match.kind == "fork" and 0 < k < len(stored)
+        assert result == incoming and stored[:k] == incoming[:k]
+        assert incoming[: len(stored)] != stored

@@ -1,0 +1,85 @@
+"""What only the Redis store has to show: its key layout, appends and expiry, on the real
+Redis (each test with its own key prefix)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+
+from proxy.stores.redis import RedisSessionStore
+from tests.unit.sessions_factory import checkpoint, entries, meta
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def prefix(raw: aioredis.Redis) -> AsyncIterator[str]:
+    prefix = f"cp-test-{uuid.uuid4().hex}"
+    yield prefix
+    keys = [key async for key in raw.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await raw.delete(*keys)
+
+
+def key(prefix: str, suffix: str) -> str:
+    return f"{prefix}:{{t1:s}}:{suffix}"
+
+
+async def test_layout_is_json_under_one_hash_tag(raw: aioredis.Redis, prefix: str) -> None:
+    store = RedisSessionStore(URL, prefix=prefix)
+    transcript = entries("u1", "a1")
+    summary = checkpoint(transcript, 2)
+    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    assert sorted([k.decode() async for k in raw.scan_iter(match=f"{prefix}:*")]) == [
+        key(prefix, "ckpts"),
+        key(prefix, "meta"),
+        key(prefix, "msgs"),
+    ]
+    assert [orjson.loads(e) for e in await raw.lrange(key(prefix, "msgs"), 0, -1)] == [
+        m.to_dict() for m in transcript
+    ]
+    assert orjson.loads(await raw.hget(key(prefix, "meta"), "data"))["length"] == 2
+    assert await raw.pttl(key(prefix, "meta")) == -1  # no TTL configured: never expires
+    await store.close()
+
+
+async def test_a_turn_pushes_only_its_new_messages(raw: aioredis.Redis, prefix: str) -> None:
+    store = RedisSessionStore(URL, prefix=prefix)
+    transcript = entries(*(f"m{i}" for i in range(2500)))  # several RPUSH chunks
+    assert await store.commit(meta(transcript), 0, 0, transcript)
+    # Tamper with a stored entry behind the store's back: a rewrite would restore it.
+    marker = b'{"marker":true}'
+    await raw.lset(key(prefix, "msgs"), 0, marker)
+    more = entries("u", "a", start=2500, head=transcript[-1].chain)
+    assert await store.commit(meta([*transcript, *more], version=2), 1, 2500, more)
+    stored = await raw.lrange(key(prefix, "msgs"), 0, -1)
+    assert len(stored) == 2502 and stored[0] == marker
+    assert [orjson.loads(e) for e in stored[2500:]] == [m.to_dict() for m in more]
+    await store.close()
+
+
+async def test_every_key_of_a_session_expires_together(raw: aioredis.Redis, prefix: str) -> None:
+    store = RedisSessionStore(URL, ttl_seconds=30, prefix=prefix)
+    transcript = entries("u1", "a1")
+    summary = checkpoint(transcript, 2)
+    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    for suffix in ("meta", "msgs", "ckpts"):
+        assert 0 < await raw.pttl(key(prefix, suffix)) <= 30_000
+    await store.close()
+
+
+async def test_ping_says_when_redis_is_unreachable() -> None:
+    down = RedisSessionStore("redis://127.0.0.1:9/0")
+    assert not await down.ping()
+    await down.close()
