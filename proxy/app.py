@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -19,7 +20,7 @@ from proxy.config import Settings, load_settings
 from proxy.engine import Engine, RequestContext, Turn
 from proxy.errors import ProxyError
 from proxy.metrics import OTHER_MODEL, exposition
-from proxy.openai_compatible import Event
+from proxy.openai_compatible import Events
 from proxy.replies import StreamedReply, reply_message
 from proxy.sessions import Checkpoint, Mode, SessionMeta, SessionStore, StoredMessage
 from proxy.stores import open_store, tenant_secret
@@ -115,8 +116,7 @@ class Proxy:
             session_id=request.headers.get(self.settings.session.header) or None,
             mode=_mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
-            body_size=len(body),
-            images=body.count(b'"image_url"'),
+            body=body,
         )
 
     async def chat_completions(self, request: Request) -> Response:
@@ -164,7 +164,7 @@ class Proxy:
     async def _sse(
         self,
         turn: Turn,
-        events: AsyncIterator[Event],
+        events: AsyncIterator[Events],
         telemetry: RequestTelemetry,
     ) -> AsyncIterator[bytes]:
         """OpenAI's SSE framing. The reply is stored only once the stream is complete;
@@ -174,14 +174,16 @@ class Proxy:
         reply = StreamedReply()
         status = CLIENT_CLOSED_REQUEST
         try:
-            async for event in events:
-                chunk = event.chunk
-                reply.add(chunk)
-                if chunk.get("usage"):
-                    telemetry.usage = chunk["usage"]
-                elif _has_output(chunk):
-                    telemetry.first_token()
-                yield event.raw or b"data: " + orjson.dumps(chunk) + b"\n\n"
+            async for batch in events:
+                for chunk in batch.chunks:
+                    reply.add(chunk)
+                    if chunk.get("usage"):
+                        telemetry.usage = chunk["usage"]
+                    elif _has_output(chunk):
+                        telemetry.first_token()
+                yield batch.raw or b"".join(
+                    b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in batch.chunks
+                )
             telemetry.upstream_finished()
             self.engine.observe_usage(turn, telemetry.usage)
             await self.engine.commit(turn, reply.message())
@@ -307,6 +309,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # LiteLLM's model map and its other module data are a few hundred thousand
+        # objects that live as long as the process: kept out of the garbage collector's
+        # full passes, which would otherwise walk them all every few large requests.
+        gc.freeze()
         yield
         await proxy.engine.close()
         await proxy.upstream.close()

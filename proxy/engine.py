@@ -50,8 +50,7 @@ class RequestContext:
     session_id: str | None = None
     mode: Mode = "auto"
     budget_ratio: float | None = None  # overrides context.budget_ratio
-    body_size: int = 0  # bytes of the request body (a bound on its tokens)
-    images: int = 0  # image parts in the body, at most
+    body: bytes = b""  # the raw request body: its size bounds its tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +245,7 @@ class Engine:
         conversation = request.conversation
         validate_messages(conversation, offset=len(request.system))
         base = request.system_tokens + request.tools_tokens
-        bound = context.body_size + IMAGE_TOKENS * context.images
-        if context.body_size and base + bound <= request.budget:
+        if context.body and base + _token_bound(context.body) <= request.budget:
             return Turn(body, request.model, managed=True, input_limit=request.input_limit)
         counts = await _off_loop(
             conversation, lambda: [request.counter.count_message(m) for m in conversation]
@@ -634,6 +632,13 @@ class Engine:
 def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:
     """The counter a stored count was made with (by its name)."""
     return counter if counter.name == name else counter_named(name)
+
+
+def _token_bound(body: bytes) -> int:
+    """At least as many tokens as the body's messages hold: every counter here makes at
+    most one token of each byte of text, a message's JSON is longer than its overhead,
+    and an image part (counted flat) appears as "image_url" twice (type and key)."""
+    return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')
 
 
 async def _off_loop(messages: list[dict[str, Any]], work: Any) -> Any:

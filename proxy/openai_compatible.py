@@ -28,7 +28,7 @@ from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig, OpenAIUnknownModelConfig
 from litellm.llms.openai.common_utils import OpenAIError
 
-__all__ = ["Completion", "DirectClient", "Event", "is_openai_compatible"]
+__all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible"]
 
 OPENAI_BASE = "https://api.openai.com/v1"
 # Deployment settings the lean path honours; a deployment with any other setting (default
@@ -83,11 +83,11 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
-    """One streamed chunk: parsed, and the exact SSE event bytes to relay (None: the
-    chunk was made here and must be serialized)."""
+class Events:
+    """Streamed chunks that arrived together: parsed, and the exact SSE bytes to relay
+    (None: the chunks were made here and must be serialized)."""
 
-    chunk: dict[str, Any]
+    chunks: list[dict[str, Any]]
     raw: bytes | None = None
 
 
@@ -114,7 +114,7 @@ class DirectClient:
         self._succeeded(params, data.get("usage"), started)
         return Completion(data, raw)
 
-    async def stream(self, **params: Any) -> AsyncIterator[Event]:
+    async def stream(self, **params: Any) -> AsyncIterator[Events]:
         """Open the stream (errors before the first byte raise here, where the Router can
         retry or fall back); the events follow when iterated."""
         started = time.time()
@@ -131,20 +131,28 @@ class DirectClient:
         response: aiohttp.ClientResponse,
         params: dict[str, Any],
         started: float,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[Events]:
         usage: dict[str, Any] | None = None
         try:
-            async for raw in _sse_events(response):
-                data = raw[len(b"data: ") :].strip() if raw.startswith(b"data: ") else b""
-                if not data:
-                    continue  # comments and keep-alives
-                if data == b"[DONE]":
+            async for events in _sse_events(response):
+                chunks, relayed, done = [], [], False
+                for raw in events:
+                    data = raw[len(b"data: ") :].strip() if raw.startswith(b"data: ") else b""
+                    if not data:
+                        continue  # comments and keep-alives
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    chunk = _json(data, params)
+                    if "error" in chunk and "choices" not in chunk:
+                        raise _mapped(params, _error_from_event(chunk))
+                    usage = chunk.get("usage") or usage
+                    chunks.append(chunk)
+                    relayed.append(raw)
+                if chunks:
+                    yield Events(chunks, b"".join(relayed))
+                if done:
                     break
-                chunk = _json(data, params)
-                if "error" in chunk and "choices" not in chunk:
-                    raise _mapped(params, _error_from_event(chunk))
-                usage = chunk.get("usage") or usage
-                yield Event(chunk, raw)
         except Exception as exc:
             raise self._failed(params, exc, started) from exc
         finally:
@@ -182,6 +190,9 @@ class DirectClient:
         return mapped
 
     def _succeeded(self, params: dict[str, Any], usage: Any, started: float) -> None:
+        """Count the success as LiteLLM's logging would: the Router's async callback
+        where the deployment has rate limits (it tracks their usage too), else the
+        cheap one that only counts it."""
         if self._router is None:
             return
         tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
@@ -189,8 +200,11 @@ class DirectClient:
             "litellm_params": _router_params(params),
             "standard_logging_object": {"total_tokens": tokens},
         }
-        with contextlib.suppress(Exception):
-            self._router.sync_deployment_callback_on_success(kwargs, None, started, time.time())
+        limited = any(params.get(k) or (params.get("model_info") or {}).get(k) for k in _LIMITS)
+        if not limited:
+            with contextlib.suppress(Exception):
+                self._router.sync_deployment_callback_on_success(kwargs, None, started, time.time())
+            return
         task = asyncio.get_running_loop().create_task(
             self._router.deployment_callback_on_success(kwargs, None, started, time.time())
         )
@@ -198,6 +212,7 @@ class DirectClient:
         task.add_done_callback(_BACKGROUND.discard)
 
 
+_LIMITS = ("rpm", "tpm")
 _BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
@@ -212,18 +227,19 @@ async def _checked(request: Any, params: dict[str, Any]) -> AsyncIterator[aiohtt
         yield response
 
 
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """Complete SSE events as they arrive, each ending in a blank line."""
+async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
+    """The complete SSE events each read brought, each ending in a blank line: relayed
+    together, a read's events cost one write to the client rather than one each."""
     buffer = b""
     async for data in response.content.iter_any():
         buffer += data
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         *events, buffer = buffer.split(b"\n\n")
-        for event in events:
-            yield event + b"\n\n"
+        if events:
+            yield [event + b"\n\n" for event in events]
     if buffer.strip():
-        yield buffer
+        yield [buffer]
 
 
 def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:

@@ -28,19 +28,20 @@ _COMMA, _CLOSE = ord(","), ord("]")
 
 class Serialized:
     """A conversation serialized once by orjson, with digests of its prefixes that reuse
-    the hashing already done (hashing a prefix, then the whole, reads each byte once)."""
+    the hashing already done (hashing a prefix, then the whole, reads each byte once).
+    SHA-256: with the CPU's SHA extensions it hashes 1.5 GB/s here, BLAKE2b 0.6."""
 
     __slots__ = ("_hasher", "_position", "data")
 
     def __init__(self, conversation: list[dict[str, Any]]) -> None:
         self.data = orjson.dumps(conversation)
-        self._hasher = hashlib.blake2b(digest_size=16)
+        self._hasher = hashlib.sha256()
         self._position = 0
 
     def digest(self, end: int) -> str:
         """Digest of data[:end]."""
         if end < self._position:
-            self._hasher, self._position = hashlib.blake2b(digest_size=16), 0
+            self._hasher, self._position = hashlib.sha256(), 0
         self._hasher.update(memoryview(self.data)[self._position : end])
         self._position = end
         return self._hasher.copy().hexdigest()

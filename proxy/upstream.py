@@ -23,7 +23,7 @@ from litellm import Router
 from proxy.config import SECRET_REF, ConfigError, Settings
 from proxy.errors import ProxyError, redact
 from proxy.limits import ModelLimits, model_limits
-from proxy.openai_compatible import Completion, DirectClient, Event, is_openai_compatible
+from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -156,7 +156,7 @@ class Upstream:
             raise self.error(exc) from None
         return Completion(_openai_completion(_plain(response)))
 
-    async def stream(self, params: dict[str, Any]) -> AsyncIterator[Event]:
+    async def stream(self, params: dict[str, Any]) -> AsyncIterator[Events]:
         """The stream's events. The call is made before this returns, so errors before
         any byte is sent surface here as ordinary exceptions."""
         params = params | {"stream": True}
@@ -180,17 +180,17 @@ class Upstream:
             timeout=self._settings.server.request_timeout_seconds,
         )
 
-    async def _relayed(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async def _relayed(self, events: AsyncIterator[Events]) -> AsyncIterator[Events]:
         try:
             async for event in events:
                 yield event
         except Exception as exc:
             raise self.error(exc) from None
 
-    async def _chunks(self, response: Any) -> AsyncIterator[Event]:
+    async def _chunks(self, response: Any) -> AsyncIterator[Events]:
         try:
             async for chunk in response:
-                yield Event(_openai_chunk(_plain(chunk)))
+                yield Events([_openai_chunk(_plain(chunk))])
         except Exception as exc:
             raise self.error(exc) from None
         finally:

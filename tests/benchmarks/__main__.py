@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import overhead
+from tests.benchmarks import history, overhead
 
-BENCHMARKS = ("overhead",)
+BENCHMARKS = ("overhead", "history")
 
 
 def machine() -> str:
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                 text = asyncio.run(
                     overhead.benchmark(Path(directory), sizes, with_litellm=not args.no_litellm)
                 )
+            elif name == "history":
+                rounds = 3 if args.quick else 15
+                text = asyncio.run(history.benchmark(Path(directory), rounds))
             print(text, flush=True)
     return 0
 

@@ -33,6 +33,16 @@ class Result:
     elapsed: float
     errors: int
 
+    @classmethod
+    def merged(cls, results: Sequence[Result]) -> Result:
+        """Several runs of one target as one (elapsed times add up)."""
+        return cls(
+            [x for r in results for x in r.latencies],
+            [x for r in results for x in r.first_tokens],
+            sum(r.elapsed for r in results),
+            sum(r.errors for r in results),
+        )
+
     @property
     def p50(self) -> float:
         return quantile(self.latencies, 0.5)
@@ -95,13 +105,13 @@ def client() -> aiohttp.ClientSession:
 
 
 async def post(
-    session: aiohttp.ClientSession, url: str, call: Call, *, stream: bool
+    session: aiohttp.ClientSession, url: str, call: Call, *, stream: bool, method: str = "POST"
 ) -> tuple[float, float | None] | None:
     """Send one call; (latency, time to first token) in seconds, or None if not a 200."""
     headers = {"content-type": "application/json", **call.headers}
     started = time.perf_counter()
     first: float | None = None
-    async with session.post(url, data=call.body, headers=headers) as response:
+    async with session.request(method, url, data=call.body, headers=headers) as response:
         if stream:
             first = await _read_stream(response, started)
         else:

@@ -26,13 +26,14 @@ CLIENT_KEY = {"Authorization": "Bearer sk-bench-client"}
 class Sizes:
     """How many calls each worker sends (warm-up excluded) at each concurrency."""
 
-    single: int = 300
-    many: int = 40
+    single: int = 400
+    many: int = 50
     warmup: int = 10
+    rounds: int = 5  # targets take turns this many times, so drift hits them alike
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(single=10, many=2, warmup=2)
+        return cls(single=10, many=2, warmup=2, rounds=2)
 
 
 def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[list[Call]]:
@@ -53,13 +54,25 @@ def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[li
 
 
 async def measure(urls: dict[str, str], sizes: Sizes) -> dict[tuple[bool, int, str], Result]:
-    """Every (stream, concurrency, target), targets interleaved per configuration."""
+    """Every (stream, concurrency, target). The targets take turns in rounds, each round a
+    slice of every worker's calls, so a noisy stretch of the machine hits all of them."""
     results = {}
     for stream in (False, True):
         for concurrency, calls in ((1, sizes.single), (32, sizes.many)):
-            for target, url in urls.items():
-                workers = workload(target, concurrency, calls + sizes.warmup, stream)
-                result = await run(url, workers, stream=stream, warmup=sizes.warmup)
+            work = {
+                target: workload(target, concurrency, calls + sizes.warmup, stream)
+                for target in urls
+            }
+            for target, workers in work.items():
+                await run(urls[target], [w[: sizes.warmup] for w in workers], stream=stream)
+            parts: dict[str, list[Result]] = {target: [] for target in urls}
+            step = -(-calls // sizes.rounds)
+            for start in range(sizes.warmup, calls + sizes.warmup, step):
+                for target, workers in work.items():
+                    chunk = [w[start : start + step] for w in workers]
+                    parts[target].append(await run(urls[target], chunk, stream=stream))
+            for target, pieces in parts.items():
+                result = Result.merged(pieces)
                 if result.errors:
                     raise RuntimeError(f"{target}: {result.errors} requests failed")
                 results[(stream, concurrency, target)] = result

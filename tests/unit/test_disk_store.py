@@ -40,7 +40,7 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(
     monkeypatch.setattr(
         DiskSessionStore,
         "_set",
-        lambda self, key, value: written.append(key) or real(self, key, value),
+        lambda self, cache, key, value: written.append(key) or real(self, cache, key, value),
     )
     more = entries("u", "a", start=1000, head=transcript[-1].chain)
     assert await store.commit(meta([*transcript, *more], version=2), 1, 1000, more)
