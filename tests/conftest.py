@@ -75,6 +75,13 @@ def proxy_url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], st
     return start_proxy(proxy_config(upstream))
 
 
+@pytest.fixture(params=[True, False], ids=["lean", "litellm"])
+def lean(request: pytest.FixtureRequest) -> bool:
+    """Both paths a request can take: the lean call to an OpenAI-compatible deployment,
+    and LiteLLM's own `acompletion` (`server.lean_upstream: false`)."""
+    return bool(request.param)
+
+
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A three-node Redis Cluster on loopback, for the whole test session."""

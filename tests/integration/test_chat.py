@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import MODEL
+from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 TOOLS = [
@@ -29,6 +30,12 @@ CALL = {
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
 }
+
+
+@pytest.fixture
+def proxy_url(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> str:
+    """The proxy on both upstream paths: every test here runs on each."""
+    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
 
 
 def client(proxy_url: str) -> openai.OpenAI:
@@ -195,19 +202,21 @@ def test_unknown_model_is_404(proxy_url: str, upstream: FakeUpstream) -> None:
 
 
 def test_provider_model_passes_through_when_allowed(
-    upstream: FakeUpstream, start_proxy, monkeypatch: pytest.MonkeyPatch
+    upstream: FakeUpstream, start_proxy: Any, lean: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # LiteLLM's OpenAI provider reads its base URL and key from the environment.
     monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-for-passthrough")
     from tests.conftest import proxy_config
 
-    denied = start_proxy(proxy_config(upstream))
+    denied = start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
     with pytest.raises(openai.NotFoundError):
         client(denied).chat.completions.create(
             model="openai/gpt-4o", messages=[{"role": "user", "content": "hi"}]
         )
-    allowed = start_proxy(proxy_config(upstream, server={"allow_unlisted_models": True}))
+    allowed = start_proxy(
+        proxy_config(upstream, server={"lean_upstream": lean, "allow_unlisted_models": True})
+    )
     reply = client(allowed).chat.completions.create(
         model="openai/gpt-4o", messages=[{"role": "user", "content": "hi"}]
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import httpx
 import openai
@@ -12,6 +13,12 @@ from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def proxy_url(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> str:
+    """The proxy on both upstream paths: every test here runs on each."""
+    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
 
 
 def post(proxy_url: str, body: object = None, content: bytes | None = None) -> httpx.Response:
@@ -82,17 +89,23 @@ def test_sdk_sees_internal_parameter_as_bad_request(proxy_url: str) -> None:
         )
 
 
-def test_body_over_limit_is_413(upstream: FakeUpstream, start_proxy) -> None:
-    url = start_proxy(proxy_config(upstream, server={"max_body_bytes": 4096}))
+def test_body_over_limit_is_413(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> None:
+    url = start_proxy(
+        proxy_config(upstream, server={"lean_upstream": lean, "max_body_bytes": 4096})
+    )
     big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000}]}
     assert_openai_error(post(url, big), 413)
     assert upstream.chat_requests() == []
 
 
-def test_413_without_reading_the_whole_body(upstream: FakeUpstream, start_proxy) -> None:
+def test_413_without_reading_the_whole_body(
+    upstream: FakeUpstream, start_proxy: Any, lean: bool
+) -> None:
     """A chunked upload with no Content-Length is cut off once it passes the limit:
     the proxy answers 413 while the client is still sending."""
-    url = start_proxy(proxy_config(upstream, server={"max_body_bytes": 4096}))
+    url = start_proxy(
+        proxy_config(upstream, server={"lean_upstream": lean, "max_body_bytes": 4096})
+    )
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
@@ -140,15 +153,19 @@ def test_upstream_error_never_echoes_the_key(proxy_url: str, upstream: FakeUpstr
     assert "Incorrect API key provided" in error["message"]
 
 
-def test_unreachable_upstream_is_502(upstream: FakeUpstream, start_proxy) -> None:
-    config = proxy_config(upstream)
+def test_unreachable_upstream_is_502(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> None:
+    config = proxy_config(upstream, server={"lean_upstream": lean})
     config["model_list"][0]["litellm_params"]["api_base"] = "http://127.0.0.1:9/"
     url = start_proxy(config)
     assert_openai_error(post(url, {"model": MODEL, "messages": USER}), 502)
 
 
-def test_stalled_upstream_times_out_as_504(upstream: FakeUpstream, start_proxy) -> None:
-    url = start_proxy(proxy_config(upstream, server={"request_timeout_seconds": 0.5}))
+def test_stalled_upstream_times_out_as_504(
+    upstream: FakeUpstream, start_proxy: Any, lean: bool
+) -> None:
+    url = start_proxy(
+        proxy_config(upstream, server={"lean_upstream": lean, "request_timeout_seconds": 0.5})
+    )
     upstream.queue(Reply(stall_seconds=3))
     assert_openai_error(post(url, {"model": MODEL, "messages": USER}), 504)
 
