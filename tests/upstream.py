@@ -159,6 +159,11 @@ def _offline_encoding(name: str) -> tiktoken.Encoding:
 _ENCODING = _offline_encoding("o200k_base")
 
 
+def count_text_tokens(text: str) -> int:
+    """Tokens of a text by o200k (what the test upstream reports as completion tokens)."""
+    return len(_ENCODING.encode(text))
+
+
 def count_prompt_tokens(body: dict[str, Any]) -> int:
     """Prompt tokens by OpenAI's published recipe (o200k), independent of the proxy's code.
 

@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import history, overhead
+from tests.benchmarks import context, history, overhead, stores
 
-BENCHMARKS = ("overhead", "history")
+BENCHMARKS = ("overhead", "history", "stores", "context")
 
 
 def machine() -> str:
@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "history":
                 rounds = 3 if args.quick else 15
                 text = asyncio.run(history.benchmark(Path(directory), rounds))
+            elif name == "stores":
+                text = asyncio.run(stores.benchmark(20 if args.quick else 200))
+            else:
+                text = context.benchmark(Path(directory), 40 if args.quick else context.TURNS)
             print(text, flush=True)
     return 0
 

@@ -2,65 +2,23 @@
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any
-
 import httpx
 import openai
 
-from proxy.summarize import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
+from tests.marathon import (
+    BUDGET,
+    SYSTEM,
+    TAG,
+    TURNS,
+    WINDOW,
+    is_summarizer,
+    new_part,
+    respond,
+    run,
+    user_text,
+)
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
-
-TURNS = 300
-WINDOW = 4096
-BUDGET = int(0.8 * WINDOW)
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "lookup_order",
-            "description": "Look up an order by id",
-            "parameters": {
-                "type": "object",
-                "properties": {"order_id": {"type": "string"}},
-                "required": ["order_id"],
-            },
-        },
-    }
-]
-TAG = re.compile(r"\bturn-(\d{3})\b")
-
-
-def user_text(turn: int) -> str:
-    text = f"turn-{turn:03d}: note {turn} for the project log, ticket PRJ-{1000 + turn}."
-    if turn % 25 == 7:  # now and then a long paste
-        text += " " + " ".join(f"line{turn}-{i} value={i * 37 % 101}" for i in range(250))
-    return text
-
-
-def tool_call(turn: int) -> dict[str, Any]:
-    arguments = json.dumps({"order_id": f"O-{turn}"})
-    function = {"name": "lookup_order", "arguments": arguments}
-    return {"id": f"call_{turn}", "type": "function", "function": function}
-
-
-def respond(body: dict[str, Any]) -> str | Reply:
-    messages = body["messages"]
-    if messages[0].get("content") == SYSTEM_PROMPT:
-        prompt = messages[-1]["content"]
-        turns = sorted({int(t) for t in TAG.findall(_new_part(prompt))})
-        return f"Summary so far: the user logged notes up to turn {max(turns, default=0)}."
-    last = messages[-1]
-    if last["role"] == "user" and int(TAG.match(last["content"]).group(1)) % 10 == 3:
-        return Reply(tool_calls=[tool_call(int(TAG.match(last["content"]).group(1)))])
-    return f"Logged ({len(messages)} messages in context)."
-
-
-def _new_part(prompt: str) -> str:
-    """The part of a summarizer prompt that is new messages (not the previous summary)."""
-    return prompt.split("</previous_summary>")[-1]
 
 
 def test_three_hundred_turns_stay_within_budget(upstream: FakeUpstream, start_proxy) -> None:
@@ -74,32 +32,11 @@ def test_three_hundred_turns_stay_within_budget(upstream: FakeUpstream, start_pr
         max_retries=0,
         default_headers={"X-Session-Id": "marathon"},
     )
-    system = {"role": "system", "content": "You keep a project log. Be brief."}
-    history: list[dict[str, Any]] = []
-    for turn in range(TURNS):
-        history.append({"role": "user", "content": user_text(turn)})
-        if turn % 10 == 3:  # a tool round trip
-            call = tool_call(turn)
-            reply = client.chat.completions.create(
-                model=MODEL, messages=[system, *history], tools=TOOLS
-            )
-            assert reply.choices[0].message.tool_calls[0].id == f"call_{turn}"
-            history.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            history.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": f"call_{turn}",
-                    "content": f"order O-{turn}: shipped",
-                }
-            )
-        reply = client.chat.completions.create(
-            model=MODEL, messages=[system, *history], tools=TOOLS
-        )
-        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    history = run(client, MODEL)
 
     received = [r.body for r in upstream.chat_requests()]
-    model_calls = [b for b in received if b["messages"][0].get("content") != SYSTEM_PROMPT]
-    summarizer_calls = [b for b in received if b["messages"][0].get("content") == SYSTEM_PROMPT]
+    model_calls = [b for b in received if not is_summarizer(b)]
+    summarizer_calls = [b for b in received if is_summarizer(b)]
     assert len(model_calls) == TURNS + TURNS // 10
 
     sent_last_user = None
@@ -107,7 +44,7 @@ def test_three_hundred_turns_stay_within_budget(upstream: FakeUpstream, start_pr
         # Within 80% of the window, counted by tiktoken on what actually arrived.
         assert count_prompt_tokens(body) <= BUDGET
         messages = body["messages"]
-        assert messages[0] == system
+        assert messages[0] == SYSTEM
         # The newest user message arrives verbatim.
         last_user = next(m for m in reversed(messages) if m["role"] == "user")
         assert TAG.match(last_user["content"])
@@ -133,7 +70,7 @@ def test_three_hundred_turns_stay_within_budget(upstream: FakeUpstream, start_pr
     # The summarizer never receives the same message twice...
     seen: dict[int, int] = {}
     for body in summarizer_calls:
-        for tag in set(TAG.findall(_new_part(body["messages"][-1]["content"]))):
+        for tag in set(TAG.findall(new_part(body["messages"][-1]["content"]))):
             seen[int(tag)] = seen.get(int(tag), 0) + 1
     assert seen and max(seen.values()) == 1, {t: n for t, n in seen.items() if n > 1}
     # ...so its total input grows linearly with the conversation, not quadratically.

@@ -1,0 +1,60 @@
+"""The benchmark harness itself works: every benchmark runs in its quick form and prints
+its whole table. Numbers are not judged here (timings on shared machines are noisy);
+the README shows a full run."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"[-+]?\d+(?:\.\d+)?"
+
+
+def test_every_benchmark_prints_its_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "all", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    sections = dict(re.findall(r"== (\w+) ==\n(.*?)(?=\n== |\Z)", out, re.DOTALL))
+    assert set(sections) == {"overhead", "history", "stores", "context"}, out
+
+    rows = re.findall(
+        rf"^(no|yes)\s+(1|32)\s+(direct|context-proxy \+ session|context-proxy|litellm proxy)"
+        rf"\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})",
+        sections["overhead"],
+        re.MULTILINE,
+    )
+    assert len(rows) == 16, sections["overhead"]
+    assert all(float(value) > 0 for row in rows for value in row[3:])
+    summaries = re.findall(r"overhead ratio \(b-a\)/\(c-a\) (\S+); throughput (\S+)x", out)
+    assert len(summaries) == 4 and all(_finite(r) and _finite(t) for r, t in summaries)
+    assert len(re.findall(r"added TTFT", sections["overhead"])) == 2
+
+    lengths = re.findall(rf"^\s+(\d+)\s+{NUMBER}(?:\s+{NUMBER}){{5}}$", sections["history"], re.M)
+    assert lengths == ["10", "100", "1000", "5000"], sections["history"]
+    assert "body passes (target: at most 3)" in sections["history"]
+
+    stores = re.findall(rf"^(disk|redis)\s+(\d+)\s+{NUMBER}\s+{NUMBER}$", sections["stores"], re.M)
+    assert sorted(stores) == sorted(
+        (name, size) for name in ("disk", "redis") for size in ("10", "1000", "10000")
+    )
+
+    largest = re.search(r"largest request ([\d,]+)", sections["context"])
+    budget = re.search(r"\(budget ([\d,]+)\)", sections["context"])
+    assert largest and budget, sections["context"]
+    assert int(largest[1].replace(",", "")) <= int(budget[1].replace(",", ""))
+    assert re.search(r"summarizer: \d+ calls", sections["context"])
+    assert re.search(r"prefix stability: \d+\.\d%", sections["context"])
+
+
+def _finite(text: str) -> bool:
+    return math.isfinite(float(text))
