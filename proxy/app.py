@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from proxy import headers
 from proxy.config import Settings, load_settings
-from proxy.engine import Engine, RequestContext, Turn
+from proxy.engine import Engine, RequestContext, Turn, pause
 from proxy.errors import ProxyError
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.openai_compatible import Events
@@ -136,6 +136,7 @@ class Proxy:
     async def _chat(self, request: Request, telemetry: RequestTelemetry) -> Response:
         raw = await read_body(request, self.settings.server.max_body_bytes)
         body = parse_json(raw)
+        await pause(len(raw))
         validate_parameters(body)
         telemetry.model = self.engine.label(body["model"])
         self.upstream.check_model(body["model"])
@@ -145,14 +146,14 @@ class Proxy:
         response_headers |= turn.response_headers()
         telemetry.upstream_started()
         if body.get("stream"):
-            events = await self.upstream.stream(turn.body)
+            events = await self.upstream.stream(turn.body, turn.messages_json)
             telemetry.stream = True
             return StreamingResponse(
                 self._sse(turn, events, telemetry),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
-        completion = await self.upstream.complete(turn.body)
+        completion = await self.upstream.complete(turn.body, turn.messages_json)
         telemetry.upstream_finished()
         telemetry.usage = completion.data.get("usage")
         self.engine.observe_usage(turn, telemetry.usage)
@@ -309,10 +310,15 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        proxy.engine.warm_up()
         # LiteLLM's model map and its other module data are a few hundred thousand
         # objects that live as long as the process: kept out of the garbage collector's
         # full passes, which would otherwise walk them all every few large requests.
         gc.freeze()
+        # Parsing a long conversation allocates tens of thousands of containers, almost
+        # none of them in cycles (reference counting frees them): collecting every 100k
+        # allocations rather than every 700 saves ~1.5 ms of a 5,000-message request.
+        gc.set_threshold(100_000, 50, 100)
         yield
         await proxy.engine.close()
         await proxy.upstream.close()

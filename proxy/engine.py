@@ -31,7 +31,7 @@ from proxy.tokens import IMAGE_TOKENS, CountCache, TokenCounter, counter_for, co
 from proxy.upstream import Upstream
 from proxy.validation import validate_messages
 
-__all__ = ["Engine", "RequestContext", "Turn"]
+__all__ = ["Engine", "RequestContext", "Turn", "pause"]
 
 logger = logging.getLogger("context_proxy.engine")
 
@@ -39,6 +39,8 @@ Compression = Literal["none", "summary", "truncated"]
 # Texts longer than this (characters in one request's uncounted messages) are
 # tokenized in a worker thread rather than on the event loop.
 _OFF_LOOP_CHARS = 50_000
+_OFF_LOOP_MESSAGES = 256
+_PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
 _COMMIT_ATTEMPTS = 8
 
 
@@ -61,6 +63,7 @@ class Request:
     counter: TokenCounter
     budget: int
     input_limit: int
+    messages: list[dict[str, Any]]  # as sent: system, then conversation
     system: list[dict[str, Any]]
     conversation: list[dict[str, Any]]
     system_tokens: int  # reply priming included
@@ -108,6 +111,7 @@ class Turn:
     input_limit: int = 0
     request: Request | None = None
     state: State | None = None
+    messages_json: bytes | None = None  # body["messages"], already serialized
 
     def response_headers(self) -> dict[str, str]:
         if not self.managed:
@@ -142,6 +146,13 @@ class Engine:
 
     async def close(self) -> None:
         await self.summaries.close()
+
+    def warm_up(self) -> None:
+        """Load the configured models' tokenizers now (a BPE file takes ~0.4 s to load)
+        rather than in the first request that needs one."""
+        mode = self.settings.context.token_counting
+        for name in self.settings.model_names():
+            counter_for(self.upstream.provider_model(name), mode).count_text("warm up")
 
     # -- a chat request -------------------------------------------------------------------
 
@@ -229,6 +240,7 @@ class Engine:
             counter=counter,
             budget=self.budgets.budget(model, body, ratio),
             input_limit=self.upstream.limits(model).max_input_tokens,
+            messages=body["messages"],
             system=system,
             conversation=conversation,
             system_tokens=self._counts.messages(counter, system),
@@ -272,7 +284,8 @@ class Engine:
         meta = await self.store.load(*request.key)
         serialized = None
         if conversation and request.mode != "append" and meta is not None and meta.length:
-            serialized = Serialized(conversation)
+            serialized = Serialized(request.messages, len(request.system))
+            await pause(len(serialized))
         trusted = 0
         fingerprint = meta.fingerprint if meta is not None else None
         if (
@@ -282,18 +295,24 @@ class Engine:
             and serialized.starts_with(fingerprint)
         ):
             trusted = fingerprint.count
-        validate_messages(conversation, trusted, offset=len(request.system))
+        unseen = conversation[trusted:]
+        offset = len(request.system)
+
+        def reconciled(stored: list[str] | None = None) -> Match | str:
+            validate_messages(conversation, trusted, offset=offset)
+            return reconcile(meta, conversation, request.mode, serialized, stored)
+
         stored: list[StoredMessage] | None = None
-        match = reconcile(meta, conversation, request.mode, serialized)
+        match = await _off_loop(unseen, reconciled)
         if match == NEED_STORED_HASHES:
             assert meta is not None
             stored = await self.store.messages(*request.key, 0, min(len(conversation), meta.length))
-            match = reconcile(
-                meta, conversation, request.mode, serialized, [s.hash for s in stored]
-            )
+            hashes = [s.hash for s in stored]
+            match = await _off_loop(unseen, lambda: reconciled(hashes))
         assert isinstance(match, Match)
         if match.kind != "append" and serialized is None and conversation:
-            serialized = Serialized(conversation)
+            serialized = Serialized(request.messages, len(request.system))
+            await pause(len(serialized))
         names = {counter.name, *(meta.totals if meta else ())}
         totals, checkpoint, checkpoints = self._carried(meta, match, counter.name)
         if totals is None:  # an edit of history, or a tokenizer new to the session
@@ -302,23 +321,11 @@ class Engine:
                 request, meta, match, names, stored
             )
         new_messages = conversation[match.start :]
-        heads = chain(match.hashes, start=match.head)
-        counts = await _off_loop(
-            new_messages,
-            lambda: [
-                {n: counter_for_name(n, counter).count_message(m) for n in names}
-                for m in new_messages
-            ],
-        )
-        new = tuple(
-            StoredMessage(message, digest, head, count)
-            for message, digest, head, count in zip(
-                new_messages, match.hashes, heads, counts, strict=True
-            )
-        )
-        for count in counts:
+        counters = [counter_for_name(name, counter) for name in names]
+        new = await _off_loop(new_messages, lambda: _entries(new_messages, match, counters))
+        for stored_message in new:
             for name in totals:
-                totals[name] += count[name]
+                totals[name] += stored_message.tokens[name]
         return State(
             base=meta,
             match=match,
@@ -575,6 +582,12 @@ class Engine:
         checkpoint = state.checkpoint
         summarized = checkpoint is not None and plan.compression == "summary"
         history = state.totals[request.counter.name]
+        unchanged = (
+            plan.compression == "none"
+            and state.match.whole
+            and state.serialized is not None
+            and len(plan.messages) == len(request.system) + len(request.conversation)
+        )
         return Turn(
             body | {"messages": plan.messages},
             request.model,
@@ -587,6 +600,7 @@ class Engine:
             input_limit=request.input_limit,
             request=request,
             state=state,
+            messages_json=state.serialized.whole if unchanged and state.serialized else None,
         )
 
     def _entry(
@@ -634,6 +648,24 @@ def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:
     return counter if counter.name == name else counter_named(name)
 
 
+def _entries(
+    messages: list[dict[str, Any]], match: Match, counters: list[TokenCounter]
+) -> tuple[StoredMessage, ...]:
+    """The new messages as stored: hash, chain value, a count per tokenizer."""
+    heads = chain(match.hashes, start=match.head)
+    return tuple(
+        StoredMessage(message, digest, head, {c.name: c.count_message(message) for c in counters})
+        for message, digest, head in zip(messages, match.hashes, heads, strict=True)
+    )
+
+
+async def pause(size: int) -> None:
+    """Let other requests run between two passes over a large body (each pass is one C
+    call that holds the event loop for its whole length)."""
+    if size > _PAUSE_BYTES:
+        await asyncio.sleep(0)
+
+
 def _token_bound(body: bytes) -> int:
     """At least as many tokens as the body's messages hold: every counter here makes at
     most one token of each byte of text, a message's JSON is longer than its overhead,
@@ -641,8 +673,11 @@ def _token_bound(body: bytes) -> int:
     return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')
 
 
-async def _off_loop(messages: list[dict[str, Any]], work: Any) -> Any:
-    """Run `work` here, or in a worker thread when the texts are large."""
+async def _off_loop(messages: list[Any], work: Any) -> Any:
+    """Run `work` (Python work on `messages`) here, or in a worker thread when they are
+    many or large: there the interpreter switches to the event loop every few ms."""
+    if len(messages) > _OFF_LOOP_MESSAGES:
+        return await asyncio.to_thread(work)
     size = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
     if size > _OFF_LOOP_CHARS:
         return await asyncio.to_thread(work)

@@ -167,8 +167,7 @@ class DirectClient:
                 json_serialize=lambda value: orjson.dumps(value).decode(),
             )
         model = litellm.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
-        payload = params["openai_payload"]
-        body = orjson.dumps({**payload, "model": model})
+        body = _body(params["openai_payload"], model, params.get("openai_messages"))
         timeout = float(params.get("timeout") or 600)
         limits = (
             aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
@@ -240,6 +239,15 @@ async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[by
             yield [event + b"\n\n" for event in events]
     if buffer.strip():
         yield [buffer]
+
+
+def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
+    """The request body for the deployment's model; `messages`, when given, is the
+    messages array already serialized (spliced in rather than serialized again)."""
+    if messages is None:
+        return orjson.dumps({**payload, "model": model})
+    rest = {key: value for key, value in payload.items() if key != "messages"}
+    return orjson.dumps({**rest, "model": model})[:-1] + b',"messages":' + messages + b"}"
 
 
 def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:

@@ -27,35 +27,44 @@ _COMMA, _CLOSE = ord(","), ord("]")
 
 
 class Serialized:
-    """A conversation serialized once by orjson, with digests of its prefixes that reuse
-    the hashing already done (hashing a prefix, then the whole, reads each byte once).
-    SHA-256: with the CPU's SHA extensions it hashes 1.5 GB/s here, BLAKE2b 0.6."""
+    """A request's messages serialized once by orjson: the array as sent upstream when
+    nothing is cut (`whole`), and, within it, the conversation after the leading system
+    messages, whose prefixes are digested without copying (hashing a prefix and then
+    the rest reads each byte once). SHA-256: with the CPU's SHA extensions it hashes
+    1.5 GB/s here, BLAKE2b 0.6."""
 
-    __slots__ = ("_hasher", "_position", "data")
+    __slots__ = ("_conversation", "_hasher", "_position", "whole")
 
-    def __init__(self, conversation: list[dict[str, Any]]) -> None:
-        self.data = orjson.dumps(conversation)
-        self._hasher = hashlib.sha256()
-        self._position = 0
+    def __init__(self, messages: list[Any], system: int = 0) -> None:
+        self.whole = orjson.dumps(messages)
+        # The conversation's own array is "[" + the bytes after the system items.
+        skip = len(orjson.dumps(messages[:system])) if system else 1
+        self._conversation = memoryview(self.whole)[skip:]
+        self._hasher = hashlib.sha256(b"[")
+        self._position = 1
+
+    def __len__(self) -> int:
+        """Bytes of the conversation's own array."""
+        return 1 + len(self._conversation)
 
     def digest(self, end: int) -> str:
-        """Digest of data[:end]."""
+        """Digest of the conversation array's first `end` bytes."""
         if end < self._position:
-            self._hasher, self._position = hashlib.sha256(), 0
-        self._hasher.update(memoryview(self.data)[self._position : end])
+            self._hasher, self._position = hashlib.sha256(b"["), 1
+        self._hasher.update(self._conversation[self._position - 1 : end - 1])
         self._position = end
         return self._hasher.copy().hexdigest()
 
     def fingerprint(self, count: int, head: str) -> Fingerprint:
         """The fingerprint of this whole conversation of `count` messages."""
-        return Fingerprint(count, len(self.data), self.digest(len(self.data) - 1), head)
+        return Fingerprint(count, len(self), self.digest(len(self) - 1), head)
 
     def starts_with(self, fingerprint: Fingerprint) -> bool:
         """Whether the first `fingerprint.count` messages are byte-identical to those the
         fingerprint was taken of. JSON values are self-delimiting, so equal bytes up to a
         `,` or `]` mean equal messages."""
         end = fingerprint.length - 1
-        if end < 1 or len(self.data) <= end or self.data[end] not in (_COMMA, _CLOSE):
+        if end < 1 or len(self) <= end or self._conversation[end - 1] not in (_COMMA, _CLOSE):
             return False
         return self.digest(end) == fingerprint.digest
 

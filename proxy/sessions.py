@@ -10,11 +10,14 @@ C-speed pass over the body rather than a Python walk over the history.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
+
+import orjson
 
 from proxy.messages import GENESIS
 
@@ -209,6 +212,17 @@ class SessionStore(Protocol):
         ...
 
     async def unlock(self, tenant: str, session_id: str, token: str) -> None: ...
+
+
+async def serialized(items: Sequence[StoredMessage | Checkpoint]) -> list[bytes]:
+    """Messages or checkpoints as JSON, in a worker thread when there are many (the
+    first request of a long conversation stores all of it)."""
+    if len(items) > _MANY:
+        return await asyncio.to_thread(lambda: [orjson.dumps(i.to_dict()) for i in items])
+    return [orjson.dumps(item.to_dict()) for item in items]
+
+
+_MANY = 256
 
 
 def tenant_id(bearer_token: str | None, secret: bytes) -> str:

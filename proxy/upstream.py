@@ -146,29 +146,35 @@ class Upstream:
     async def close(self) -> None:
         await self._direct.close()
 
-    async def complete(self, params: dict[str, Any]) -> Completion:
+    async def complete(
+        self, params: dict[str, Any], messages_json: bytes | None = None
+    ) -> Completion:
+        """A completion; `messages_json`, when given, is `params["messages"]` serialized."""
         params = params | {"stream": False}
         try:
             if params["model"] in self.lean_models:
-                return await self._routed(self._direct.complete, params)
+                return await self._routed(self._direct.complete, params, messages_json)
             response = await self._call(params)
         except Exception as exc:
             raise self.error(exc) from None
         return Completion(_openai_completion(_plain(response)))
 
-    async def stream(self, params: dict[str, Any]) -> AsyncIterator[Events]:
+    async def stream(
+        self, params: dict[str, Any], messages_json: bytes | None = None
+    ) -> AsyncIterator[Events]:
         """The stream's events. The call is made before this returns, so errors before
         any byte is sent surface here as ordinary exceptions."""
         params = params | {"stream": True}
         try:
             if params["model"] in self.lean_models:
-                return self._relayed(await self._routed(self._direct.stream, params))
+                stream = await self._routed(self._direct.stream, params, messages_json)
+                return self._relayed(stream)
             response = await self._call(params)
         except Exception as exc:
             raise self.error(exc) from None
         return self._chunks(response)
 
-    async def _routed(self, call: Any, params: dict[str, Any]) -> Any:
+    async def _routed(self, call: Any, params: dict[str, Any], messages: bytes | None) -> Any:
         """`call` on the deployment the Router picks, with its retries and fallbacks."""
         assert self._router is not None
         payload = {key: value for key, value in params.items() if key != "model"}
@@ -177,6 +183,7 @@ class Upstream:
             original_function=call,
             messages=params["messages"],
             openai_payload=payload,
+            openai_messages=messages,
             timeout=self._settings.server.request_timeout_seconds,
         )
 

@@ -59,14 +59,23 @@ def validate_messages(messages: list[Any], start: int = 0, offset: int = 0) -> N
     `offset` is the position of `messages` in the request's own list (for `param`)."""
     for index in range(start, len(messages)):
         message = messages[index]
-        where = f"messages[{index + offset}]"
-        if not isinstance(message, dict):
-            raise invalid(where, f"`{where}` must be an object.")
-        if message.get("role") not in ROLES:
-            raise invalid(f"{where}.role", f"`{where}.role` must be one of {sorted(ROLES)}.")
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
+        if (
+            type(message) is not dict
+            or message.get("role") not in ROLES
+            or type(message.get("content")) not in _CONTENT_TYPES
+        ):
+            _reject(message, f"messages[{index + offset}]")
+
+
+_CONTENT_TYPES = frozenset({str, list, type(None)})
+
+
+def _reject(message: Any, where: str) -> None:
+    if not isinstance(message, dict):
+        raise invalid(where, f"`{where}` must be an object.")
+    if message.get("role") not in ROLES:
+        raise invalid(f"{where}.role", f"`{where}.role` must be one of {sorted(ROLES)}.")
+    raise invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
 
 
 def invalid(param: str, message: str) -> ProxyError:

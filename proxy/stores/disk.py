@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import diskcache
 import orjson
 
-from proxy.sessions import Checkpoint, SessionMeta, StoredMessage
+from proxy.sessions import Checkpoint, SessionMeta, StoredMessage, serialized
 
 __all__ = ["DiskSessionStore"]
 
@@ -42,7 +42,7 @@ _SETTINGS: dict[str, Any] = {
     "cull_limit": 0,
 }
 _EXPIRE_EVERY = 100
-_INLINE_READS = 16  # messages read on the event loop; more go to the worker thread
+_INLINE_KEYS = 16  # keys read or written on the event loop; more go to the worker thread
 _REFRESHED = "data_expires"  # meta field: when the earliest message/checkpoint key expires
 
 
@@ -81,7 +81,7 @@ class DiskSessionStore:
         self, tenant: str, session_id: str, start: int, end: int
     ) -> list[StoredMessage]:
         keys = [_message_key(tenant, session_id, i) for i in range(start, end)]
-        values = await self._call(_get_all, keys, inline=len(keys) <= _INLINE_READS)
+        values = await self._call(_get_all, keys, inline=len(keys) <= _INLINE_KEYS)
         if any(value is None for value in values):
             raise LookupError(f"session is missing messages in [{start}, {end})")
         return [StoredMessage.from_dict(orjson.loads(value)) for value in values]  # type: ignore[arg-type]
@@ -99,9 +99,11 @@ class DiskSessionStore:
         checkpoints: Sequence[Checkpoint] = (),
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
-        entries = [orjson.dumps(stored.to_dict()) for stored in appended]
-        summaries = [orjson.dumps(checkpoint.to_dict()) for checkpoint in checkpoints]
-        done = await self._call(self._commit, meta, expected_version, keep, entries, summaries)
+        entries, summaries = await serialized(appended), await serialized(checkpoints)
+        small = len(entries) + len(summaries) <= _INLINE_KEYS
+        done = await self._call(
+            self._commit, meta, expected_version, keep, entries, summaries, inline=small
+        )
         if done:
             self._commits += 1
             if self._ttl and self._commits % _EXPIRE_EVERY == 0:

@@ -19,7 +19,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from proxy.sessions import Checkpoint, SessionMeta, StoredMessage
+from proxy.sessions import Checkpoint, SessionMeta, StoredMessage, serialized
 
 __all__ = ["RedisSessionStore"]
 
@@ -138,8 +138,8 @@ class RedisSessionStore:
             meta.version,
             orjson.dumps(meta.to_dict()),
             len(checkpoints),
-            *(orjson.dumps(stored.to_dict()) for stored in appended),
-            *(orjson.dumps(checkpoint.to_dict()) for checkpoint in checkpoints),
+            *await serialized(appended),
+            *await serialized(checkpoints),
         ]
         keys = self._keys(meta.tenant, meta.session_id)
         return bool(await self._commit(keys=keys, args=args))

@@ -91,6 +91,17 @@ def test_fingerprint_means_only_new_messages_are_hashed(monkeypatch: Any) -> Non
     assert hashed == [bot("reply"), user("next")]
 
 
+def test_the_fingerprint_is_of_the_conversation_whatever_the_system_messages() -> None:
+    system = {"role": "system", "content": "be brief"}
+    other = {"role": "developer", "content": "new rules"}
+    plain = Serialized(T4).fingerprint(4, "h")
+    assert Serialized([system, *T4], 1).fingerprint(4, "h") == plain
+    assert Serialized([other, system, *T4], 2).fingerprint(4, "h") == plain
+    assert Serialized([other, *T4, user("u3")], 1).starts_with(plain)
+    assert not Serialized([other, *T4[:3], bot("changed"), user("u3")], 1).starts_with(plain)
+    assert Serialized([system, *T4], 1).whole == orjson.dumps([system, *T4])
+
+
 def test_identical_resend_adds_nothing() -> None:
     for sent in (None, 4):
         match, result = run(T4, T4, sent=sent)
