@@ -70,6 +70,7 @@ class Request:
     tools_tokens: int
     mode: Mode
     key: SessionKey | None
+    size: int | None  # bytes of the request body, when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +248,7 @@ class Engine:
             tools_tokens=self._counts.tools(counter, body.get("tools")),
             mode=context.mode,
             key=key,
+            size=len(context.body) if context.body else None,
         )
 
     async def _stateless(
@@ -303,12 +305,12 @@ class Engine:
             return reconcile(meta, conversation, request.mode, serialized, stored)
 
         stored: list[StoredMessage] | None = None
-        match = await _off_loop(unseen, reconciled)
+        match = await _off_loop(unseen, reconciled, request.size)
         if match == NEED_STORED_HASHES:
             assert meta is not None
             stored = await self.store.messages(*request.key, 0, min(len(conversation), meta.length))
             hashes = [s.hash for s in stored]
-            match = await _off_loop(unseen, lambda: reconciled(hashes))
+            match = await _off_loop(unseen, lambda: reconciled(hashes), request.size)
         assert isinstance(match, Match)
         if match.kind != "append" and serialized is None and conversation:
             serialized = Serialized(request.messages, len(request.system))
@@ -322,7 +324,9 @@ class Engine:
             )
         new_messages = conversation[match.start :]
         counters = [counter_for_name(name, counter) for name in names]
-        new = await _off_loop(new_messages, lambda: _entries(new_messages, match, counters))
+        new = await _off_loop(
+            new_messages, lambda: _entries(new_messages, match, counters), request.size
+        )
         for stored_message in new:
             for name in totals:
                 totals[name] += stored_message.tokens[name]
@@ -673,11 +677,14 @@ def _token_bound(body: bytes) -> int:
     return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')
 
 
-async def _off_loop(messages: list[Any], work: Any) -> Any:
+async def _off_loop(messages: list[Any], work: Any, body: int | None = None) -> Any:
     """Run `work` (Python work on `messages`) here, or in a worker thread when they are
-    many or large: there the interpreter switches to the event loop every few ms."""
+    many or large: there the interpreter switches to the event loop every few ms.
+    `body`, the size of the request they came in, spares measuring them when small."""
     if len(messages) > _OFF_LOOP_MESSAGES:
         return await asyncio.to_thread(work)
+    if body is not None and body <= _OFF_LOOP_CHARS:
+        return work()
     size = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
     if size > _OFF_LOOP_CHARS:
         return await asyncio.to_thread(work)

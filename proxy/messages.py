@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 __all__ = [
     "GENESIS",
     "SYSTEM_ROLES",
@@ -47,8 +49,7 @@ def canonical(message: dict[str, Any]) -> dict[str, Any]:
 
 def message_hash(message: dict[str, Any]) -> str:
     """Content hash of a message's canonical form (32 hex chars)."""
-    data = _dumps(canonical(message)).encode()
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.blake2b(_dumps(canonical(message)), digest_size=16).hexdigest()
 
 
 def chain_hash(previous: str, message_hash: str) -> str:
@@ -115,11 +116,16 @@ def _canonical_arguments(arguments: Any) -> Any:
     # Frameworks re-serialize arguments ('{"a":1}' -> '{"a": 1}'); compare the JSON value.
     if isinstance(arguments, str):
         try:
-            return _dumps(json.loads(arguments))
+            return _dumps(json.loads(arguments)).decode()
         except ValueError:
             return arguments
-    return _dumps(arguments)
+    return _dumps(arguments).decode()
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _dumps(value: Any) -> bytes:
+    """Compact JSON with sorted keys (orjson; json only for what orjson refuses, such as
+    integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -212,6 +213,32 @@ class SessionStore(Protocol):
         ...
 
     async def unlock(self, tenant: str, session_id: str, token: str) -> None: ...
+
+
+class ParsedMetas:
+    """Meta records parsed from their stored bytes, remembered by those bytes: a session's
+    next request usually reads back exactly what its last one wrote, and parsing it again
+    (JSON, then the dataclasses) is the larger part of a load. The records are immutable
+    in use (`evolve` copies), so one parse can serve every request that reads the same
+    bytes."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._metas: OrderedDict[bytes, SessionMeta] = OrderedDict()
+
+    def __call__(self, data: bytes) -> SessionMeta:
+        meta = self._metas.get(data)
+        if meta is None:
+            return self.remember(data, SessionMeta.from_dict(orjson.loads(data)))
+        self._metas.move_to_end(data)
+        return meta
+
+    def remember(self, data: bytes, meta: SessionMeta) -> SessionMeta:
+        """`meta` is what `data` says (a store just wrote it)."""
+        self._metas[data] = meta
+        if len(self._metas) > self._size:
+            self._metas.popitem(last=False)
+        return meta
 
 
 async def serialized(items: Sequence[StoredMessage | Checkpoint]) -> list[bytes]:

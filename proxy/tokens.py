@@ -15,7 +15,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,10 +61,17 @@ class TokenCounter:
 
     name: str
     count_text: Callable[[str], int]
+    _roles: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def count_message(self, message: dict[str, Any]) -> int:
         """Tokens one chat message occupies in the prompt (additive over its fields)."""
-        total = MESSAGE_OVERHEAD + self.count_text(str(message.get("role") or ""))
+        role = str(message.get("role") or "")
+        role_tokens = self._roles.get(role)
+        if role_tokens is None:  # six roles exist: remembered, not re-encoded each time
+            role_tokens = self.count_text(role)
+            if len(self._roles) < 16:
+                self._roles[role] = role_tokens
+        total = MESSAGE_OVERHEAD + role_tokens
         total += self._count_content(message.get("content"))
         if message.get("name"):
             total += NAME_OVERHEAD + self.count_text(str(message["name"]))

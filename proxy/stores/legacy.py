@@ -2,15 +2,16 @@
 
 Release 0.1 stored a session as one JSON value (disk) or as a list of entries plus a
 hash of fields (Redis), with `{"message", "hash", "tokens"}` entries and checkpoints
-without token sums. Conversion computes what the new layout keeps beside them: each
-entry's chain value, token totals, and each checkpoint's token count before it.
+without token sums. Conversion checks the stored hash chain, then computes what this
+layout keeps: each message's hash (now serialized by orjson, which writes a few floats
+differently), its chain value, token totals, and each checkpoint's tokens before it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.messages import GENESIS, chain_hash
+from proxy.messages import GENESIS, chain_hash, message_hash
 from proxy.sessions import Checkpoint, SessionMeta, StoredMessage
 
 __all__ = ["convert"]
@@ -18,13 +19,17 @@ __all__ = ["convert"]
 
 def convert(data: dict[str, Any]) -> tuple[SessionMeta, list[StoredMessage], list[Checkpoint]]:
     """(meta, messages, checkpoints) of a 0.1 session dict (`Session.to_dict()`)."""
+    old = GENESIS
+    for entry in data["transcript"]:
+        old = chain_hash(old, entry["hash"])
+    if old != data["head"]:
+        raise ValueError("stored session's hash chain does not match its head")
     messages: list[StoredMessage] = []
     head = GENESIS
     for entry in data["transcript"]:
-        head = chain_hash(head, entry["hash"])
-        messages.append(StoredMessage(entry["message"], entry["hash"], head, dict(entry["tokens"])))
-    if head != data["head"]:
-        raise ValueError("stored session's hash chain does not match its head")
+        digest = message_hash(entry["message"])
+        head = chain_hash(head, digest)
+        messages.append(StoredMessage(entry["message"], digest, head, dict(entry["tokens"])))
     # A total is known for a tokenizer only if it counted every message.
     counters = set.intersection(*(set(m.tokens) for m in messages)) if messages else set()
     running = {name: [0] for name in counters}
@@ -34,7 +39,9 @@ def convert(data: dict[str, Any]) -> tuple[SessionMeta, list[StoredMessage], lis
     checkpoints = [
         Checkpoint(
             covers_until=item["covers_until"],
-            chain_hash=item["chain_hash"],
+            chain_hash=messages[item["covers_until"] - 1].chain
+            if item["covers_until"]
+            else GENESIS,
             text=item["text"],
             tokens=item["tokens"],
             model=item["model"],
@@ -42,7 +49,7 @@ def convert(data: dict[str, Any]) -> tuple[SessionMeta, list[StoredMessage], lis
             before={name: sums[item["covers_until"]] for name, sums in running.items()},
         )
         for item in sorted(data["checkpoints"], key=lambda c: c["covers_until"])
-        if item["covers_until"] <= len(messages)
+        if 0 < item["covers_until"] <= len(messages)
     ]
     meta = SessionMeta(
         tenant=data["tenant"],

@@ -19,7 +19,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from proxy.sessions import Checkpoint, SessionMeta, StoredMessage, serialized
+from proxy.sessions import Checkpoint, ParsedMetas, SessionMeta, StoredMessage, serialized
 
 __all__ = ["RedisSessionStore"]
 
@@ -99,13 +99,14 @@ class RedisSessionStore:
         self._commit = self._redis.register_script(_COMMIT)
         self._delete = self._redis.register_script(_DELETE)
         self._unlock = self._redis.register_script(_UNLOCK)
+        self._parsed = ParsedMetas()
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         meta_key = self._key(tenant, session_id, "meta")
         data = await self._redis.hget(meta_key, "data")
         if data is None:
             return await self._legacy(tenant, session_id)
-        return SessionMeta.from_dict(orjson.loads(data))
+        return self._parsed(data)
 
     async def messages(
         self, tenant: str, session_id: str, start: int, end: int
@@ -130,19 +131,23 @@ class RedisSessionStore:
         checkpoints: Sequence[Checkpoint] = (),
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
+        data = orjson.dumps(meta.to_dict())
         args: list[Any] = [
             expected_version,
             keep,
             meta.checkpoints - len(checkpoints),
             self._ttl_ms,
             meta.version,
-            orjson.dumps(meta.to_dict()),
+            data,
             len(checkpoints),
             *await serialized(appended),
             *await serialized(checkpoints),
         ]
         keys = self._keys(meta.tenant, meta.session_id)
-        return bool(await self._commit(keys=keys, args=args))
+        done = bool(await self._commit(keys=keys, args=args))
+        if done:
+            self._parsed.remember(data, meta)
+        return done
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return bool(await self._delete(keys=self._keys(tenant, session_id)))

@@ -69,32 +69,29 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 async def run(
-    url: str, workers: Sequence[Sequence[Call]], *, stream: bool, warmup: int = 0
+    session: aiohttp.ClientSession, url: str, workers: Sequence[Sequence[Call]], *, stream: bool
 ) -> Result:
     """Each worker sends its calls in order (a session's turns stay sequential); all
-    workers run at once, so the concurrency is `len(workers)`. The first `warmup`
-    calls of each worker are sent but not measured."""
+    workers run at once, so the concurrency is `len(workers)`. The client `session` is
+    kept across runs, so its connections stay open (as an SDK's would)."""
     latencies: list[float] = []
     first_tokens: list[float] = []
     errors = 0
-    async with client() as session:
 
-        async def worker(calls: Sequence[Call], measured: bool) -> None:
-            nonlocal errors
-            for call in calls:
-                timing = await post(session, url, call, stream=stream)
-                if timing is None:
-                    errors += 1
-                elif measured:
-                    latencies.append(timing[0])
-                    if timing[1] is not None:
-                        first_tokens.append(timing[1])
+    async def worker(calls: Sequence[Call]) -> None:
+        nonlocal errors
+        for call in calls:
+            timing = await post(session, url, call, stream=stream)
+            if timing is None:
+                errors += 1
+            else:
+                latencies.append(timing[0])
+                if timing[1] is not None:
+                    first_tokens.append(timing[1])
 
-        for calls in workers:  # warm connections and caches outside the timed run
-            await worker(calls[:warmup], measured=False)
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(calls[warmup:], measured=True) for calls in workers))
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(calls) for calls in workers))
+    elapsed = time.perf_counter() - started
     return Result(latencies, first_tokens, elapsed, errors)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.benchmarks import processes
 from tests.benchmarks.conversations import turns
-from tests.benchmarks.load import Call, Result, run
+from tests.benchmarks.load import Call, Result, client, run
 
 DIRECT = "direct"
 PROXY = "context-proxy"
@@ -29,11 +29,14 @@ class Sizes:
     single: int = 400
     many: int = 50
     warmup: int = 10
-    rounds: int = 5  # targets take turns this many times, so drift hits them alike
+    # Targets take turns this many times, so drift hits them alike: one at a time in
+    # slices of 8 calls; 32 at a time in 5 slices (each long enough to reach steady state).
+    rounds_single: int = 50
+    rounds_many: int = 5
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(single=10, many=2, warmup=2, rounds=2)
+        return cls(single=10, many=2, warmup=2, rounds_single=2, rounds_many=2)
 
 
 def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[list[Call]]:
@@ -54,28 +57,34 @@ def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[li
 
 
 async def measure(urls: dict[str, str], sizes: Sizes) -> dict[tuple[bool, int, str], Result]:
-    """Every (stream, concurrency, target). The targets take turns in rounds, each round a
-    slice of every worker's calls, so a noisy stretch of the machine hits all of them."""
+    """Every (stream, concurrency, target). The targets take turns in short rounds, each
+    round a slice of every worker's calls, so a noisy stretch of the machine hits all of
+    them alike; one client keeps its connections across rounds."""
     results = {}
-    for stream in (False, True):
-        for concurrency, calls in ((1, sizes.single), (32, sizes.many)):
-            work = {
-                target: workload(target, concurrency, calls + sizes.warmup, stream)
-                for target in urls
-            }
-            for target, workers in work.items():
-                await run(urls[target], [w[: sizes.warmup] for w in workers], stream=stream)
-            parts: dict[str, list[Result]] = {target: [] for target in urls}
-            step = -(-calls // sizes.rounds)
-            for start in range(sizes.warmup, calls + sizes.warmup, step):
-                for target, workers in work.items():
-                    chunk = [w[start : start + step] for w in workers]
-                    parts[target].append(await run(urls[target], chunk, stream=stream))
-            for target, pieces in parts.items():
-                result = Result.merged(pieces)
-                if result.errors:
-                    raise RuntimeError(f"{target}: {result.errors} requests failed")
-                results[(stream, concurrency, target)] = result
+    async with client() as session:
+        for stream in (False, True):
+            for concurrency, calls, rounds in (
+                (1, sizes.single, sizes.rounds_single),
+                (32, sizes.many, sizes.rounds_many),
+            ):
+                work = {
+                    target: workload(target, concurrency, calls + sizes.warmup, stream)
+                    for target in urls
+                }
+                for target, workers in work.items():  # connections and caches warm
+                    warm = [w[: sizes.warmup] for w in workers]
+                    await run(session, urls[target], warm, stream=stream)
+                parts: dict[str, list[Result]] = {target: [] for target in urls}
+                step = -(-calls // rounds)
+                for start in range(sizes.warmup, calls + sizes.warmup, step):
+                    for target, workers in work.items():
+                        chunk = [w[start : start + step] for w in workers]
+                        parts[target].append(await run(session, urls[target], chunk, stream=stream))
+                for target, pieces in parts.items():
+                    result = Result.merged(pieces)
+                    if result.errors:
+                        raise RuntimeError(f"{target}: {result.errors} requests failed")
+                    results[(stream, concurrency, target)] = result
     return results
 
 

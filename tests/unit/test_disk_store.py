@@ -1,51 +1,67 @@
-"""What only the disk store has to show: its layout, appends, TTL upkeep, processes."""
+"""What only the disk store has to show: its tables, appends, TTL sweeps, processes."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-import diskcache
 import orjson
-import pytest
 
 from proxy.stores import DiskSessionStore
+from proxy.stores.disk import FILE
 from tests.unit.sessions_factory import entries, meta
 
 
-async def test_values_are_json_not_pickle(tmp_path: Path) -> None:
+def rows(directory: Path, query: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(directory / FILE) as connection:
+        return connection.execute(query).fetchall()
+
+
+async def test_sessions_messages_and_checkpoints_are_json_rows(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
     transcript = entries("u1", "a1")
     assert await store.commit(meta(transcript), 0, 0, transcript)
     await store.close()
-    with diskcache.Cache(str(tmp_path)) as cache:
-        keys = sorted(cache.iterkeys())
-        values = [cache.get(key) for key in keys]
-    assert keys == ["m:t1:s:000000000000", "m:t1:s:000000000001", "s:t1:s"]
-    assert all(isinstance(v, bytes) and orjson.loads(v) for v in values)
+    sessions = rows(tmp_path, "SELECT tenant, session, version, length, meta FROM sessions")
+    assert [row[:4] for row in sessions] == [("t1", "s", 1, 2)]
+    assert orjson.loads(sessions[0][4])["length"] == 2
+    messages = rows(tmp_path, "SELECT position, entry FROM messages ORDER BY position")
+    assert [(p, orjson.loads(e)) for p, e in messages] == [
+        (i, m.to_dict()) for i, m in enumerate(transcript)
+    ]
 
 
-async def test_a_turn_writes_only_its_new_messages_and_the_meta(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
     transcript = entries(*(f"m{i}" for i in range(1000)))
     assert await store.commit(meta(transcript), 0, 0, transcript)
-    written: list[str] = []
-    real = DiskSessionStore._set
-    monkeypatch.setattr(
-        DiskSessionStore,
-        "_set",
-        lambda self, cache, key, value: written.append(key) or real(self, cache, key, value),
-    )
+    with sqlite3.connect(tmp_path / FILE) as connection:  # every write, logged by SQLite
+        connection.executescript(
+            """
+            CREATE TABLE written (what TEXT, position INTEGER);
+            CREATE TRIGGER m_insert AFTER INSERT ON messages
+              BEGIN INSERT INTO written VALUES ('insert', NEW.position); END;
+            CREATE TRIGGER m_update AFTER UPDATE ON messages
+              BEGIN INSERT INTO written VALUES ('update', NEW.position); END;
+            CREATE TRIGGER m_delete AFTER DELETE ON messages
+              BEGIN INSERT INTO written VALUES ('delete', OLD.position); END;
+            CREATE TRIGGER s_write AFTER INSERT ON sessions
+              BEGIN INSERT INTO written VALUES ('meta', NEW.length); END;
+            """
+        )
     more = entries("u", "a", start=1000, head=transcript[-1].chain)
     assert await store.commit(meta([*transcript, *more], version=2), 1, 1000, more)
-    assert written == ["m:t1:s:000000001000", "m:t1:s:000000001001"]
     await store.close()
+    assert rows(tmp_path, "SELECT what, position FROM written") == [
+        ("insert", 1000),
+        ("insert", 1001),
+        ("meta", 1002),
+    ]
 
 
 async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
@@ -76,33 +92,22 @@ async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
     assert misses == 0
 
 
-async def test_a_live_session_outlives_its_ttl_an_idle_one_does_not(tmp_path: Path) -> None:
-    store = DiskSessionStore(str(tmp_path), ttl_seconds=0.4)
-    transcript = entries("u0")
-    assert await store.commit(meta(transcript), 0, 0, transcript)
-    for turn in range(1, 8):  # 1.4 s of turns, each well within the TTL of the last
-        await asyncio.sleep(0.2)
-        more = entries(f"u{turn}", start=turn, head=transcript[-1].chain)
-        assert await store.commit(meta([*transcript, *more], version=turn + 1), turn, turn, more)
-        transcript = [*transcript, *more]
-    assert await store.messages("t1", "s", 0, 8) == transcript  # the first message too
-    await asyncio.sleep(1.0)
-    assert await store.load("t1", "s") is None
+async def test_an_idle_session_is_swept_with_its_messages(tmp_path: Path) -> None:
+    store = DiskSessionStore(str(tmp_path), ttl_seconds=0.3)
+    idle = entries("u", "a")
+    assert await store.commit(meta(idle, session_id="idle"), 0, 0, idle)
+    await asyncio.sleep(0.5)
+    assert await store.load("t1", "idle") is None  # gone for readers at once
+    live = entries("u0")
+    assert await store.commit(meta(live, session_id="live"), 0, 0, live)
+    for turn in range(1, 100):  # the hundredth commit sweeps
+        more = entries(f"u{turn}", start=turn, head=live[-1].chain)
+        grown = meta([*live, *more], session_id="live", version=turn + 1)
+        assert await store.commit(grown, turn, turn, more)
+        live = [*live, *more]
     await store.close()
-
-
-async def test_no_size_based_culling(tmp_path: Path) -> None:
-    # A directory left with a 1 MB limit and LRU eviction: the store must override both.
-    with diskcache.Cache(str(tmp_path), size_limit=2**20, eviction_policy="least-recently-used"):
-        pass
-    store = DiskSessionStore(str(tmp_path))
-    for index in range(300):  # ~30 MB
-        transcript = entries("y" * 100_000)
-        assert await store.commit(meta(transcript, session_id=str(index)), 0, 0, transcript)
-    for index in range(300):
-        assert await store.load("t1", str(index)) is not None, index
-    assert await store.ping()
-    await store.close()
+    assert rows(tmp_path, "SELECT DISTINCT session FROM messages") == [("live",)]
+    assert rows(tmp_path, "SELECT session FROM sessions") == [("live",)]
 
 
 def _commit_from_a_process(directory: str, writer: int, start_at: float) -> bool:
