@@ -17,14 +17,16 @@ from starlette.routing import Route
 
 from proxy import headers
 from proxy.config import Settings, load_settings
-from proxy.engine import Engine, RequestContext, Turn, pause
+from proxy.engine import Engine
 from proxy.errors import ProxyError
+from proxy.history import pause
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.openai_compatible import Events
 from proxy.replies import StreamedReply, reply_message
 from proxy.sessions import Checkpoint, Mode, SessionMeta, SessionStore, StoredMessage
 from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
+from proxy.turns import RequestContext, Turn
 from proxy.upstream import Upstream
 from proxy.validation import invalid, validate_parameters
 

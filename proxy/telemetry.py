@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import metrics
-from proxy.engine import Turn
+from proxy.turns import Turn
 
 access_log = logging.getLogger("context_proxy.access")
 

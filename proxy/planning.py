@@ -1,0 +1,218 @@
+"""Planning a request's window around the pure planner (`proxy.context`).
+
+Within budget, known from the session's token totals, the plan is everything after the
+summary, with no message read or counted. Over it, the window's counts go to the pure
+planner; a summary it asks for is made now (or awaited from the background), and after a
+reply that passes `summarize_at`, the next one is made in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+from proxy.config import Settings
+from proxy.context import ContextOverflowError, Plan, plan_context, summary_message
+from proxy.errors import ProxyError
+from proxy.history import History
+from proxy.sessions import Checkpoint, SessionMeta, SessionStore
+from proxy.summaries import Summaries
+from proxy.summarize import SummarizationError
+from proxy.tokens import CountCache, TokenCounter
+from proxy.turns import Request, State
+
+__all__ = ["Planning"]
+
+logger = logging.getLogger("context_proxy.engine")
+
+
+class Planning:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        history: History,
+        summaries: Summaries,
+        counts: CountCache,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._history = history
+        self._summaries = summaries
+        self._counts = counts
+
+    async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
+        """The messages to send. Within budget (known from the totals) that is everything
+        after the summary; over it, the pure planner decides on the window's counts."""
+        checkpoint = state.checkpoint
+        covers = checkpoint.covers_until if checkpoint else 0
+        name = request.counter.name
+        head = [summary_message(checkpoint.text)] if checkpoint else []
+        head_tokens = self.summary_tokens(request.counter, checkpoint)
+        window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
+        total = request.system_tokens + request.tools_tokens + head_tokens + window
+        if total <= request.budget:
+            if state.match.whole:
+                recent = request.conversation[covers:]
+            else:
+                recent = [s.message for s in await self._history.window(request, state, covers)]
+            compression = "summary" if checkpoint else "none"
+            return Plan([*request.system, *head, *recent], total, compression, None, 0)
+        entries = await self._history.window(request, state, covers)
+        await self._history.fill(entries, {name}, request.counter)
+        plan = self.fit(
+            request,
+            [s.message for s in entries],
+            [s.tokens[name] for s in entries],
+            checkpoint,
+            allow_summary=allow_summary,
+        )
+        if plan.summarize is None:
+            return plan
+        start, end = plan.summarize
+        return replace(plan, summarize=(covers + start, covers + end))
+
+    def fit(
+        self,
+        request: Request,
+        messages: list[dict[str, Any]],
+        counts: list[int],
+        checkpoint: Checkpoint | None,
+        *,
+        allow_summary: bool,
+        budget: int | None = None,
+    ) -> Plan:
+        try:
+            return plan_context(
+                system=request.system,
+                transcript=messages,
+                transcript_tokens=counts,
+                summary=checkpoint.text if checkpoint else None,
+                summary_covers=0,
+                budget=budget or request.budget,
+                counter=request.counter,
+                tools_tokens=request.tools_tokens,
+                keep_recent_ratio=self._settings.context.keep_recent_ratio,
+                allow_summary=allow_summary,
+                system_tokens=request.system_tokens,
+            )
+        except ContextOverflowError as exc:
+            raise ProxyError(
+                400,
+                f"This model's context budget is {request.budget} tokens; {exc}.",
+                code="context_length_exceeded",
+                param="messages",
+            ) from None
+
+    async def summarized(
+        self, request: Request, state: State, span: tuple[int, int]
+    ) -> tuple[State, Plan]:
+        """Fold `span` into the summary, then plan again; truncation if that fails."""
+        assert request.key is not None
+        if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
+            await self._summaries.wait(request.key)
+            state = await self._history.state(request)
+            plan = await self.plan(request, state, allow_summary=True)
+            if plan.summarize is None:
+                return state, plan
+            span = plan.summarize
+        start, end = span
+        entries = await self._history.window(request, state, start)
+        entries = entries[: end - start]
+        await self._history.fill(entries, set(state.totals), request.counter)
+        try:
+            checkpoint = await asyncio.wait_for(
+                self._summaries.make(
+                    entries, end, state.checkpoint, request.model, request.budget, "sync"
+                ),
+                self._settings.context.summary_timeout_seconds,
+            )
+        except (SummarizationError, ProxyError, TimeoutError) as exc:
+            logger.warning("summarization failed, truncating instead: %s", exc)
+            return state, await self.plan(request, state, allow_summary=False)
+        state = await self._adopt(request, state, checkpoint)
+        return state, await self.plan(request, state, allow_summary=False)
+
+    async def _adopt(self, request: Request, state: State, checkpoint: Checkpoint) -> State:
+        """Put a new summary in effect: stored now if it covers stored messages only
+        (then a failed upstream call does not waste it), else with the turn."""
+        assert request.key is not None
+        adopted = replace(state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1)
+        if checkpoint.covers_until > state.keep:
+            return replace(adopted, pending=checkpoint)
+        stored = await self._summaries.store(request.key, checkpoint)
+        base = state.base
+        if (
+            stored is not None
+            and base is not None
+            and (stored.head, stored.length) == (base.head, base.length)
+            and state.keep == base.length
+        ):
+            return replace(adopted, expected=stored.version)
+        return adopted  # the turn's commit will meet a newer version and replay
+
+    def maybe_summarize(self, request: Request, meta: SessionMeta) -> None:
+        """After a reply: once the session passes `summarize_at` of its budget, make the
+        next summary in the background so the next request finds it ready.
+
+        The plan is made as if the budget were `summarize_at` of it: the fold leaves
+        `keep_recent_ratio` of that smaller budget, so the summary plus what stays
+        verbatim lands well under the trigger and the next fold is several turns away
+        (keeping the prefix stable for prompt caches)."""
+        assert request.key is not None
+        name, checkpoint = request.counter.name, meta.checkpoint
+        head = (
+            self._counts.message(
+                request.counter,
+                summary_message(checkpoint.text),
+                "summary:" + checkpoint.chain_hash,
+            )
+            if checkpoint
+            else 0
+        )
+        window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
+        trigger = self._settings.context.summarize_at * request.budget
+        if request.system_tokens + request.tools_tokens + head + window <= trigger:
+            return
+        self._summaries.schedule(request.key, lambda: self._background(request, int(trigger)))
+
+    async def _background(self, request: Request, budget: int) -> None:
+        assert request.key is not None
+        meta = await self._store.load(*request.key)
+        name = request.counter.name
+        if meta is None or name not in meta.totals:
+            return
+        checkpoint = meta.checkpoint
+        covers = checkpoint.covers_until if checkpoint else 0
+        entries = await self._store.messages(*request.key, covers, meta.length)
+        await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
+        plan = self.fit(
+            request,
+            [s.message for s in entries],
+            [s.tokens[name] for s in entries],
+            checkpoint,
+            allow_summary=True,
+            budget=budget,
+        )
+        if plan.summarize is None:
+            return
+        start, end = plan.summarize
+        made = await self._summaries.make(
+            entries[start:end],
+            covers + end,
+            checkpoint,
+            request.model,
+            request.budget,
+            "background",
+        )
+        await self._summaries.store(request.key, made)
+
+    # -- results ------------------------------------------------------------------------
+
+    def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
+        if checkpoint is None:
+            return 0
+        key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
+        return self._counts.message(counter, summary_message(checkpoint.text), key)

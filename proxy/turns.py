@@ -1,0 +1,101 @@
+"""One request's data as it passes through the engine: what the HTTP layer knows about
+it, the facts worked out once, the session as the request leaves it, and the result
+handed back to the door. All frozen: each step builds the next from the last."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy import headers
+from proxy.reconcile import Match, Serialized
+from proxy.sessions import Checkpoint, Mode, SessionMeta, StoredMessage
+from proxy.tokens import TokenCounter
+
+__all__ = ["Compression", "Request", "RequestContext", "SessionKey", "State", "Turn"]
+
+Compression = Literal["none", "summary", "truncated"]
+SessionKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the HTTP layer tells the engine about a request, beyond its body."""
+
+    authorization: str | None = None
+    session_id: str | None = None
+    mode: Mode = "auto"
+    budget_ratio: float | None = None  # overrides context.budget_ratio
+    body: bytes = b""  # the raw request body: its size bounds its tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request's facts, worked out once."""
+
+    model: str
+    counter: TokenCounter
+    budget: int
+    input_limit: int
+    messages: list[dict[str, Any]]  # as sent: system, then conversation
+    system: list[dict[str, Any]]
+    conversation: list[dict[str, Any]]
+    system_tokens: int  # reply priming included
+    tools_tokens: int
+    mode: Mode
+    key: SessionKey | None
+    size: int | None  # bytes of the request body, when known
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The session as this request leaves it, before the reply: the stored transcript's
+    first `match.keep` messages plus `new`."""
+
+    base: SessionMeta | None
+    match: Match
+    new: tuple[StoredMessage, ...]
+    totals: dict[str, int]  # of the transcript with `new`
+    checkpoint: Checkpoint | None  # the summary in effect
+    checkpoints: int
+    expected: int  # version to compare-and-set against
+    serialized: Serialized | None
+    pending: Checkpoint | None = None  # made from `new`: stored with the turn
+
+    @property
+    def keep(self) -> int:
+        return self.match.keep
+
+    @property
+    def length(self) -> int:
+        return self.match.keep + len(self.new)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request, ready to go upstream, and what `commit` needs afterwards."""
+
+    body: dict[str, Any]
+    model: str
+    managed: bool = False  # context management on
+    key: SessionKey | None = None
+    tokens_original: int | None = None
+    tokens_sent: int | None = None
+    compression: Compression = "none"
+    summary_created: float | None = None
+    input_limit: int = 0
+    request: Request | None = None
+    state: State | None = None
+    messages_json: bytes | None = None  # body["messages"], already serialized
+
+    def response_headers(self) -> dict[str, str]:
+        if not self.managed:
+            return {}
+        values = {headers.COMPRESSION: self.compression}
+        if self.tokens_original is not None and self.tokens_sent is not None:
+            values[headers.TOKENS_ORIGINAL] = str(self.tokens_original)
+            values[headers.TOKENS_SENT] = str(self.tokens_sent)
+        if self.summary_created is not None:
+            values[headers.SUMMARY_AGE] = str(max(0, int(time.time() - self.summary_created)))
+        return values
