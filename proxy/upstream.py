@@ -145,6 +145,11 @@ class Upstream:
 
     async def close(self) -> None:
         await self._direct.close()
+        if self._router is not None:
+            # A Router hooks itself into LiteLLM's global callback lists, which hold at
+            # most 30: a later Router (another app in this process) would be left without
+            # its cooldown callbacks if this one stayed hooked.
+            self._router.discard()
 
     async def complete(
         self, params: dict[str, Any], messages_json: bytes | None = None

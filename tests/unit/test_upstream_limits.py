@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Iterator
 
 import pytest
 
 from proxy.config import Settings
 from proxy.upstream import Upstream
 
+_OPEN: list[Upstream] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_upstreams() -> Iterator[None]:
+    """Each Router hooks into LiteLLM's global callback lists: unhook them after a test."""
+    yield
+    while _OPEN:
+        asyncio.run(_OPEN.pop().close())
+
 
 def upstream_for(*entries: dict) -> Upstream:
-    return Upstream(Settings.model_validate({"model_list": list(entries)}))
+    _OPEN.append(Upstream(Settings.model_validate({"model_list": list(entries)})))
+    return _OPEN[-1]
 
 
 def entry(name: str, model: str, **model_info: int) -> dict:
