@@ -188,7 +188,7 @@ class Engine:
             input_limit=request.input_limit,
         )
 
-    # -- reconcile and count ------------------------------------------------------------
+    # -- the result ---------------------------------------------------------------------
 
     def _turn(self, body: dict[str, Any], request: Request, state: State, plan: Plan) -> Turn:
         checkpoint = state.checkpoint

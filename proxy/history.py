@@ -157,8 +157,6 @@ class History:
 
         await off_loop([stored.message for stored, _ in missing], count)
 
-    # -- planning and summaries ---------------------------------------------------------
-
     async def window(self, request: Request, state: State, start: int) -> list[StoredMessage]:
         """transcript[start:] as this request leaves it: stored messages, then new ones."""
         assert request.key is not None
@@ -170,6 +168,7 @@ class History:
     def entry(
         self, reply: dict[str, Any], previous: str, counter: TokenCounter, totals: dict[str, int]
     ) -> StoredMessage:
+        """The reply as stored, after the message whose chain value is `previous`."""
         digest = message_hash(reply)
         counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
         return StoredMessage(reply, digest, chain([digest], start=previous)[0], counts)

@@ -163,15 +163,7 @@ class Planning:
         (keeping the prefix stable for prompt caches)."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
-        head = (
-            self._counts.message(
-                request.counter,
-                summary_message(checkpoint.text),
-                "summary:" + checkpoint.chain_hash,
-            )
-            if checkpoint
-            else 0
-        )
+        head = self.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         trigger = self._settings.context.summarize_at * request.budget
         if request.system_tokens + request.tools_tokens + head + window <= trigger:
@@ -209,9 +201,8 @@ class Planning:
         )
         await self._summaries.store(request.key, made)
 
-    # -- results ------------------------------------------------------------------------
-
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
+        """Tokens of the summary message (counted once per summary and tokenizer)."""
         if checkpoint is None:
             return 0
         key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
