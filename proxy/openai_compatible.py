@@ -162,14 +162,13 @@ class DirectClient:
 
     def _post(self, params: dict[str, Any], *, stream: bool) -> Any:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-                json_serialize=lambda value: orjson.dumps(value).decode(),
-            )
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector)
         model = litellm.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
         body = _body(params["openai_payload"], model, params.get("openai_messages"))
-        timeout = float(params.get("timeout") or 600)
-        limits = (
+        # The Router passes the request's deadline (`server.request_timeout_seconds`).
+        timeout = params["timeout"] if isinstance(params.get("timeout"), int | float) else None
+        limits = (  # a stream: each read within the deadline; else the whole call
             aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
             if stream
             else aiohttp.ClientTimeout(total=timeout)
