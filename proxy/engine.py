@@ -22,7 +22,7 @@ from proxy.history import History, off_loop
 from proxy.messages import split_system
 from proxy.metrics import ModelLabels
 from proxy.planning import Planning
-from proxy.sessions import SessionStore, tenant_id
+from proxy.sessions import CAS_ATTEMPTS, SessionStore, tenant_id
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.turns import Request, RequestContext, State, Turn
@@ -32,8 +32,6 @@ from proxy.validation import validate_messages
 __all__ = ["Engine"]
 
 logger = logging.getLogger("context_proxy.engine")
-
-_COMMIT_ATTEMPTS = 8
 
 
 class Engine:
@@ -111,7 +109,7 @@ class Engine:
         if request is None or state is None or request.key is None or reply is None:
             return
         pending = state.pending
-        for _ in range(_COMMIT_ATTEMPTS):
+        for _ in range(CAS_ATTEMPTS):
             entry = self._history.entry(
                 reply,
                 state.new[-1].chain if state.new else state.match.head,
@@ -126,7 +124,7 @@ class Engine:
                 self._planning.maybe_summarize(request, meta)
                 return
             state = await self._history.state(request)
-        logger.error("could not store session after %d attempts (conflicts)", _COMMIT_ATTEMPTS)
+        logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise ProxyError(
             409, "The session was changed concurrently; retry the request.", code="conflict"
         )

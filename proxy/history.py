@@ -16,16 +16,15 @@ from typing import Any
 
 from proxy.messages import chain, message_hash
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
-from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.tokens import CountCache, TokenCounter, counter_named
 from proxy.turns import Request, State
 from proxy.validation import validate_messages
 
 __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 
-# Python work on more messages than this, or on texts longer than this (characters),
-# runs in a worker thread rather than on the event loop.
-_OFF_LOOP_MESSAGES = 256
+# Python work on texts longer than this (characters) runs in a worker thread, as on
+# more than MANY_MESSAGES messages.
 _OFF_LOOP_CHARS = 50_000
 _PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
 
@@ -233,7 +232,7 @@ async def off_loop(messages: list[Any], work: Any, body: int | None = None) -> A
     """Run `work` (Python work on `messages`) here, or in a worker thread when they are
     many or large: there the interpreter switches to the event loop every few ms.
     `body`, the size of the request they came in, spares measuring them when small."""
-    if len(messages) > _OFF_LOOP_MESSAGES:
+    if len(messages) > MANY_MESSAGES:
         return await asyncio.to_thread(work)
     if body is not None and body <= _OFF_LOOP_CHARS:
         return work()

@@ -23,6 +23,8 @@ import orjson
 from proxy.messages import GENESIS
 
 __all__ = [
+    "CAS_ATTEMPTS",
+    "MANY_MESSAGES",
     "Checkpoint",
     "Fingerprint",
     "Mode",
@@ -33,6 +35,11 @@ __all__ = [
 ]
 
 Mode = Literal["auto", "append", "full"]
+# Python work on more messages than this (a long conversation's first request stores
+# all of it) runs in a worker thread rather than on the event loop.
+MANY_MESSAGES = 256
+# Compare-and-set attempts before a writer gives up on a session others keep changing.
+CAS_ATTEMPTS = 8
 
 
 @dataclass(slots=True)
@@ -244,12 +251,9 @@ class ParsedMetas:
 async def serialized(items: Sequence[StoredMessage | Checkpoint]) -> list[bytes]:
     """Messages or checkpoints as JSON, in a worker thread when there are many (the
     first request of a long conversation stores all of it)."""
-    if len(items) > _MANY:
+    if len(items) > MANY_MESSAGES:
         return await asyncio.to_thread(lambda: [orjson.dumps(i.to_dict()) for i in items])
     return [orjson.dumps(item.to_dict()) for item in items]
-
-
-_MANY = 256
 
 
 def tenant_id(bearer_token: str | None, secret: bytes) -> str:

@@ -15,17 +15,15 @@ from typing import Literal
 from proxy import metrics
 from proxy.config import Settings
 from proxy.metrics import ModelLabels
-from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions import CAS_ATTEMPTS, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.summarize import summarize_span
 from proxy.tokens import counter_for
+from proxy.turns import SessionKey
 from proxy.upstream import Upstream
 
-__all__ = ["SessionKey", "Summaries"]
+__all__ = ["Summaries"]
 
 logger = logging.getLogger("context_proxy.summaries")
-
-SessionKey = tuple[str, str]
-_ATTEMPTS = 8
 
 
 class Summaries:
@@ -84,15 +82,14 @@ class Summaries:
             counter.count_text(result.raw_text)
         )
         metrics.FACT_RETENTION.labels(label).observe(result.retention)
-        before = dict(previous.before) if previous else {}
-        for name in list(before):  # a prefix sum is kept only where every message was counted
-            if all(name in stored.tokens for stored in span):
-                before[name] += sum(stored.tokens[name] for stored in span)
-            else:
-                del before[name]
-        if previous is None:
-            names = set.intersection(*(set(s.tokens) for s in span)) if span else set()
-            before = {name: sum(s.tokens[name] for s in span) for name in names}
+        # Tokens before the new end, for every tokenizer that counted the whole prefix.
+        names = set.intersection(*(set(stored.tokens) for stored in span))
+        if previous is not None:
+            names &= set(previous.before)
+        before = {
+            name: (previous.before[name] if previous else 0) + sum(s.tokens[name] for s in span)
+            for name in names
+        }
         return Checkpoint(
             covers_until=end,
             chain_hash=span[-1].chain,
@@ -106,7 +103,7 @@ class Summaries:
     async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
         """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
         is newer than the latest; the stored meta, or None if it no longer applies."""
-        for _ in range(_ATTEMPTS):
+        for _ in range(CAS_ATTEMPTS):
             meta = await self._store.load(*key)
             if meta is None or not await self._applies(key, meta, checkpoint):
                 return None
