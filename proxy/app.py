@@ -5,70 +5,36 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy import headers
+from proxy.auth import Auth, AuthMiddleware, Principal
 from proxy.config import Settings, load_settings
 from proxy.engine import Engine
 from proxy.errors import ProxyError
 from proxy.history import pause
+from proxy.http import ORJSONResponse, parse_json, principal, read_body
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.openai_compatible import Events
 from proxy.replies import StreamedReply, reply_message
-from proxy.sessions import Checkpoint, Mode, SessionMeta, SessionStore, StoredMessage
+from proxy.session_api import SessionApi, model_not_allowed
+from proxy.sessions import Mode, SessionStore
 from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
 from proxy.turns import RequestContext, Turn
 from proxy.upstream import Upstream
-from proxy.validation import invalid, validate_parameters
+from proxy.validation import session_id, validate_parameters
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
-
-
-class ORJSONResponse(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body; 413 as soon as it passes `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-    return b"".join(chunks)
-
-
-def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or an OpenAI-shaped 400."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ProxyError(400, "Request body is not valid JSON.", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
-    return data
-
-
-def _too_large(limit: int) -> ProxyError:
-    return ProxyError(
-        413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
-    )
 
 
 def _ratio(value: str | None) -> float | None:
@@ -110,14 +76,17 @@ class Proxy:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.engine = Engine(settings, upstream, store, tenant_secret(settings.session))
+        self.engine = Engine(settings, upstream, store)
 
-    def _request_context(self, request: Request, body: bytes = b"") -> RequestContext:
+    def _request_context(self, request: Request, caller: Principal, body: bytes) -> RequestContext:
+        header = self.settings.session.header
+        name = request.headers.get(header)
         return RequestContext(
-            authorization=request.headers.get("authorization"),
-            session_id=request.headers.get(self.settings.session.header) or None,
+            tenant=caller.tenant,
+            session_id=session_id(name, header) if name else None,
             mode=_mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
+            provider_key=caller.provider_key,
             body=body,
         )
 
@@ -141,21 +110,27 @@ class Proxy:
         await pause(len(raw))
         validate_parameters(body)
         telemetry.model = self.engine.label(body["model"])
+        caller = principal(request)
+        if not caller.may_use(body["model"]):
+            raise model_not_allowed(body["model"])
         self.upstream.check_model(body["model"])
-        turn = await self.engine.prepare(body, self._request_context(request, raw))
+        context = self._request_context(request, caller, raw)
+        turn = await self.engine.prepare(body, context)
         telemetry.turn = turn
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         response_headers |= turn.response_headers()
         telemetry.upstream_started()
         if body.get("stream"):
-            events = await self.upstream.stream(turn.body, turn.messages_json)
+            events = await self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
             telemetry.stream = True
             return StreamingResponse(
-                self._sse(turn, events, telemetry),
+                self._sse(turn, events, telemetry, caller),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
-        completion = await self.upstream.complete(turn.body, turn.messages_json)
+        completion = await self.upstream.complete(
+            turn.body, turn.messages_json, context.provider_key
+        )
         telemetry.upstream_finished()
         telemetry.usage = completion.data.get("usage")
         self.engine.observe_usage(turn, telemetry.usage)
@@ -169,6 +144,7 @@ class Proxy:
         turn: Turn,
         events: AsyncIterator[Events],
         telemetry: RequestTelemetry,
+        caller: Principal,
     ) -> AsyncIterator[bytes]:
         """OpenAI's SSE framing. The reply is stored only once the stream is complete;
         a failure mid-stream becomes an error event and no [DONE], so the client can
@@ -193,7 +169,7 @@ class Proxy:
             status = 200
         except ProxyError as exc:
             status = exc.status_code
-            yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+            yield b"data: " + orjson.dumps(exc.redacted(caller.secrets()).body()) + b"\n\n"
             return
         finally:
             telemetry.finish(status)
@@ -203,44 +179,12 @@ class Proxy:
         body, content_type = exposition()
         return Response(body, media_type=content_type)
 
-    async def get_session(self, request: Request) -> Response:
-        tenant, session_id, meta = await self._session(request)
-        messages = await self.store.messages(tenant, session_id, 0, meta.length)
-        checkpoints = await self.store.checkpoints(tenant, session_id)
-        return ORJSONResponse(session_view(meta, messages, checkpoints))
-
-    async def delete_session(self, request: Request) -> Response:
-        tenant = self.engine.tenant(request.headers.get("authorization"))
-        session_id = request.path_params["session_id"]
-        if not await self.store.delete(tenant, session_id):
-            raise _no_session(session_id)
-        return ORJSONResponse({"id": session_id, "object": "session.deleted", "deleted": True})
-
-    async def preview(self, request: Request) -> Response:
-        """The exact context the next request would send, without calling any model."""
-        body = parse_json(await read_body(request, self.settings.server.max_body_bytes))
-        _, session_id, _ = await self._session(request)
-        body.setdefault("messages", [])
-        if not isinstance(body.get("model"), str) or not body["model"]:
-            raise invalid("model", "`model` is required and must be a non-empty string.")
-        if body["messages"]:
-            validate_parameters(body)
-        self.upstream.check_model(body["model"])
-        context = replace(self._request_context(request), session_id=session_id)
-        return ORJSONResponse(await self.engine.preview(body, context))
-
-    async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
-        tenant = self.engine.tenant(request.headers.get("authorization"))
-        session_id = request.path_params["session_id"]
-        meta = await self.store.load(tenant, session_id)
-        if meta is None:
-            raise _no_session(session_id)
-        return tenant, session_id, meta
-
     async def models(self, request: Request) -> Response:
+        caller = principal(request)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "context-proxy"}
             for name in self.upstream.model_names()
+            if caller.may_use(name)
         ]
         return ORJSONResponse({"object": "list", "data": data})
 
@@ -258,42 +202,12 @@ def _has_output(chunk: dict[str, Any]) -> bool:
     return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)
 
 
-def session_view(
-    meta: SessionMeta, messages: list[StoredMessage], checkpoints: list[Checkpoint]
-) -> dict[str, Any]:
-    """A session as the API shows it: the whole transcript, checkpoints, token stats."""
-    tokens: dict[str, int] = {}
-    for stored in messages:
-        for name, count in stored.tokens.items():
-            tokens[name] = tokens.get(name, 0) + count
-    return {
-        "id": meta.session_id,
-        "object": "session",
-        "created": meta.created,
-        "updated": meta.updated,
-        "version": meta.version,
-        "messages": [stored.message for stored in messages],
-        "checkpoints": [
-            {
-                "covers_until": c.covers_until,
-                "text": c.text,
-                "tokens": c.tokens,
-                "model": c.model,
-                "created": c.created,
-            }
-            for c in checkpoints
-        ],
-        "stats": {"messages": len(messages), "tokens": tokens},
-    }
-
-
-def _no_session(session_id: str) -> ProxyError:
-    return ProxyError(404, f"No session `{session_id}`.", code="session_not_found")
-
-
 async def _proxy_error(request: Request, exc: Exception) -> Response:
+    """Every error body leaves through here (or `_sse`): scrubbed of what the caller
+    presented, as of every configured secret (`Upstream.error`)."""
     assert isinstance(exc, ProxyError)
-    return exc.response()
+    caller = request.scope.get("state", {}).get("principal")
+    return exc.redacted(caller.secrets() if isinstance(caller, Principal) else ()).response()
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -308,7 +222,10 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings if settings is not None else load_settings()
     store = open_store(settings.session)
-    proxy = Proxy(settings, Upstream(settings), store)
+    upstream = Upstream(settings)
+    proxy = Proxy(settings, upstream, store)
+    sessions = SessionApi(proxy.engine, upstream, store, settings.server.max_body_bytes)
+    auth = Auth(settings.auth, tenant_secret(settings.session))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -335,10 +252,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/health/live", proxy.live, methods=["GET"]),
             Route("/health/ready", proxy.ready, methods=["GET"]),
             Route("/metrics", proxy.metrics, methods=["GET"]),
-            Route("/v1/sessions/{session_id}", proxy.get_session, methods=["GET"]),
-            Route("/v1/sessions/{session_id}", proxy.delete_session, methods=["DELETE"]),
-            Route("/v1/sessions/{session_id}/preview", proxy.preview, methods=["POST"]),
+            Route("/v1/sessions", sessions.list, methods=["GET"]),
+            Route("/v1/sessions/{session_id}", sessions.get, methods=["GET"]),
+            Route("/v1/sessions/{session_id}", sessions.delete, methods=["DELETE"]),
+            Route("/v1/sessions/{session_id}/preview", sessions.preview, methods=["POST"]),
         ],
+        middleware=[Middleware(AuthMiddleware, auth=auth)],
         exception_handlers={
             ProxyError: _proxy_error,
             HTTPException: _http_error,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
+import ipaddress
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from proxy.config import CONFIG_ENV, ConfigError, load_settings
+from proxy.config import CONFIG_ENV, ConfigError, Settings, hash_key, load_settings
 from proxy.metrics import MULTIPROCESS_ENV
 
 
@@ -25,7 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--turns", type=int, default=40, help="conversation turns (default: 40)")
     demo.add_argument("--n-ctx", type=int, default=2048, help="model context window")
+    commands.add_parser(
+        "hash-key", help="print a proxy key's hash for `auth.keys[].key_hash` (key from stdin)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "hash-key":
+        key = getpass.getpass("key: ") if sys.stdin.isatty() else sys.stdin.readline()
+        if not key.strip():
+            print("context-proxy: no key given", file=sys.stderr)
+            return 2
+        print(hash_key(key.strip()))
+        return 0
     if args.command == "demo":
         from proxy.demo import main as demo_main
         from proxy.local import LocalModelUnavailable
@@ -44,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
 
+    host = args.host or settings.server.host
+    refusal = anonymous_refusal(settings, host)
+    if refusal:
+        print(f"context-proxy: {refusal}", file=sys.stderr)
+        return 2
+
     workers = args.workers or settings.server.workers
     if workers > 1:
         _prepare_multiprocess_metrics()
@@ -56,13 +74,34 @@ def main(argv: list[str] | None = None) -> int:
     uvicorn.run(
         "proxy.app:create_app",
         factory=True,
-        host=args.host or settings.server.host,
+        host=host,
         port=args.port or settings.server.port,
         workers=workers,
         log_config=log_config(settings.server.log_format, settings.server.log_level),
         access_log=False,  # the proxy writes its own line per request
     )
     return 0
+
+
+def anonymous_refusal(settings: Settings, host: str) -> str | None:
+    """Why the proxy will not serve on `host`, if it will not: with no keys, anyone who
+    can reach a non-loopback address spends the provider keys and reads the anonymous
+    tenant's sessions."""
+    if settings.auth.required() or settings.auth.allow_anonymous or _is_loopback(host):
+        return None
+    return (
+        f"refusing to serve on {host} without keys: configure auth.keys (see the README), "
+        "use auth.mode: passthrough, or set auth.allow_anonymous: true to accept the risk"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 def _prepare_multiprocess_metrics() -> None:

@@ -7,16 +7,28 @@ Every default lives here and nowhere else.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ENV_PREFIX = "CONTEXT_PROXY_"
 CONFIG_ENV = "CONTEXT_PROXY_CONFIG"
 SECRET_REF = "os.environ/"
+KEY_HASH_PREFIX = "sha256:"
+_KEY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
+_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # LiteLLM config sections that we accept so existing files load, but do not use.
 LITELLM_ONLY_SECTIONS = frozenset({"litellm_settings", "general_settings", "environment_variables"})
@@ -55,6 +67,14 @@ class ContextSettings(_Section):
     token_counting: Literal["auto", "tiktoken", "char"] = "auto"
     default_context_window: int = Field(8192, ge=256)
 
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_words(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` as false (and `on` as true): take them as written."""
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        return value
+
 
 class SessionSettings(_Section):
     header: str = "X-Session-Id"
@@ -63,6 +83,64 @@ class SessionSettings(_Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     ttl_seconds: float | None = Field(None, gt=0)
     tenant_secret: str | None = None
+
+
+class KeyEntry(_Section):
+    """One proxy key. Given as `key` (the secret, or an `os.environ/VAR` reference), it is
+    hashed as the config loads and only `key_hash` is kept."""
+
+    key: str | None = Field(None, min_length=1)
+    key_hash: str | None = None
+    tenant: str | None = None  # None: the key is a tenant of its own
+    models: list[str] | None = None  # None: every model
+    rpm: int | None = Field(None, ge=1)  # requests per minute, per worker process
+
+    @field_validator("key_hash")
+    @classmethod
+    def _is_hash(cls, value: str | None) -> str | None:
+        if value is not None and not _KEY_HASH.fullmatch(value):
+            raise ValueError("must be `sha256:` and 64 lowercase hex digits")
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _is_name(cls, value: str | None) -> str | None:
+        if value is not None and not _TENANT.fullmatch(value):
+            raise ValueError("1-64 letters, digits, `.`, `_` or `-`; a letter or digit first")
+        return value
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> KeyEntry:
+        if (self.key is None) == (self.key_hash is None):
+            raise ValueError("give exactly one of `key` and `key_hash`")
+        return self
+
+
+class AuthSettings(_Section):
+    mode: Literal["keys", "passthrough"] = "keys"
+    keys: list[KeyEntry] = Field(default_factory=list)
+    admin_keys: list[KeyEntry] = Field(default_factory=list)
+    # Serve without keys on a non-loopback address: anyone who reaches the port can
+    # spend the provider keys and read the anonymous tenant's sessions.
+    allow_anonymous: bool = False
+
+    @model_validator(mode="after")
+    def _passthrough_has_no_keys(self) -> AuthSettings:
+        if self.mode == "passthrough" and self.keys:
+            raise ValueError(
+                "`keys` cannot be used with `mode: passthrough`, where the bearer token "
+                "is the caller's provider key (`admin_keys` can)"
+            )
+        return self
+
+    def required(self) -> bool:
+        """Whether every request must carry a credential."""
+        return self.mode == "passthrough" or bool(self.keys or self.admin_keys)
+
+
+def hash_key(key: str) -> str:
+    """The form a proxy key is kept in: `sha256:<hex>`."""
+    return KEY_HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
 
 
 class ModelEntry(BaseModel):
@@ -90,6 +168,7 @@ class Settings(BaseModel):
     server: ServerSettings = ServerSettings()
     context: ContextSettings = ContextSettings()
     session: SessionSettings = SessionSettings()
+    auth: AuthSettings = AuthSettings()
 
     def model_names(self) -> list[str]:
         return list(dict.fromkeys(entry.model_name for entry in self.model_list))
@@ -102,6 +181,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "server": ServerSettings,
     "context": ContextSettings,
     "session": SessionSettings,
+    "auth": AuthSettings,
 }
 
 
@@ -130,7 +210,7 @@ def load_settings(
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
     _check_secret_refs(settings, environ)
-    return settings
+    return _hashed_keys(settings, environ)
 
 
 def _apply_env_overrides(raw: dict[str, Any], environ: dict[str, str]) -> None:
@@ -159,6 +239,29 @@ def _check_secret_refs(settings: Settings, environ: dict[str, str]) -> None:
                         f"model_list[{index}].litellm_params.{key}: "
                         f"environment variable {variable} is not set"
                     )
+
+
+def _hashed_keys(settings: Settings, environ: dict[str, str]) -> Settings:
+    """The settings with every proxy key replaced by its hash: the secret itself is not
+    kept past this point."""
+    sections = {}
+    for section in ("keys", "admin_keys"):
+        entries = []
+        for index, entry in enumerate(getattr(settings.auth, section)):
+            if entry.key is not None:
+                key = entry.key
+                if key.startswith(SECRET_REF):
+                    variable = key[len(SECRET_REF) :]
+                    if not environ.get(variable):
+                        raise ConfigError(
+                            f"auth.{section}[{index}].key: "
+                            f"environment variable {variable} is not set"
+                        )
+                    key = environ[variable]
+                entry = entry.model_copy(update={"key": None, "key_hash": hash_key(key)})
+            entries.append(entry)
+        sections[section] = entries
+    return settings.model_copy(update={"auth": settings.auth.model_copy(update=sections)})
 
 
 def _describe(exc: ValidationError) -> str:

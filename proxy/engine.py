@@ -22,7 +22,7 @@ from proxy.history import History, off_loop
 from proxy.messages import split_system
 from proxy.metrics import ModelLabels
 from proxy.planning import Planning
-from proxy.sessions import CAS_ATTEMPTS, SessionStore, tenant_id
+from proxy.sessions import CAS_ATTEMPTS, SessionStore
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.turns import Request, RequestContext, State, Turn
@@ -35,25 +35,16 @@ logger = logging.getLogger("context_proxy.engine")
 
 
 class Engine:
-    def __init__(
-        self, settings: Settings, upstream: Upstream, store: SessionStore, tenant_secret: bytes
-    ) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self._secret = tenant_secret
         self.label = ModelLabels(settings.model_names())
         self.budgets = Budgets(upstream, self.label)
         self.summaries = Summaries(settings, upstream, store, self.label)
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self._planning = Planning(settings, store, self._history, self.summaries, self._counts)
-
-    def tenant(self, authorization: str | None) -> str:
-        token = None
-        if authorization and authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        return tenant_id(token or None, self._secret)
 
     async def close(self) -> None:
         await self.summaries.close()
@@ -76,7 +67,7 @@ class Engine:
         if request.key is None:
             return await self._stateless(body, request, context)
         state = await self._history.state(request)
-        plan = await self._planning.plan(request, state, allow_summary=True)
+        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
         if plan.summarize is not None:
             state, plan = await self._planning.summarized(request, state, plan.summarize)
         return self._turn(body, request, state, plan)
@@ -86,7 +77,7 @@ class Engine:
         the span is reported and the messages shown are the truncation fallback."""
         request = self._request(body, context)
         state = await self._history.state(request)
-        plan = await self._planning.plan(request, state, allow_summary=True)
+        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
         due = plan.summarize
         if due is not None:
             plan = await self._planning.plan(request, state, allow_summary=False)
@@ -121,7 +112,8 @@ class Engine:
             if await self.store.commit(meta, state.expected, state.keep, entries, checkpoints):
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
-                self._planning.maybe_summarize(request, meta)
+                if not request.own_budget:
+                    self._planning.maybe_summarize(request, meta)
                 return
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
@@ -143,9 +135,7 @@ class Engine:
         system, conversation = split_system(body["messages"])
         validate_messages(system)
         ratio = context.budget_ratio or self.settings.context.budget_ratio
-        key = (
-            (self.tenant(context.authorization), context.session_id) if context.session_id else None
-        )
+        key = (context.tenant, context.session_id) if context.session_id else None
         return Request(
             model=model,
             counter=counter,
@@ -159,6 +149,8 @@ class Engine:
             mode=context.mode,
             key=key,
             size=len(context.body) if context.body else None,
+            own_budget=context.budget_ratio is not None,
+            provider_key=context.provider_key,
         )
 
     async def _stateless(

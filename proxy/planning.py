@@ -125,7 +125,13 @@ class Planning:
         try:
             checkpoint = await asyncio.wait_for(
                 self._summaries.make(
-                    entries, end, state.checkpoint, request.model, request.budget, "sync"
+                    entries,
+                    end,
+                    state.checkpoint,
+                    request.model,
+                    request.budget,
+                    "sync",
+                    request.provider_key,
                 ),
                 self._settings.context.summary_timeout_seconds,
             )
@@ -198,6 +204,7 @@ class Planning:
             request.model,
             request.budget,
             "background",
+            request.provider_key,
         )
         await self._summaries.store(request.key, made)
 

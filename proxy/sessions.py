@@ -210,6 +210,13 @@ class SessionStore(Protocol):
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...
 
+    async def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[SessionMeta]:
+        """Up to `limit` live sessions of `tenant` (None: every tenant), in (tenant,
+        session id) order, starting after the key `after`."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...

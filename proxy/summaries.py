@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -44,6 +45,7 @@ class Summaries:
         model: str,
         budget: int,
         mode: Literal["sync", "background"],
+        api_key: str | None = None,
     ) -> Checkpoint:
         """Fold `span` (transcript[previous.covers_until:end]) into the summary.
 
@@ -62,7 +64,7 @@ class Summaries:
             result = await summarize_span(
                 previous=previous.text if previous else None,
                 span=[stored.message for stored in span],
-                complete=self._upstream.complete_text,
+                complete=functools.partial(self._upstream.complete_text, api_key=api_key),
                 model=summary_model,
                 counter=counter,
                 budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,

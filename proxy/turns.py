@@ -23,10 +23,11 @@ SessionKey = tuple[str, str]
 class RequestContext:
     """What the HTTP layer tells the engine about a request, beyond its body."""
 
-    authorization: str | None = None
+    tenant: str = "anonymous"  # whose sessions the request sees (`proxy.auth`)
     session_id: str | None = None
     mode: Mode = "auto"
-    budget_ratio: float | None = None  # overrides context.budget_ratio
+    budget_ratio: float | None = None  # overrides context.budget_ratio, for this request only
+    provider_key: str | None = None  # passthrough: the caller's own provider key
     body: bytes = b""  # the raw request body: its size bounds its tokens
 
 
@@ -46,6 +47,10 @@ class Request:
     mode: Mode
     key: SessionKey | None
     size: int | None  # bytes of the request body, when known
+    # A budget of this request's own (`X-Context-Budget-Ratio`): it makes no summary,
+    # which later requests, on the configured budget, would have to use.
+    own_budget: bool = False
+    provider_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,8 +19,8 @@ import litellm
 import openai
 from litellm import Router
 
-from proxy.config import SECRET_REF, ConfigError, Settings
-from proxy.errors import ProxyError, redact
+from proxy.config import ConfigError, Settings
+from proxy.errors import ProxyError, configured_secrets, redact
 from proxy.limits import ModelLimits, model_limits
 from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
 
@@ -103,7 +102,7 @@ class Upstream:
                 raise ConfigError(f"router_settings: {exc}") from None
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
-        self._secrets = _secrets_of(settings)
+        self._secrets = configured_secrets(settings)
 
     def model_names(self) -> list[str]:
         return list(self._names)
@@ -121,11 +120,16 @@ class Upstream:
         return model_limits(self._settings, model)
 
     async def complete_text(
-        self, model: str, messages: list[dict[str, Any]], max_tokens: int
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        api_key: str | None = None,
     ) -> str:
         """One plain completion's text: what the summarizer needs from a model."""
         completion = await self.complete(
-            {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+            {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
+            api_key=api_key,
         )
         choices = completion.data.get("choices") or [{}]
         return str((choices[0].get("message") or {}).get("content") or "")
@@ -152,34 +156,43 @@ class Upstream:
             self._router.discard()
 
     async def complete(
-        self, params: dict[str, Any], messages_json: bytes | None = None
+        self,
+        params: dict[str, Any],
+        messages_json: bytes | None = None,
+        api_key: str | None = None,
     ) -> Completion:
-        """A completion; `messages_json`, when given, is `params["messages"]` serialized."""
+        """A completion; `messages_json`, when given, is `params["messages"]` serialized;
+        `api_key`, when given, replaces the deployment's (passthrough)."""
         params = params | {"stream": False}
         try:
             if params["model"] in self.lean_models:
-                return await self._routed(self._direct.complete, params, messages_json)
-            response = await self._call(params)
+                return await self._routed(self._direct.complete, params, messages_json, api_key)
+            response = await self._call(params, api_key)
         except Exception as exc:
-            raise self.error(exc) from None
+            raise self.error(exc, api_key) from None
         return Completion(_openai_completion(_plain(response)))
 
     async def stream(
-        self, params: dict[str, Any], messages_json: bytes | None = None
+        self,
+        params: dict[str, Any],
+        messages_json: bytes | None = None,
+        api_key: str | None = None,
     ) -> AsyncIterator[Events]:
         """The stream's events. The call is made before this returns, so errors before
         any byte is sent surface here as ordinary exceptions."""
         params = params | {"stream": True}
         try:
             if params["model"] in self.lean_models:
-                stream = await self._routed(self._direct.stream, params, messages_json)
-                return self._relayed(stream)
-            response = await self._call(params)
+                stream = await self._routed(self._direct.stream, params, messages_json, api_key)
+                return self._relayed(stream, api_key)
+            response = await self._call(params, api_key)
         except Exception as exc:
-            raise self.error(exc) from None
-        return self._chunks(response)
+            raise self.error(exc, api_key) from None
+        return self._chunks(response, api_key)
 
-    async def _routed(self, call: Any, params: dict[str, Any], messages: bytes | None) -> Any:
+    async def _routed(
+        self, call: Any, params: dict[str, Any], messages: bytes | None, api_key: str | None
+    ) -> Any:
         """`call` on the deployment the Router picks, with its retries and fallbacks."""
         assert self._router is not None
         payload = {key: value for key, value in params.items() if key != "model"}
@@ -190,34 +203,38 @@ class Upstream:
             openai_payload=payload,
             openai_messages=messages,
             timeout=self._settings.server.request_timeout_seconds,
+            **_credentials(api_key),
         )
 
-    async def _relayed(self, events: AsyncIterator[Events]) -> AsyncIterator[Events]:
+    async def _relayed(
+        self, events: AsyncIterator[Events], api_key: str | None
+    ) -> AsyncIterator[Events]:
         try:
             async for event in events:
                 yield event
         except Exception as exc:
-            raise self.error(exc) from None
+            raise self.error(exc, api_key) from None
 
-    async def _chunks(self, response: Any) -> AsyncIterator[Events]:
+    async def _chunks(self, response: Any, api_key: str | None) -> AsyncIterator[Events]:
         try:
             async for chunk in response:
                 yield Events([_openai_chunk(_plain(chunk))])
         except Exception as exc:
-            raise self.error(exc) from None
+            raise self.error(exc, api_key) from None
         finally:
             close = getattr(response, "aclose", None)
             if close is not None:
                 with contextlib.suppress(Exception):  # must not mask the real failure
                     await close()
 
-    async def _call(self, params: dict[str, Any]) -> Any:
-        timeout = self._settings.server.request_timeout_seconds
+    async def _call(self, params: dict[str, Any], api_key: str | None) -> Any:
+        options = {"timeout": self._settings.server.request_timeout_seconds}
+        options |= _credentials(api_key)
         if params["model"] in self._names and self._router is not None:
-            return await self._router.acompletion(**params, timeout=timeout)
-        return await litellm.acompletion(**params, timeout=timeout)
+            return await self._router.acompletion(**params, **options)
+        return await litellm.acompletion(**params, **options)
 
-    def error(self, exc: Exception) -> ProxyError:
+    def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
         """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
         if isinstance(exc, ProxyError):
             return exc
@@ -227,7 +244,8 @@ class Upstream:
         message = str(getattr(exc, "message", None) or exc)
         for pattern in _NOISE:
             message = pattern.sub("", message)
-        message = redact(message.strip(), self._secrets)
+        secrets = self._secrets if api_key is None else [*self._secrets, api_key]
+        message = redact(message.strip(), secrets)
         code = getattr(exc, "code", None)
         return ProxyError(
             status,
@@ -235,6 +253,11 @@ class Upstream:
             code=str(code) if code is not None else None,
             error_type=None if status < 500 else "upstream_error",
         )
+
+
+def _credentials(api_key: str | None) -> dict[str, str]:
+    """Call arguments that put the caller's own key in place of the deployment's."""
+    return {"api_key": api_key} if api_key else {}
 
 
 def _gateway_status(exc: BaseException) -> int | None:
@@ -304,21 +327,6 @@ def _openai_chunk(data: dict[str, Any]) -> dict[str, Any]:
 def _is_provider_model(model: str) -> bool:
     provider, _, name = model.partition("/")
     return bool(name) and provider in litellm.provider_list
-
-
-def _secrets_of(settings: Settings) -> list[str]:
-    """Credential values in the config (resolved), so error messages can never echo them."""
-    secrets = []
-    for entry in settings.model_list:
-        for key, value in entry.litellm_params.items():
-            if not isinstance(value, str) or not any(
-                word in key for word in ("key", "secret", "token", "password")
-            ):
-                continue
-            if value.startswith(SECRET_REF):
-                value = os.environ.get(value[len(SECRET_REF) :], "")
-            secrets.append(value)
-    return secrets
 
 
 # Routing strategies that need nothing from LiteLLM's logging callbacks: with others

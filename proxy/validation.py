@@ -7,12 +7,16 @@ byte for byte), so a long conversation is not re-validated on every turn.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from proxy.errors import ProxyError
 from proxy.upstream import CHAT_PARAMETERS
 
-__all__ = ["ROLES", "invalid", "validate_messages", "validate_parameters"]
+__all__ = ["ROLES", "invalid", "session_id", "validate_messages", "validate_parameters"]
+
+# Visible ASCII but "/": an id must be usable as one segment of /v1/sessions/{id}.
+_SESSION_ID = re.compile(r"[!-.0-~]{1,256}")
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
@@ -80,3 +84,15 @@ def _reject(message: Any, where: str) -> None:
 
 def invalid(param: str, message: str) -> ProxyError:
     return ProxyError(400, message, code="invalid_value", param=param)
+
+
+def session_id(value: str, where: str) -> str:
+    """`value` if it is a usable session id, else a 400 naming `where`."""
+    if not _SESSION_ID.fullmatch(value):
+        raise ProxyError(
+            400,
+            f"{where}: a session id is 1-256 visible ASCII characters, without `/`.",
+            code="invalid_session_id",
+            param=where,
+        )
+    return value

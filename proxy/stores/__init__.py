@@ -36,7 +36,7 @@ class TimedStore:
         self.inner = inner
         self._timers = {
             operation: metrics.STORE_DURATION.labels(name, operation)
-            for operation in ("load", "read", "commit", "delete", "ping", "lock")
+            for operation in ("load", "read", "commit", "delete", "list", "ping", "lock")
         }
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
@@ -70,6 +70,11 @@ class TimedStore:
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return await self._timed("delete", self.inner.delete(tenant, session_id))
+
+    async def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[SessionMeta]:
+        return await self._timed("list", self.inner.sessions(tenant, after, limit))
 
     async def ping(self) -> bool:
         return await self._timed("ping", self.inner.ping())

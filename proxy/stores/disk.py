@@ -127,6 +127,12 @@ class DiskSessionStore:
                 await self._call(Database.expire, inline=False)
         return done
 
+    async def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[SessionMeta]:
+        rows = await self._call(Database.sessions, tenant, after, limit, inline=False)
+        return [self._parsed(bytes(row)) for row in rows]
+
     async def delete(self, tenant: str, session_id: str) -> bool:
         _check(tenant)
         if await self._call(Database.delete, tenant, session_id):

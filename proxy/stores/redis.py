@@ -100,6 +100,7 @@ class RedisSessionStore:
         self._delete = self._redis.register_script(_DELETE)
         self._unlock = self._redis.register_script(_UNLOCK)
         self._parsed = ParsedMetas()
+        self._index = f"{prefix}:index"
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         meta_key = self._key(tenant, session_id, "meta")
@@ -144,13 +145,40 @@ class RedisSessionStore:
             *await serialized(checkpoints),
         ]
         keys = self._keys(meta.tenant, meta.session_id)
+        if expected_version == 0:  # indexed first, so no stored session is ever unlisted
+            await self._redis.zadd(self._index, {_member(meta.tenant, meta.session_id): 0})
         done = bool(await self._commit(keys=keys, args=args))
         if done:
             self._parsed.remember(data, meta)
         return done
 
     async def delete(self, tenant: str, session_id: str) -> bool:
-        return bool(await self._delete(keys=self._keys(tenant, session_id)))
+        existed = bool(await self._delete(keys=self._keys(tenant, session_id)))
+        await self._redis.zrem(self._index, _member(tenant, session_id))
+        return existed
+
+    async def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[SessionMeta]:
+        """From the index (a sorted set of `tenant:session`, ordered by bytes); entries of
+        sessions that expired meanwhile are dropped from it as they are met."""
+        prefix = f"{tenant}:".encode() if tenant is not None else b""
+        low = b"(" + _member(*after) if after else b"[" + prefix
+        high = b"[" + prefix + b"\xff" if tenant is not None else b"+"
+        found: list[SessionMeta] = []
+        while len(found) < limit:
+            members = await self._redis.zrangebylex(self._index, low, high, 0, limit)
+            if not members:
+                break
+            for member in members:
+                owner, _, session_id = member.decode().partition(":")
+                data = await self._redis.hget(self._key(owner, session_id, "meta"), "data")
+                if data is None:
+                    await self._redis.zrem(self._index, member)
+                elif len(found) < limit:
+                    found.append(self._parsed(data))
+            low = b"(" + members[-1]
+        return found
 
     async def ping(self) -> bool:
         try:
@@ -196,6 +224,7 @@ class RedisSessionStore:
         )
         # Rewritten in place, at the same version: the entries gain their chain values.
         converted = meta.evolve(checkpoints=len(checkpoints))
+        await self._redis.zadd(self._index, {_member(tenant, session_id): 0})
         await self.commit(converted, converted.version, 0, messages, checkpoints)
         return await self.load(tenant, session_id)
 
@@ -210,3 +239,7 @@ class RedisSessionStore:
         if ":" in tenant:
             raise ValueError("tenant must not contain ':'")
         return f"{self._prefix}:{{{tenant}:{session_id}}}:{suffix}"
+
+
+def _member(tenant: str, session_id: str) -> bytes:
+    return f"{tenant}:{session_id}".encode()

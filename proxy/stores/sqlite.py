@@ -95,6 +95,24 @@ class Database:
         ).fetchone()
         return row if row is not None and not _expired(row[3]) else None
 
+    def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[bytes]:
+        """Meta records of live sessions in (tenant, session) order, after `after`."""
+        where, args = ["(expires IS NULL OR expires >= ?)"], [time.time()]
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if after is not None:
+            where.append("(tenant, session) > (?, ?)")
+            args += after
+        rows = self._connection.execute(
+            f"SELECT meta FROM sessions WHERE {' AND '.join(where)}"
+            " ORDER BY tenant, session LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [row[0] for row in rows]
+
     def entries(self, table: str, tenant: str, session: str, start: int, end: int) -> list[bytes]:
         rows = self._connection.execute(
             f"SELECT entry FROM {table} WHERE tenant = ? AND session = ?"

@@ -42,10 +42,12 @@ async def test_layout_is_json_under_one_hash_tag(raw: aioredis.Redis, prefix: st
     summary = checkpoint(transcript, 2)
     assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
     assert sorted([k.decode() async for k in raw.scan_iter(match=f"{prefix}:*")]) == [
+        f"{prefix}:index",  # the sessions list, of every tenant: one key of its own
         key(prefix, "ckpts"),
         key(prefix, "meta"),
         key(prefix, "msgs"),
     ]
+    assert await raw.zrange(f"{prefix}:index", 0, -1) == [b"t1:s"]
     assert [orjson.loads(e) for e in await raw.lrange(key(prefix, "msgs"), 0, -1)] == [
         m.to_dict() for m in transcript
     ]

@@ -1,0 +1,165 @@
+"""Who is calling: proxy keys, kept as hashes, name a principal (tenant, models, limit).
+
+Every route but the health checks and `/metrics` is behind `AuthMiddleware`, which
+answers 401 or 429 before a byte of the body is read. With no key configured the proxy
+is anonymous (callers are told apart by their bearer token, if any); in `passthrough`
+mode the caller's bearer token is their own provider key, forwarded upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.config import AuthSettings, KeyEntry
+from proxy.errors import ProxyError
+from proxy.sessions import tenant_id
+
+__all__ = ["OPEN_PATHS", "Auth", "AuthMiddleware", "Principal", "credential"]
+
+# Routes a load balancer or Prometheus calls without a key; they show no session data.
+OPEN_PATHS = frozenset({"/health/live", "/health/ready", "/metrics"})
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller."""
+
+    tenant: str  # whose sessions it sees
+    admin: bool = False  # may list, read and delete every tenant's sessions
+    models: frozenset[str] | None = None  # None: every model
+    provider_key: str | None = None  # passthrough: the caller's own provider key
+    credential: str | None = None  # what the caller presented, so no error can echo it
+
+    def may_use(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    def secrets(self) -> tuple[str, ...]:
+        return (self.credential,) if self.credential else ()
+
+
+class RateLimit:
+    """A token bucket: `rpm` requests a minute, in bursts of up to `rpm`."""
+
+    def __init__(self, rpm: int) -> None:
+        self._rate = rpm / 60.0
+        self._capacity = float(rpm)
+        self._tokens = float(rpm)
+        self._updated = time.monotonic()
+        self._lock = threading.Lock()  # several event loops may share one Auth in tests
+
+    def take(self) -> float:
+        """0 when the request may go ahead, else the seconds until it could."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._rate)
+            self._updated = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return 0.0
+            return (1 - self._tokens) / self._rate
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    digest: bytes
+    entry: KeyEntry
+    admin: bool
+    limit: RateLimit | None
+
+
+class Auth:
+    def __init__(self, settings: AuthSettings, tenant_secret: bytes) -> None:
+        self.settings = settings
+        self._secret = tenant_secret
+        self._keys = [
+            _Key(
+                bytes.fromhex(entry.key_hash.removeprefix("sha256:")),
+                entry,
+                admin,
+                RateLimit(entry.rpm) if entry.rpm else None,
+            )
+            for admin, entries in ((False, settings.keys), (True, settings.admin_keys))
+            for entry in entries
+            if entry.key_hash is not None
+        ]
+
+    def authenticate(self, headers: Headers) -> Principal:
+        """The caller, or a 401/429 `ProxyError`."""
+        token = credential(headers)
+        passthrough = self.settings.mode == "passthrough"
+        if not self.settings.required():
+            return Principal(tenant_id(token, self._secret), credential=token)
+        if token is None:
+            what = "your provider API key" if passthrough else "a proxy key"
+            raise ProxyError(
+                401,
+                f"Missing credentials: pass {what} as `Authorization: Bearer …`.",
+                code="missing_api_key",
+            )
+        key = self._match(token)
+        if key is None and passthrough:
+            return Principal(tenant_id(token, self._secret), provider_key=token, credential=token)
+        if key is None:
+            raise ProxyError(401, "Invalid proxy key.", code="invalid_api_key")
+        wait = key.limit.take() if key.limit is not None else 0.0
+        if wait:
+            raise ProxyError(
+                429,
+                f"This key's limit of {key.entry.rpm} requests per minute is reached.",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        entry = key.entry
+        return Principal(
+            tenant=entry.tenant or tenant_id(token, self._secret),
+            admin=key.admin,
+            models=frozenset(entry.models) if entry.models is not None else None,
+            credential=token,
+        )
+
+    def _match(self, token: str) -> _Key | None:
+        """The key whose hash is the token's; every key is compared, in constant time."""
+        digest = hashlib.sha256(token.encode()).digest()
+        found = None
+        for key in self._keys:
+            if hmac.compare_digest(key.digest, digest):
+                found = key
+        return found
+
+
+def credential(headers: Headers) -> str | None:
+    """The caller's token: `Authorization: Bearer …`, else `x-api-key` (Anthropic's)."""
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, token = authorization.strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return headers.get("x-api-key") or None
+
+
+class AuthMiddleware:
+    """Authenticates before routing, so an unknown caller costs no body read."""
+
+    def __init__(self, app: ASGIApp, auth: Auth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = self.auth.authenticate(Headers(scope=scope))
+        except ProxyError as exc:
+            await exc.response()(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)

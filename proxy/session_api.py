@@ -1,0 +1,179 @@
+"""The sessions API: list, read, preview and delete stored conversations.
+
+A caller sees its own tenant's sessions only. An admin key may name another tenant
+(`?tenant=`) on every route, and lists every tenant's sessions when it names none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.auth import Principal
+from proxy.engine import Engine
+from proxy.errors import ProxyError
+from proxy.http import ORJSONResponse, parse_json, principal, read_body
+from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.turns import RequestContext
+from proxy.upstream import Upstream
+from proxy.validation import invalid, session_id, validate_parameters
+
+__all__ = ["SessionApi", "session_view"]
+
+DEFAULT_PAGE = 20
+LARGEST_PAGE = 100
+
+
+class SessionApi:
+    def __init__(
+        self, engine: Engine, upstream: Upstream, store: SessionStore, max_body_bytes: int
+    ) -> None:
+        self.engine = engine
+        self.upstream = upstream
+        self.store = store
+        self._max_body = max_body_bytes
+
+    async def list(self, request: Request) -> Response:
+        """`GET /v1/sessions?limit=&after=`: a page of sessions, oldest key first."""
+        caller = principal(request)
+        named = request.query_params.get("tenant")
+        tenant = _tenant(caller, named) if named is not None or not caller.admin else None
+        limit = _limit(request.query_params.get("limit"))
+        after = _cursor(request.query_params.get("after"))
+        found = await self.store.sessions(tenant, after, limit + 1)
+        page = found[:limit]
+        return ORJSONResponse(
+            {
+                "object": "list",
+                "data": [_summary(meta) for meta in page],
+                "has_more": len(found) > limit,
+                "next_after": _key(page[-1]) if len(found) > limit else None,
+            }
+        )
+
+    async def get(self, request: Request) -> Response:
+        tenant, name, meta = await self._session(request)
+        messages = await self.store.messages(tenant, name, 0, meta.length)
+        checkpoints = await self.store.checkpoints(tenant, name)
+        return ORJSONResponse(session_view(meta, messages, checkpoints))
+
+    async def delete(self, request: Request) -> Response:
+        tenant = _tenant(principal(request), request.query_params.get("tenant"))
+        name = session_id(request.path_params["session_id"], "session_id")
+        if not await self.store.delete(tenant, name):
+            raise _no_session(name)
+        return ORJSONResponse({"id": name, "object": "session.deleted", "deleted": True})
+
+    async def preview(self, request: Request) -> Response:
+        """The exact context the next request would send, without calling any model."""
+        tenant, name, _ = await self._session(request)
+        body = parse_json(await read_body(request, self._max_body))
+        body.setdefault("messages", [])
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            raise invalid("model", "`model` is required and must be a non-empty string.")
+        if body["messages"]:
+            validate_parameters(body)
+        if not principal(request).may_use(body["model"]):
+            raise model_not_allowed(body["model"])
+        self.upstream.check_model(body["model"])
+        context = RequestContext(tenant=tenant, session_id=name)
+        return ORJSONResponse(await self.engine.preview(body, context))
+
+    async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
+        tenant = _tenant(principal(request), request.query_params.get("tenant"))
+        name = session_id(request.path_params["session_id"], "session_id")
+        meta = await self.store.load(tenant, name)
+        if meta is None:
+            raise _no_session(name)
+        return tenant, name, meta
+
+
+def session_view(
+    meta: SessionMeta, messages: list[StoredMessage], checkpoints: list[Checkpoint]
+) -> dict[str, Any]:
+    """A session as the API shows it: the whole transcript, checkpoints, token stats."""
+    tokens: dict[str, int] = {}
+    for stored in messages:
+        for name, count in stored.tokens.items():
+            tokens[name] = tokens.get(name, 0) + count
+    return {
+        "id": meta.session_id,
+        "object": "session",
+        "created": meta.created,
+        "updated": meta.updated,
+        "version": meta.version,
+        "messages": [stored.message for stored in messages],
+        "checkpoints": [
+            {
+                "covers_until": c.covers_until,
+                "text": c.text,
+                "tokens": c.tokens,
+                "model": c.model,
+                "created": c.created,
+            }
+            for c in checkpoints
+        ],
+        "stats": {"messages": len(messages), "tokens": tokens},
+    }
+
+
+def model_not_allowed(model: str) -> ProxyError:
+    return ProxyError(
+        403,
+        f"This key may not use the model `{model}`.",
+        code="model_not_allowed",
+        param="model",
+    )
+
+
+def _tenant(caller: Principal, named: str | None) -> str:
+    """The tenant a request addresses: the caller's own, or for an admin the one named."""
+    if named is None or named == caller.tenant:
+        return caller.tenant
+    if not caller.admin:
+        raise ProxyError(
+            403, "Only an admin key may name a tenant.", code="permission_denied", param="tenant"
+        )
+    if not named or ":" in named:
+        raise invalid("tenant", "`tenant` must be a tenant name, without `:`.")
+    return named
+
+
+def _limit(value: str | None) -> int:
+    if value is None:
+        return DEFAULT_PAGE
+    if not value.isdigit() or not 1 <= int(value) <= LARGEST_PAGE:
+        raise invalid("limit", f"`limit` must be an integer from 1 to {LARGEST_PAGE}.")
+    return int(value)
+
+
+def _cursor(value: str | None) -> tuple[str, str] | None:
+    """`after`: the `next_after` of the previous page, `tenant:session`."""
+    if value is None:
+        return None
+    tenant, colon, name = value.partition(":")
+    if not colon or not tenant or not name:
+        raise invalid("after", "`after` must be the `next_after` value of the previous page.")
+    return tenant, name
+
+
+def _key(meta: SessionMeta) -> str:
+    return f"{meta.tenant}:{meta.session_id}"
+
+
+def _summary(meta: SessionMeta) -> dict[str, Any]:
+    return {
+        "id": meta.session_id,
+        "object": "session",
+        "tenant": meta.tenant,
+        "created": meta.created,
+        "updated": meta.updated,
+        "version": meta.version,
+        "messages": meta.length,
+    }
+
+
+def _no_session(name: str) -> ProxyError:
+    return ProxyError(404, f"No session `{name}`.", code="session_not_found")
