@@ -23,7 +23,8 @@ import yaml
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
-from proxy.config import ENV_PREFIX, ConfigError, Settings, load_settings
+from proxy.cli import anonymous_refusal
+from proxy.config import ENV_PREFIX, AuthSettings, ConfigError, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -154,13 +155,25 @@ def k8s_environment(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+# What the example config's `os.environ/` references need, as a deployment provides it.
+EXAMPLE_ENV = {
+    "OPENAI_API_KEY": "sk-example",
+    "PROXY_API_KEY": "proxy-key-example",
+    "PROXY_ADMIN_KEY": "proxy-admin-key-example",
+}
+
+
 def secret_refs(config: Path) -> set[str]:
     """Environment variables the config's `os.environ/VAR` references need."""
     data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    auth = data.get("auth") or {}
+    values = [
+        *(v for entry in data.get("model_list", []) for v in entry["litellm_params"].values()),
+        *(entry.get("key") for entry in [*auth.get("keys", []), *auth.get("admin_keys", [])]),
+    ]
     return {
         value.removeprefix("os.environ/")
-        for entry in data.get("model_list", [])
-        for value in entry["litellm_params"].values()
+        for value in values
         if isinstance(value, str) and value.startswith("os.environ/")
     }
 
@@ -358,7 +371,7 @@ def test_dockerfile_healthcheck(dockerfile: list[Instruction], client: TestClien
 
 
 def test_example_config_loads() -> None:
-    settings = load_settings(CONFIG, environ={"OPENAI_API_KEY": "x"})
+    settings = load_settings(CONFIG, environ=EXAMPLE_ENV)
     assert settings.server.host == "0.0.0.0"
     assert settings.server.port == PORT
     assert settings.server.workers == 1
@@ -369,10 +382,33 @@ def test_example_config_loads() -> None:
         assert entry.litellm_params.get("api_key") == "os.environ/OPENAI_API_KEY"
 
 
-def test_example_config_needs_its_key() -> None:
-    """The secret reference is real: without the variable the proxy refuses to start."""
-    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        load_settings(CONFIG, environ={})
+@pytest.mark.parametrize("variable", sorted(EXAMPLE_ENV))
+def test_example_config_needs_its_keys(variable: str) -> None:
+    """The secret references are real: without one the proxy refuses to start."""
+    environ = {name: value for name, value in EXAMPLE_ENV.items() if name != variable}
+    with pytest.raises(ConfigError, match=variable):
+        load_settings(CONFIG, environ=environ)
+
+
+@pytest.mark.parametrize("config", [CONFIG, K8S / "10-configmap.yaml"], ids=["compose", "k8s"])
+def test_every_deploy_file_turns_keys_on(config: Path, tmp_path: Path) -> None:
+    """Deployed, the proxy listens on every interface: it must never serve without keys,
+    and the keys come from the environment (a Secret), not from the file."""
+    text = config.read_text(encoding="utf-8")
+    if config.parent == K8S:
+        (config_map,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "ConfigMap"]
+        text = config_map["data"]["config.yaml"]
+    raw = yaml.safe_load(text)
+    for entry in [*raw["auth"]["keys"], *raw["auth"]["admin_keys"]]:
+        assert entry["key"].startswith("os.environ/"), "a key in a file is a leaked key"
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    settings = load_settings(path, environ=EXAMPLE_ENV)
+    assert settings.auth.mode == "keys" and settings.auth.keys and settings.auth.admin_keys
+    assert not settings.auth.allow_anonymous
+    assert anonymous_refusal(settings, settings.server.host) is None
+    anonymous = settings.model_copy(update={"auth": AuthSettings()})
+    assert anonymous_refusal(anonymous, settings.server.host) is not None
 
 
 # --- docker-compose -------------------------------------------------------------------
@@ -438,7 +474,7 @@ def test_compose_environment_is_valid(services: dict[str, dict[str, Any]]) -> No
 
 
 def test_compose_redis_matches_the_config(services: dict[str, dict[str, Any]]) -> None:
-    url = urlsplit(load_settings(CONFIG, environ={"OPENAI_API_KEY": "x"}).session.redis_url)
+    url = urlsplit(load_settings(CONFIG, environ=EXAMPLE_ENV).session.redis_url)
     assert url.hostname in services
     redis = services[url.hostname]
     assert str(redis["image"]).split(":")[0] == "redis"
@@ -494,8 +530,6 @@ def test_grafana_mounts(services: dict[str, dict[str, Any]]) -> None:
 
 
 def test_grafana_dashboard_provider_path(services: dict[str, dict[str, Any]]) -> None:
-    if not GRAFANA_DASHBOARD_PROVIDERS.exists():
-        pytest.skip("grafana/provisioning/dashboards/dashboards.yml not written yet")
     mounts = {m.source: m.target for m in compose_mounts(services["grafana"]) if is_bind(m)}
     target = PurePosixPath(mounts["../grafana/dashboards"])
     (providers,) = yaml_docs(GRAFANA_DASHBOARD_PROVIDERS)
@@ -506,9 +540,8 @@ def test_grafana_dashboard_provider_path(services: dict[str, dict[str, Any]]) ->
 
 
 def test_grafana_datasource_points_at_prometheus(services: dict[str, dict[str, Any]]) -> None:
-    files = sorted(GRAFANA_DATASOURCES.glob("*.y*ml")) if GRAFANA_DATASOURCES.exists() else []
-    if not files:
-        pytest.skip("no Grafana datasource provisioned yet")
+    files = sorted(GRAFANA_DATASOURCES.glob("*.y*ml"))
+    assert files, f"no Grafana datasource in {GRAFANA_DATASOURCES}"
     urls = [
         source["url"]
         for path in files
@@ -542,7 +575,7 @@ def test_k8s_configmap_is_the_example_config(k8s: list[dict[str, Any]], tmp_path
     assert yaml.safe_load(content) == yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
     path = tmp_path / "config.yaml"
     path.write_text(content, encoding="utf-8")
-    assert load_settings(path, environ={"OPENAI_API_KEY": "x"}).server.port == PORT
+    assert load_settings(path, environ=EXAMPLE_ENV).server.port == PORT
 
 
 def test_k8s_deployment(
@@ -673,7 +706,7 @@ def test_k8s_service_monitor(
 def test_k8s_redis_matches_the_config(
     k8s: list[dict[str, Any]], proxy_deployment: dict[str, Any]
 ) -> None:
-    url = urlsplit(load_settings(CONFIG, environ={"OPENAI_API_KEY": "x"}).session.redis_url)
+    url = urlsplit(load_settings(CONFIG, environ=EXAMPLE_ENV).session.redis_url)
     service = named(k8s, "Service", str(url.hostname))
     assert service["metadata"]["namespace"] == proxy_deployment["metadata"]["namespace"]
     assert (url.port or 6379) in [port["port"] for port in service["spec"]["ports"]]

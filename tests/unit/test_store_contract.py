@@ -137,6 +137,40 @@ async def test_tenants_and_odd_session_ids_are_isolated(store: SessionStore) -> 
         await store.load("t1:x", "s")  # would alias tenant "t1", session "x:s"
 
 
+async def test_sessions_are_listed_per_tenant_in_pages(make_store: Any) -> None:
+    store, expiring = make_store(), make_store(ttl_seconds=0.3)
+    keys = [("a", "s1"), ("a", "s2"), ("a.b", "s0"), ("b", "s1"), ("b", "s3")]
+    for tenant, session_id in keys:
+        transcript = entries(f"{tenant}/{session_id}")
+        assert await store.commit(
+            meta(transcript, tenant=tenant, session_id=session_id), 0, 0, transcript
+        )
+
+    def listed(found: list[Any]) -> list[tuple[str, str]]:
+        return [(m.tenant, m.session_id) for m in found]
+
+    everything = listed(await store.sessions(None, None, 10))
+    assert sorted(everything) == sorted(keys)  # each backend has an order of its own
+    pages: list[tuple[str, str]] = []
+    after = None
+    while page := listed(await store.sessions(None, after, 2)):
+        assert len(page) <= 2
+        pages += page
+        after = page[-1]
+    assert pages == everything  # the pages, in order, are the whole list
+    assert listed(await store.sessions("a", None, 10)) == [("a", "s1"), ("a", "s2")]
+    assert listed(await store.sessions("a", ("a", "s1"), 10)) == [("a", "s2")]
+    assert listed(await store.sessions("c", None, 10)) == []
+
+    assert await store.delete("b", "s1")
+    assert listed(await store.sessions("b", None, 10)) == [("b", "s3")]
+    gone = entries("short-lived")
+    assert await expiring.commit(meta(gone, tenant="c", session_id="x"), 0, 0, gone)
+    assert listed(await store.sessions("c", None, 10)) == [("c", "x")]
+    await asyncio.sleep(0.6)
+    assert listed(await store.sessions("c", None, 10)) == []
+
+
 async def test_concurrent_commits_one_winner_per_version(make_store: Any) -> None:
     stores = [make_store() for _ in range(4)]
     base = entries("u1", "a1")
