@@ -43,10 +43,19 @@ def gguf_path() -> Path:
     )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
+@contextmanager
+def held_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A free port on `host`, kept bound (not listening) until the block ends.
+
+    A port probed and released could be taken by anyone before the server it was meant
+    for binds it. Held with SO_REUSEADDR, it stays ours, yet a server that sets
+    SO_REUSEADDR too (uvicorn, redis-server, Prometheus all do) can bind and listen on
+    it meanwhile, which Linux allows while the holder is not listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -121,8 +130,14 @@ def local_model_server(n_ctx: int = 2048, startup_seconds: float = 120) -> Itera
     if importlib.util.find_spec("llama_cpp") is None:
         raise LocalModelUnavailable("llama-cpp-python is not installed: pip install -e '.[local]'")
     model = gguf_path()
-    port = free_port()
-    command = [
+    with held_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        with running_server(_llama_command(model, port, n_ctx), url + "/models", startup_seconds):
+            yield url
+
+
+def _llama_command(model: Path, port: int, n_ctx: int) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "llama_cpp.server",
@@ -135,6 +150,3 @@ def local_model_server(n_ctx: int = 2048, startup_seconds: float = 120) -> Itera
         "--seed", "7",
         "--verbose", "False",
     ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    with running_server(command, url + "/models", startup_seconds):
-        yield url

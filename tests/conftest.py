@@ -83,6 +83,15 @@ def lean(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server of the test session's own, on a loopback port it holds."""
+    from tests.redis_servers import redis_server
+
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A three-node Redis Cluster on loopback, for the whole test session."""
     from tests.redis_servers import redis_cluster

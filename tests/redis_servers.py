@@ -1,5 +1,6 @@
-"""Redis Cluster for tests: three `redis-server --cluster-enabled yes` nodes on loopback,
-joined by `redis-cli --cluster create`, each in a temporary directory of its own."""
+"""Redis for tests, started by the tests themselves on loopback ports they hold: one
+server, and a Redis Cluster of three `redis-server --cluster-enabled yes` nodes joined
+by `redis-cli --cluster create`, each in a temporary directory of its own."""
 
 from __future__ import annotations
 
@@ -10,14 +11,23 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from proxy.local import free_port
+from proxy.local import held_port
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """Yields a `redis_url` for a server of its own (no persistence)."""
+    with tempfile.TemporaryDirectory(prefix="redis-") as directory, held_port() as port:
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
+        with _running([*command, "--dir", directory, "--save", "", "--appendonly", "no"], port):
+            yield f"redis://127.0.0.1:{port}/0"
 
 
 @contextmanager
 def redis_cluster(nodes: int = 3) -> Iterator[str]:
     """Yields a `redis_url` for the cluster (any node's address, `?cluster=true`)."""
     with tempfile.TemporaryDirectory(prefix="redis-cluster-") as directory, ExitStack() as stack:
-        ports = [free_port() for _ in range(nodes)]
+        ports = [stack.enter_context(held_port()) for _ in range(nodes)]
         for port in ports:
             stack.enter_context(_node(Path(directory), port))
         addresses = [f"127.0.0.1:{port}" for port in ports]
@@ -37,17 +47,24 @@ def redis_cluster(nodes: int = 3) -> Iterator[str]:
 def _node(directory: Path, port: int) -> Iterator[None]:
     home = directory / str(port)
     home.mkdir()
-    command = [
-        "redis-server",
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--cluster-enabled", "yes",
-        "--cluster-port", str(free_port()),  # the default, port + 10000, may not exist
-        "--cluster-config-file", str(home / "nodes.conf"),
-        "--dir", str(home),
-        "--save", "",
-        "--appendonly", "no",
-    ]  # fmt: skip
+    with held_port() as bus:  # the default, port + 10000, may not exist
+        command = [
+            "redis-server",
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--cluster-enabled", "yes",
+            "--cluster-port", str(bus),
+            "--cluster-config-file", str(home / "nodes.conf"),
+            "--dir", str(home),
+            "--save", "",
+            "--appendonly", "no",
+        ]  # fmt: skip
+        with _running(command, port):
+            yield
+
+
+@contextmanager
+def _running(command: list[str], port: int) -> Iterator[None]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

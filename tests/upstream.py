@@ -61,6 +61,7 @@ class FakeUpstream:
     default: Reply = field(default_factory=Reply)
     base_url: str = ""
     record: bool = True  # keep every request (benchmarks turn it off to save memory)
+    in_flight: int = 0  # requests being answered right now
     exact_usage: bool = True  # tiktoken usage; off: a cheap estimate, so benchmarks time the proxy
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -88,6 +89,13 @@ class FakeUpstream:
         return JSONResponse({"object": "list", "data": []})
 
     async def _chat(self, request: Request) -> Response:
+        self.in_flight += 1
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         if self.record:
             self.requests.append(Received(request.url.path, dict(request.headers), body))

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from proxy.local import free_port, running_server
+from proxy.local import held_port, running_server
 from tests.benchmarks.conversations import MODEL
 
 UPSTREAM_KEY = "sk-bench-upstream"
@@ -46,42 +46,42 @@ def model_list(upstream_url: str, max_input_tokens: int = HUGE_WINDOW) -> list[d
 @contextmanager
 def upstream() -> Iterator[str]:
     """The test upstream in its own process; yields its `/v1` base URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "tests.benchmarks.upstream_server", str(port)]
-    url = f"http://127.0.0.1:{port}/v1"
-    with running_server(command, url + "/models", cwd=_ROOT):
-        yield url
+    with held_port() as port:
+        command = [sys.executable, "-m", "tests.benchmarks.upstream_server", str(port)]
+        url = f"http://127.0.0.1:{port}/v1"
+        with running_server(command, url + "/models", cwd=_ROOT):
+            yield url
 
 
 @contextmanager
 def context_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
     """`context-proxy serve` with `config` (one worker); yields its base URL."""
-    port = free_port()
-    config = {
-        **config,
-        "session": {"path": str(directory / "sessions"), **config.get("session", {})},
-    }
-    path = directory / "context-proxy.yaml"
-    path.write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
-    command += ["--port", str(port)]
-    url = f"http://127.0.0.1:{port}"
-    with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()):
-        yield url
+    with held_port() as port:
+        config = {
+            **config,
+            "session": {"path": str(directory / "sessions"), **config.get("session", {})},
+        }
+        path = directory / "context-proxy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+        command += ["--port", str(port)]
+        url = f"http://127.0.0.1:{port}"
+        with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()):
+            yield url
 
 
 @contextmanager
 def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
     """LiteLLM's proxy (one worker) on the same config; yields its base URL."""
     executable = litellm_proxy_executable()
-    port = free_port()
-    path = directory / "litellm.yaml"
-    path.write_text(yaml.safe_dump(config))
-    command = [str(executable), "--config", str(path), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--num_workers", "1"]
-    url = f"http://127.0.0.1:{port}"
-    with running_server(command, url + "/health/liveliness", seconds=180, env=_quiet_env()):
-        yield url
+    with held_port() as port:
+        path = directory / "litellm.yaml"
+        path.write_text(yaml.safe_dump(config))
+        command = [str(executable), "--config", str(path), "--host", "127.0.0.1"]
+        command += ["--port", str(port), "--num_workers", "1"]
+        url = f"http://127.0.0.1:{port}"
+        with running_server(command, url + "/health/liveliness", seconds=180, env=_quiet_env()):
+            yield url
 
 
 def litellm_proxy_executable() -> Path:

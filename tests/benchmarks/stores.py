@@ -10,44 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from proxy.local import free_port
 from proxy.sessions import SessionMeta, SessionStore, StoredMessage
 from proxy.stores.disk import DiskSessionStore
 from proxy.stores.redis import RedisSessionStore
+from tests.redis_servers import redis_server
 from tests.unit.sessions_factory import entries, meta
 
 SIZES = (10, 1_000, 10_000)
 _BATCH = 1_000  # messages per commit while filling a session
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis-server of the benchmark's own on a free loopback port."""
-    port = free_port()
-    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    process = subprocess.Popen([*command, "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
-            ).stdout.strip()
-            != "PONG"
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 async def fill(store: SessionStore, session: str, size: int) -> SessionMeta:

@@ -11,18 +11,24 @@ from pathlib import Path
 import httpx
 import openai
 
-from proxy.local import free_port
+from proxy.local import held_port
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream
 
 NONET = Path(__file__).resolve().parent.parent / "nonet"
 
 
-def start(args: list[str], netlog: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    env = os.environ | {
+def guarded_env(netlog: Path) -> dict[str, str]:
+    """An environment whose Python processes refuse, and log to `netlog`, every
+    connection to another host (`tests/nonet/sitecustomize.py`)."""
+    return os.environ | {
         "PYTHONPATH": os.pathsep.join([str(NONET), os.environ.get("PYTHONPATH", "")]),
         "TEST_NETWORK_LOG": str(netlog),
     }
+
+
+def start(args: list[str], netlog: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    env = guarded_env(netlog)
     env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)  # the proxy must set it itself
     env.pop("TIKTOKEN_CACHE_DIR", None)
     command = [sys.executable, "-m", "proxy.cli", "serve", *args]
@@ -53,18 +59,42 @@ def stop(process: subprocess.Popen[bytes]) -> str:
     return output.decode() if output else ""
 
 
+# Checks the guard is in place before anything could leave the machine, then resolves a
+# name that is never looked up: the guard refuses it and logs the attempt.
+GUARD_PROBE = """
+import socket, sys
+if socket.getaddrinfo.__qualname__ != "_guarded_getaddrinfo":
+    sys.exit(3)
+try:
+    socket.getaddrinfo("guard-probe.invalid", 443)
+except OSError as exc:
+    sys.exit(0 if exc.errno == 101 else 4)
+sys.exit(5)
+"""
+
+
+def test_the_network_guard_is_active(tmp_path: Path) -> None:
+    """The no-network tests below prove something only while the guard is loaded."""
+    netlog = tmp_path / "net.log"
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD_PROBE], env=guarded_env(netlog), timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, "the no-network guard is not active in guarded processes"
+    assert netlog.read_text() == "resolve guard-probe.invalid\n"
+
+
 def test_serve_with_no_config_and_no_network(tmp_path: Path) -> None:
     netlog = tmp_path / "net.log"
-    port = free_port()
-    process = start(["--port", str(port)], netlog, tmp_path)
-    try:
-        seconds = wait_ready(f"http://127.0.0.1:{port}", process)
-        print(f"ready in {seconds:.1f}s")
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"] == []
-    finally:
-        stop(process)
-    attempts = netlog.read_text() if netlog.exists() else ""
-    assert attempts == "", f"the proxy tried to reach the network:\n{attempts}"
+    with held_port() as port:
+        process = start(["--port", str(port)], netlog, tmp_path)
+        try:
+            seconds = wait_ready(f"http://127.0.0.1:{port}", process)
+            print(f"ready in {seconds:.1f}s")
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"] == []
+        finally:
+            stop(process)
+        attempts = netlog.read_text() if netlog.exists() else ""
+        assert attempts == "", f"the proxy tried to reach the network:\n{attempts}"
 
 
 def test_serve_config_file_routes_to_upstream(tmp_path: Path, upstream: FakeUpstream) -> None:
@@ -76,23 +106,23 @@ def test_serve_config_file_routes_to_upstream(tmp_path: Path, upstream: FakeUpst
     path.write_text(yaml.safe_dump(config))
     os.environ["TEST_UPSTREAM_KEY"] = "sk-from-environment-123456"
     netlog = tmp_path / "net.log"
-    port = free_port()
-    process = start(
-        ["--config", str(path), "--host", "127.0.0.1", "--port", str(port)], netlog, tmp_path
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", process)
-        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
-        reply = sdk.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "yo"}]
+    with held_port() as port:
+        process = start(
+            ["--config", str(path), "--host", "127.0.0.1", "--port", str(port)], netlog, tmp_path
         )
-        assert reply.choices[0].message.content == "echo: yo"
-    finally:
-        stop(process)
-        del os.environ["TEST_UPSTREAM_KEY"]
-    received = upstream.chat_requests()[-1]
-    assert received.headers["authorization"] == "Bearer sk-from-environment-123456"
-    assert not netlog.exists() or netlog.read_text() == ""
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", process)
+            sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+            reply = sdk.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "yo"}]
+            )
+            assert reply.choices[0].message.content == "echo: yo"
+        finally:
+            stop(process)
+            del os.environ["TEST_UPSTREAM_KEY"]
+        received = upstream.chat_requests()[-1]
+        assert received.headers["authorization"] == "Bearer sk-from-environment-123456"
+        assert not netlog.exists() or netlog.read_text() == ""
 
 
 def test_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:

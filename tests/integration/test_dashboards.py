@@ -24,7 +24,7 @@ import yaml
 from prometheus_client import Counter, Gauge, Histogram
 
 from proxy import metrics
-from proxy.local import free_port, running_server
+from proxy.local import held_port, running_server
 from proxy.summarize import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
@@ -232,16 +232,16 @@ def running_prometheus(binary: str, scrape: str, workdir: Path) -> Iterator[str]
     }
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    command = [
-        binary,
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with running_server(command, url + "/-/ready", seconds=20):
-        yield url
+    with held_port() as port:
+        command = [
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        url = f"http://127.0.0.1:{port}"
+        with running_server(command, url + "/-/ready", seconds=20):
+            yield url
 
 
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.local import free_port
+from proxy.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_cli import stop, wait_ready
 from tests.integration.test_sessions import is_summarizer, small_model, words
@@ -137,26 +137,19 @@ def serve_process(tmp_path: Path, upstream: FakeUpstream, *args: str, **env: str
     config["session"] = {"path": str(tmp_path / "sessions")}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    port = free_port()
     log = (tmp_path / "proxy.log").open("w+")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "serve",
-            "--config",
-            str(path),
-            "--port",
-            str(port),
-            *args,
-        ],
-        env=os.environ | env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-    )
-    return process, f"http://127.0.0.1:{port}", log
+    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+    with held_port() as port:  # until the proxy listens on it
+        process = subprocess.Popen(
+            [*command, "--port", str(port), *args],
+            env=os.environ | env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process)
+    return process, url, log
 
 
 def test_two_workers_count_each_request_once(tmp_path: Path, upstream: FakeUpstream) -> None:

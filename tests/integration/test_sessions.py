@@ -14,6 +14,7 @@ import pytest
 from proxy.summarize import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
+from tests.waiting import eventually
 
 SESSION = "X-Session-Id"
 SMALL_WINDOW = {"max_input_tokens": 1000}
@@ -402,12 +403,12 @@ def test_summary_model_writes_the_summaries(upstream: FakeUpstream, start_proxy)
 
 
 def test_replicas_sharing_redis_make_one_background_summary(
-    upstream: FakeUpstream, start_proxy
+    upstream: FakeUpstream, start_proxy, redis_url: str
 ) -> None:
     """Two proxies on one Redis store: a session's background summary is made once."""
     shared = {
         "store": "redis",
-        "redis_url": "redis://127.0.0.1:6379/0",
+        "redis_url": redis_url,
         "tenant_secret": "shared-secret",
     }
     first = start_proxy(small_model(upstream, session=shared))
@@ -431,7 +432,12 @@ def test_replicas_sharing_redis_make_one_background_summary(
         url = first if turn % 2 == 0 else second
         assert chat(sdk(url, session), messages).headers["X-Context-Compression"] == "none"
         messages.append({"role": "assistant", "content": "noted"})
-    time.sleep(4)  # both replicas' background tasks have finished or given way
+    # Both replicas' background tasks have finished or given way: the summary is stored
+    # and the upstream is answering nothing.
+    eventually(
+        lambda: stored(first, session).json()["checkpoints"] and upstream.in_flight == 0,
+        "the background summary",
+    )
     summarized: list[str] = []
     for request in upstream.chat_requests():
         if is_summarizer(request.body):

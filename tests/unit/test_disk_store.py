@@ -15,6 +15,7 @@ import orjson
 from proxy.stores import DiskSessionStore
 from proxy.stores.disk import FILE
 from tests.unit.sessions_factory import entries, meta
+from tests.waiting import eventually_async
 
 
 def rows(directory: Path, query: str) -> list[tuple[Any, ...]]:
@@ -96,8 +97,11 @@ async def test_an_idle_session_is_swept_with_its_messages(tmp_path: Path) -> Non
     store = DiskSessionStore(str(tmp_path), ttl_seconds=0.3)
     idle = entries("u", "a")
     assert await store.commit(meta(idle, session_id="idle"), 0, 0, idle)
-    await asyncio.sleep(0.5)
-    assert await store.load("t1", "idle") is None  # gone for readers at once
+
+    async def gone() -> bool:  # for readers at once, once the TTL passed
+        return await store.load("t1", "idle") is None
+
+    await eventually_async(gone, "the TTL to pass")
     live = entries("u0")
     assert await store.commit(meta(live, session_id="live"), 0, 0, live)
     for turn in range(1, 100):  # the hundredth commit sweeps

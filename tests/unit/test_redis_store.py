@@ -13,12 +13,10 @@ import redis.asyncio as aioredis
 from proxy.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
-URL = "redis://127.0.0.1:6379/0"
-
 
 @pytest.fixture
-async def raw() -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(URL)
+async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
     yield client
     await client.aclose()
 
@@ -36,8 +34,10 @@ def key(prefix: str, suffix: str) -> str:
     return f"{prefix}:{{t1:s}}:{suffix}"
 
 
-async def test_layout_is_json_under_one_hash_tag(raw: aioredis.Redis, prefix: str) -> None:
-    store = RedisSessionStore(URL, prefix=prefix)
+async def test_layout_is_json_under_one_hash_tag(
+    raw: aioredis.Redis, prefix: str, redis_url: str
+) -> None:
+    store = RedisSessionStore(redis_url, prefix=prefix)
     transcript = entries("u1", "a1")
     summary = checkpoint(transcript, 2)
     assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
@@ -56,8 +56,10 @@ async def test_layout_is_json_under_one_hash_tag(raw: aioredis.Redis, prefix: st
     await store.close()
 
 
-async def test_a_turn_pushes_only_its_new_messages(raw: aioredis.Redis, prefix: str) -> None:
-    store = RedisSessionStore(URL, prefix=prefix)
+async def test_a_turn_pushes_only_its_new_messages(
+    raw: aioredis.Redis, prefix: str, redis_url: str
+) -> None:
+    store = RedisSessionStore(redis_url, prefix=prefix)
     transcript = entries(*(f"m{i}" for i in range(2500)))  # several RPUSH chunks
     assert await store.commit(meta(transcript), 0, 0, transcript)
     # Tamper with a stored entry behind the store's back: a rewrite would restore it.
@@ -71,8 +73,10 @@ async def test_a_turn_pushes_only_its_new_messages(raw: aioredis.Redis, prefix: 
     await store.close()
 
 
-async def test_every_key_of_a_session_expires_together(raw: aioredis.Redis, prefix: str) -> None:
-    store = RedisSessionStore(URL, ttl_seconds=30, prefix=prefix)
+async def test_every_key_of_a_session_expires_together(
+    raw: aioredis.Redis, prefix: str, redis_url: str
+) -> None:
+    store = RedisSessionStore(redis_url, ttl_seconds=30, prefix=prefix)
     transcript = entries("u1", "a1")
     summary = checkpoint(transcript, 2)
     assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])

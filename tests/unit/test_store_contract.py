@@ -20,8 +20,8 @@ from proxy.sessions import SessionStore
 from proxy.stores import DiskSessionStore
 from proxy.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
+from tests.waiting import eventually_async
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 LEGACY = json.loads((Path(__file__).parent / "fixtures" / "session-0.1.json").read_text())
 
 
@@ -37,7 +37,11 @@ async def make_store(
     """Stores of one backend sharing one place (a directory, a key prefix)."""
     stores: list[SessionStore] = []
     prefix = f"cp-test-{uuid.uuid4().hex}"
-    url = request.getfixturevalue("redis_cluster_url") if backend == "redis-cluster" else REDIS_URL
+    url = ""
+    if backend != "disk":
+        url = request.getfixturevalue(
+            "redis_cluster_url" if backend == "redis-cluster" else "redis_url"
+        )
 
     def make(ttl_seconds: float | None = None) -> SessionStore:
         if backend == "disk":
@@ -167,8 +171,11 @@ async def test_sessions_are_listed_per_tenant_in_pages(make_store: Any) -> None:
     gone = entries("short-lived")
     assert await expiring.commit(meta(gone, tenant="c", session_id="x"), 0, 0, gone)
     assert listed(await store.sessions("c", None, 10)) == [("c", "x")]
-    await asyncio.sleep(0.6)
-    assert listed(await store.sessions("c", None, 10)) == []
+
+    async def unlisted() -> bool:
+        return listed(await store.sessions("c", None, 10)) == []
+
+    await eventually_async(unlisted, "the expired session to leave the list")
 
 
 async def test_concurrent_commits_one_winner_per_version(make_store: Any) -> None:
@@ -195,8 +202,11 @@ async def test_ttl_expiry(make_store: Any) -> None:
     transcript = entries("u1", "a1")
     assert await store.commit(meta(transcript), 0, 0, transcript)
     assert await store.load("t1", "s") is not None
-    await asyncio.sleep(0.6)
-    assert await store.load("t1", "s") is None
+
+    async def expired() -> bool:
+        return await store.load("t1", "s") is None
+
+    await eventually_async(expired, "the session's TTL to pass")
     assert await store.commit(meta(transcript), 0, 0, transcript)  # expired counts as absent
 
 
@@ -211,9 +221,14 @@ async def test_summary_lock(make_store: Any) -> None:
     await first.unlock("t1", "s", token)
     again = await second.try_lock("t1", "s", 0.2)
     assert again is not None
-    await asyncio.sleep(0.4)  # expired: a crashed holder does not block forever
-    late = await first.try_lock("t1", "s", 10)
-    assert late is not None
+
+    tokens: list[str | None] = []
+
+    async def retaken() -> bool:  # expired: a crashed holder does not block forever
+        tokens.append(await first.try_lock("t1", "s", 10))
+        return tokens[-1] is not None
+
+    await eventually_async(retaken, "the lock to expire")
     await second.unlock("t1", "s", again)  # a stale holder cannot release the new lock
     assert await second.try_lock("t1", "s", 10) is None
 
@@ -258,8 +273,8 @@ async def _write_legacy(backend: str, make_store: Any) -> None:
     await raw.aclose()
 
 
-def test_cluster_urls_pick_the_cluster_client(redis_cluster_url: str) -> None:
-    assert isinstance(connect(REDIS_URL), aioredis.Redis)
+def test_cluster_urls_pick_the_cluster_client(redis_url: str, redis_cluster_url: str) -> None:
+    assert isinstance(connect(redis_url), aioredis.Redis)
     assert not isinstance(connect(redis_cluster_url), aioredis.Redis)
     with pytest.raises(ValueError):
-        RedisSessionStore(REDIS_URL, prefix="a{b}")
+        RedisSessionStore(redis_url, prefix="a{b}")
