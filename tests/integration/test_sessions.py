@@ -291,6 +291,41 @@ def test_budget_ratio_header(upstream: FakeUpstream, start_proxy) -> None:
             chat(sdk(url, **{"X-Context-Budget-Ratio": bad}), messages)
 
 
+def test_a_budget_ratio_header_affects_only_its_own_request(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    """A tighter budget for one request truncates that request; it makes no summary,
+    which every later request, on the configured budget, would have had to use."""
+    url = start_proxy(small_model(upstream))
+    upstream.default = Reply(
+        respond=lambda body: "The user listed words." if is_summarizer(body) else "noted"
+    )
+    history: list[dict[str, Any]] = []
+    for turn in range(4):  # about 350 tokens: under summarize_at (560), over 0.3 × 1000
+        history += [
+            {"role": "user", "content": words(25, f"t{turn}w")},
+            {"role": "assistant", "content": "noted"},
+        ]
+    history.append({"role": "user", "content": "and now?"})
+    tight = chat(sdk(url, "tight", **{"X-Context-Budget-Ratio": "0.3"}), history)
+    assert tight.headers["X-Context-Compression"] == "truncated"
+    assert count_prompt_tokens(upstream.chat_requests()[-1].body) <= 300
+    assert not any(is_summarizer(r.body) for r in upstream.chat_requests())
+    assert stored(url, "tight").json()["checkpoints"] == []
+
+    following = [
+        *history,
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "ok"},
+    ]
+    after_tight = chat(sdk(url, "tight"), following)
+    chat(sdk(url, "control"), history)
+    chat(sdk(url, "control"), following)
+    assert after_tight.headers["X-Context-Compression"] == "none"
+    sent = model_requests(upstream)
+    assert sent[1]["messages"] == sent[3]["messages"] == following
+
+
 def test_output_reservation_and_overflow(upstream: FakeUpstream, start_proxy) -> None:
     url = start_proxy(small_model(upstream))
     client = sdk(url)

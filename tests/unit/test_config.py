@@ -117,3 +117,21 @@ def test_bad_env_override_names_it(name: str, value: str, key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(None, environ={name: value})
     assert key in str(caught.value)
+
+
+@pytest.mark.parametrize("word", ["off", "Off", "no", "false"])
+def test_context_mode_off_reads_as_written(tmp_path: Path, word: str) -> None:
+    """YAML 1.1 reads a bare `off` as false: the file and the variable both mean off."""
+    path = write(tmp_path, f"context:\n  mode: {word}\n")
+    assert load_settings(path, environ={}).context.mode == "off"
+    environ = {"CONTEXT_PROXY_CONTEXT_MODE": word}
+    assert load_settings(None, environ=environ).context.mode == "off"
+
+
+def test_context_mode_on_is_auto(tmp_path: Path) -> None:
+    assert (
+        load_settings(write(tmp_path, "context:\n  mode: on\n"), environ={}).context.mode == "auto"
+    )
+    assert (
+        load_settings(None, environ={"CONTEXT_PROXY_CONTEXT_MODE": "auto"}).context.mode == "auto"
+    )
