@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from proxy.history import pause
 from proxy.http import ORJSONResponse, parse_json, principal, read_body
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.openai_compatible import Events
+from proxy.redaction import Redactor
 from proxy.replies import StreamedReply, reply_message
 from proxy.session_api import SessionApi, model_not_allowed
 from proxy.sessions import Mode, SessionStore
@@ -87,6 +88,7 @@ class Proxy:
             mode=_mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
             provider_key=caller.provider_key,
+            secrets=caller.secrets(),
             body=body,
         )
 
@@ -169,7 +171,8 @@ class Proxy:
             status = 200
         except ProxyError as exc:
             status = exc.status_code
-            yield b"data: " + orjson.dumps(exc.redacted(caller.secrets()).body()) + b"\n\n"
+            error = exc.redacted(lambda text: self.upstream.redact(text, caller.secrets()))
+            yield b"data: " + orjson.dumps(error.body()) + b"\n\n"
             return
         finally:
             telemetry.finish(status)
@@ -202,12 +205,16 @@ def _has_output(chunk: dict[str, Any]) -> bool:
     return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)
 
 
-async def _proxy_error(request: Request, exc: Exception) -> Response:
-    """Every error body leaves through here (or `_sse`): scrubbed of what the caller
-    presented, as of every configured secret (`Upstream.error`)."""
-    assert isinstance(exc, ProxyError)
-    caller = request.scope.get("state", {}).get("principal")
-    return exc.redacted(caller.secrets() if isinstance(caller, Principal) else ()).response()
+def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def proxy_error(request: Request, exc: Exception) -> Response:
+        """Every error body leaves through here (or `_sse`), scrubbed of every credential
+        known and of what the caller presented."""
+        assert isinstance(exc, ProxyError)
+        caller = request.scope.get("state", {}).get("principal")
+        own = caller.secrets() if isinstance(caller, Principal) else ()
+        return exc.redacted(lambda text: redact(text, own)).response()
+
+    return proxy_error
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -259,7 +266,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         ],
         middleware=[Middleware(AuthMiddleware, auth=auth)],
         exception_handlers={
-            ProxyError: _proxy_error,
+            ProxyError: _error_handler(upstream.redact),
             HTTPException: _http_error,
             Exception: _unexpected_error,
         },

@@ -36,13 +36,13 @@ class Principal:
     admin: bool = False  # may list, read and delete every tenant's sessions
     models: frozenset[str] | None = None  # None: every model
     provider_key: str | None = None  # passthrough: the caller's own provider key
-    credential: str | None = None  # what the caller presented, so no error can echo it
+    presented: tuple[str, ...] = ()  # every credential the caller sent: no error echoes one
 
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
 
     def secrets(self) -> tuple[str, ...]:
-        return (self.credential,) if self.credential else ()
+        return self.presented
 
 
 class RateLimit:
@@ -94,9 +94,10 @@ class Auth:
     def authenticate(self, headers: Headers) -> Principal:
         """The caller, or a 401/429 `ProxyError`."""
         token = credential(headers)
+        presented = _presented(headers)
         passthrough = self.settings.mode == "passthrough"
         if not self.settings.required():
-            return Principal(tenant_id(token, self._secret), credential=token)
+            return Principal(tenant_id(token, self._secret), presented=presented)
         if token is None:
             what = "your provider API key" if passthrough else "a proxy key"
             raise ProxyError(
@@ -106,7 +107,8 @@ class Auth:
             )
         key = self._match(token)
         if key is None and passthrough:
-            return Principal(tenant_id(token, self._secret), provider_key=token, credential=token)
+            tenant = tenant_id(token, self._secret)
+            return Principal(tenant, provider_key=token, presented=presented)
         if key is None:
             raise ProxyError(401, "Invalid proxy key.", code="invalid_api_key")
         wait = key.limit.take() if key.limit is not None else 0.0
@@ -122,7 +124,7 @@ class Auth:
             tenant=entry.tenant or tenant_id(token, self._secret),
             admin=key.admin,
             models=frozenset(entry.models) if entry.models is not None else None,
-            credential=token,
+            presented=presented,
         )
 
     def _match(self, token: str) -> _Key | None:
@@ -143,6 +145,12 @@ def credential(headers: Headers) -> str | None:
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
     return headers.get("x-api-key") or None
+
+
+def _presented(headers: Headers) -> tuple[str, ...]:
+    values = [headers.get("authorization", ""), headers.get("x-api-key", "")]
+    words = [word for value in values for word in value.split()]
+    return tuple(word for word in words if len(word) >= 8 and word.lower() != "bearer")
 
 
 class AuthMiddleware:

@@ -151,6 +151,7 @@ class Engine:
             size=len(context.body) if context.body else None,
             own_budget=context.budget_ratio is not None,
             provider_key=context.provider_key,
+            secrets=context.secrets,
         )
 
     async def _stateless(

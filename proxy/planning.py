@@ -9,6 +9,7 @@ reply that passes `summarize_at`, the next one is made in the background.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -136,7 +137,8 @@ class Planning:
                 self._settings.context.summary_timeout_seconds,
             )
         except (SummarizationError, ProxyError, TimeoutError) as exc:
-            logger.warning("summarization failed, truncating instead: %s", exc)
+            reason = self._summaries.redact(str(exc), request.secrets)
+            logger.warning("summarization failed, truncating instead: %s", reason)
             return state, await self.plan(request, state, allow_summary=False)
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
@@ -174,7 +176,8 @@ class Planning:
         trigger = self._settings.context.summarize_at * request.budget
         if request.system_tokens + request.tools_tokens + head + window <= trigger:
             return
-        self._summaries.schedule(request.key, lambda: self._background(request, int(trigger)))
+        job = functools.partial(self._background, request, int(trigger))
+        self._summaries.schedule(request.key, job, request.secrets)
 
     async def _background(self, request: Request, budget: int) -> None:
         assert request.key is not None

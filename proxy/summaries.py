@@ -141,9 +141,16 @@ class Summaries:
                     asyncio.shield(task), self._settings.context.summary_timeout_seconds
                 )
 
-    def schedule(self, key: SessionKey, job: Callable[[], Awaitable[None]]) -> None:
+    def redact(self, text: str, extra: Sequence[str] = ()) -> str:
+        """`text` fit for a log line: no credential in it (see `proxy.redaction`)."""
+        return self._upstream.redact(text, extra)
+
+    def schedule(
+        self, key: SessionKey, job: Callable[[], Awaitable[None]], secrets: Sequence[str] = ()
+    ) -> None:
         """Run `job` in the background unless one already runs for this session, here or
-        (under the store's lock) in another process."""
+        (under the store's lock) in another process. A failure is logged without
+        `secrets` (or anything credential-shaped)."""
         if key in self._running:
             return
 
@@ -152,7 +159,7 @@ class Summaries:
             try:
                 token = await self._store.try_lock(*key, lease)
             except Exception as exc:
-                logger.warning("background summarization not started: %s", exc)
+                logger.warning("background summarization not started: %s", self.redact(str(exc)))
                 token = None
             if token is None:
                 self._running.pop(key, None)
@@ -161,7 +168,8 @@ class Summaries:
             try:
                 await job()
             except Exception as exc:  # the next request falls back; never store an error
-                logger.warning("background summarization failed: %s", exc)
+                reason = self.redact(str(exc), secrets)
+                logger.warning("background summarization failed: %s", reason)
             finally:
                 metrics.BACKGROUND_TASKS.dec()
                 self._running.pop(key, None)

@@ -28,6 +28,7 @@ class RequestContext:
     mode: Mode = "auto"
     budget_ratio: float | None = None  # overrides context.budget_ratio, for this request only
     provider_key: str | None = None  # passthrough: the caller's own provider key
+    secrets: tuple[str, ...] = ()  # what the caller presented: never logged
     body: bytes = b""  # the raw request body: its size bounds its tokens
 
 
@@ -51,6 +52,7 @@ class Request:
     # which later requests, on the configured budget, would have to use.
     own_budget: bool = False
     provider_key: str | None = None
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

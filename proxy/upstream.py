@@ -20,9 +20,10 @@ import openai
 from litellm import Router
 
 from proxy.config import ConfigError, Settings
-from proxy.errors import ProxyError, configured_secrets, redact
+from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
 from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
+from proxy.redaction import Redactor
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -102,7 +103,8 @@ class Upstream:
                 raise ConfigError(f"router_settings: {exc}") from None
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
-        self._secrets = configured_secrets(settings)
+        # Every error text leaving the proxy passes through this.
+        self.redact = Redactor.from_settings(settings)
 
     def model_names(self) -> list[str]:
         return list(self._names)
@@ -244,8 +246,7 @@ class Upstream:
         message = str(getattr(exc, "message", None) or exc)
         for pattern in _NOISE:
             message = pattern.sub("", message)
-        secrets = self._secrets if api_key is None else [*self._secrets, api_key]
-        message = redact(message.strip(), secrets)
+        message = self.redact(message.strip(), (api_key,) if api_key else ())
         code = getattr(exc, "code", None)
         return ProxyError(
             status,
