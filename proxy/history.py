@@ -57,7 +57,7 @@ class History:
         offset = len(request.system)
 
         def reconciled(stored: list[str] | None = None) -> Match | str:
-            validate_messages(conversation, trusted, offset=offset)
+            validate_messages(conversation, trusted, offset=offset, continues=True)
             return reconcile(meta, conversation, request.mode, serialized, stored)
 
         stored: list[StoredMessage] | None = None

@@ -58,20 +58,91 @@ def validate_parameters(body: dict[str, Any]) -> None:
             raise invalid(key, f"`{key}` must be {name}.")
 
 
-def validate_messages(messages: list[Any], start: int = 0, offset: int = 0) -> None:
-    """messages[start:] are objects with a known role and string-or-array content;
-    `offset` is the position of `messages` in the request's own list (for `param`)."""
+def validate_messages(
+    messages: list[Any], start: int = 0, offset: int = 0, *, continues: bool = False
+) -> None:
+    """messages[start:] are well-formed: objects with a known role, string-or-parts
+    content, well-typed fields, tool calls with unique ids, and tool results that answer a
+    call of the assistant message before them. `offset` is the position of `messages` in
+    the request's own list (for `param`); `continues`: the list may continue a stored
+    conversation, so tool results at its very start may answer calls stored earlier."""
     for index in range(start, len(messages)):
         message = messages[index]
+        where = f"messages[{index + offset}]"
         if (
             type(message) is not dict
             or message.get("role") not in ROLES
             or type(message.get("content")) not in _CONTENT_TYPES
         ):
-            _reject(message, f"messages[{index + offset}]")
+            _reject(message, where)
+        if type(message["content"]) is list:
+            _check_parts(message["content"], where)
+        if type(message.get("name", "")) is not str:
+            raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
+        role = message["role"]
+        if role == "assistant" and message.get("tool_calls") is not None:
+            _check_calls(message["tool_calls"], where)
+        elif role == "tool":
+            _check_result(messages, index, where, continues)
 
 
 _CONTENT_TYPES = frozenset({str, list, type(None)})
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    for number, part in enumerate(parts):
+        if type(part) is not dict or type(part.get("type")) is not str:
+            raise invalid(
+                f"{where}.content[{number}]",
+                f"`{where}.content[{number}]` must be an object with a string `type`.",
+            )
+        if part["type"] == "text" and type(part.get("text")) is not str:
+            raise invalid(f"{where}.content[{number}].text", "A text part needs a string `text`.")
+
+
+def _check_calls(calls: Any, where: str) -> None:
+    if type(calls) is not list:
+        raise invalid(f"{where}.tool_calls", f"`{where}.tool_calls` must be an array.")
+    seen: set[str] = set()
+    for number, call in enumerate(calls):
+        here = f"{where}.tool_calls[{number}]"
+        function = call.get("function") if type(call) is dict else None
+        if (
+            type(call) is not dict
+            or type(call.get("id")) is not str
+            or type(function) is not dict
+            or type(function.get("name")) is not str
+            or type(function.get("arguments", "")) is not str
+        ):
+            raise invalid(
+                here, f"`{here}` needs a string `id` and a `function` with a string `name`."
+            )
+        if call["id"] in seen:
+            raise invalid(f"{here}.id", f"Duplicate tool call id `{call['id']}`.")
+        seen.add(call["id"])
+
+
+def _check_result(messages: list[Any], index: int, where: str, continues: bool) -> None:
+    """A tool result answers a call of the nearest assistant message before it, once."""
+    call_id = messages[index].get("tool_call_id")
+    if type(call_id) is not str:
+        raise invalid(f"{where}.tool_call_id", f"`{where}.tool_call_id` must be a string.")
+    earlier = index - 1
+    while (
+        earlier >= 0 and type(messages[earlier]) is dict and messages[earlier].get("role") == "tool"
+    ):
+        if messages[earlier].get("tool_call_id") == call_id:
+            raise invalid(f"{where}.tool_call_id", f"Tool call `{call_id}` is answered twice.")
+        earlier -= 1
+    if earlier < 0 and continues:
+        return  # answers a call stored with the session
+    calls = messages[earlier].get("tool_calls") if earlier >= 0 else None
+    ids = {call.get("id") for call in calls or () if type(call) is dict}
+    if call_id not in ids:
+        raise invalid(
+            f"{where}.tool_call_id",
+            f"`{where}` answers tool call `{call_id}`, which no assistant message before it made.",
+        )
 
 
 def _reject(message: Any, where: str) -> None:
