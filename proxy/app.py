@@ -217,6 +217,14 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
     return proxy_error
 
 
+async def _too_deep(request: Request, exc: Exception) -> Response:
+    """orjson serializes at most 255 levels of nesting (it parses 1,024): a request whose
+    JSON nests deeper cannot be hashed, stored or sent on."""
+    return ProxyError(
+        400, "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
+    ).response()
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return ProxyError(exc.status_code, str(exc.detail), code=str(exc.status_code)).response()
@@ -250,7 +258,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await proxy.upstream.close()
         await store.close()
 
-    return Starlette(
+    app = Starlette(
         lifespan=lifespan,
         routes=[
             Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
@@ -268,6 +276,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),
             HTTPException: _http_error,
+            orjson.JSONEncodeError: _too_deep,
             Exception: _unexpected_error,
         },
     )
+    # An API answers a path it does not serve with a 404, never a redirect (a client
+    # following one would resend its body elsewhere).
+    app.router.redirect_slashes = False
+    return app

@@ -73,6 +73,8 @@ class SessionApi:
         body.setdefault("messages", [])
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise invalid("model", "`model` is required and must be a non-empty string.")
+        if not isinstance(body["messages"], list):
+            raise invalid("messages", "`messages` must be an array.")
         if body["messages"]:
             validate_parameters(body)
         if not principal(request).may_use(body["model"]):
@@ -144,7 +146,7 @@ def _tenant(caller: Principal, named: str | None) -> str:
 def _limit(value: str | None) -> int:
     if value is None:
         return DEFAULT_PAGE
-    if not value.isdigit() or not 1 <= int(value) <= LARGEST_PAGE:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= LARGEST_PAGE:
         raise invalid("limit", f"`limit` must be an integer from 1 to {LARGEST_PAGE}.")
     return int(value)
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import litellm
 import openai
+import orjson
 from litellm import Router
 
 from proxy.config import ConfigError, Settings
@@ -166,6 +167,7 @@ class Upstream:
         """A completion; `messages_json`, when given, is `params["messages"]` serialized;
         `api_key`, when given, replaces the deployment's (passthrough)."""
         params = params | {"stream": False}
+        messages_json = _encoded(params, messages_json)
         try:
             if params["model"] in self.lean_models:
                 return await self._routed(self._direct.complete, params, messages_json, api_key)
@@ -183,6 +185,7 @@ class Upstream:
         """The stream's events. The call is made before this returns, so errors before
         any byte is sent surface here as ordinary exceptions."""
         params = params | {"stream": True}
+        messages_json = _encoded(params, messages_json)
         try:
             if params["model"] in self.lean_models:
                 stream = await self._routed(self._direct.stream, params, messages_json, api_key)
@@ -254,6 +257,15 @@ class Upstream:
             code=str(code) if code is not None else None,
             error_type=None if status < 500 else "upstream_error",
         )
+
+
+def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:
+    """The messages serialized (once: the lean path splices these bytes into each
+    attempt's body), and the other parameters checked to serialize, before any attempt:
+    JSON nested too deep for orjson (which the Router would take for a failing
+    deployment) raises `orjson.JSONEncodeError` here, a 400."""
+    orjson.dumps({key: value for key, value in params.items() if key != "messages"})
+    return messages_json if messages_json is not None else orjson.dumps(params["messages"])
 
 
 def _credentials(api_key: str | None) -> dict[str, str]:

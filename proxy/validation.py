@@ -75,9 +75,9 @@ def validate_messages(
             or type(message.get("content")) not in _CONTENT_TYPES
         ):
             _reject(message, where)
-        if type(message["content"]) is list:
+        if type(message.get("content")) is list:
             _check_parts(message["content"], where)
-        if type(message.get("name", "")) is not str:
+        if type(message.get("name", "")) not in _NAME_TYPES:
             raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
         role = message["role"]
         if role == "assistant" and message.get("tool_calls") is not None:
@@ -87,6 +87,7 @@ def validate_messages(
 
 
 _CONTENT_TYPES = frozenset({str, list, type(None)})
+_NAME_TYPES = frozenset({str, type(None)})
 
 
 def _check_parts(parts: list[Any], where: str) -> None:

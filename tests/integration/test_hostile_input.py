@@ -1,0 +1,457 @@
+"""Hostile input never yields a 5xx: generated bodies, headers, paths and queries, each
+with at least one defect, sent to every route of a real proxy. Each answer must be an
+OpenAI-shaped 4xx; afterwards the stored sessions are byte-for-byte what they were and
+the upstream was never called."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.upstream import CHAT_PARAMETERS
+from proxy.validation import ROLES
+from tests.conftest import MODEL, proxy_config
+from tests.servers import serve
+from tests.upstream import FakeUpstream
+
+KEY_A, KEY_B, ADMIN = "hostile-key-a-0123456789", "hostile-key-b-0123456789", "hostile-admin-012345"
+MAX_BODY = 64 * 1024
+SEEDED = {KEY_A: ["seed-a1", "seed-a2"], KEY_B: ["seed-b1"]}
+
+
+class Proxy:
+    """A real proxy for the whole module (hypothesis runs thousands of examples)."""
+
+    def __init__(self, url: str, directory: Path, upstream: FakeUpstream) -> None:
+        self.url = url
+        self.database = directory / "sessions" / "sessions.sqlite3"
+        self.upstream = upstream
+        self.client = httpx.Client(base_url=url, timeout=30)
+        self.sent = 0
+
+    def send(self, method: str, path: str, headers: dict[str, Any], body: bytes = b"") -> None:
+        response = self.client.request(method, path, headers=headers, content=body or None)
+        self.sent += 1
+        assert 400 <= response.status_code < 500, (
+            f"{method} {path} {headers} {body[:300]!r} -> {response.status_code} {response.text}"
+        )
+        assert response.headers.get("content-type") == "application/json", response.text
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "code", "param"}, response.text
+        assert isinstance(error["message"], str) and error["message"]
+
+    def snapshot(self) -> list[list[tuple[Any, ...]]]:
+        """Every stored row, exactly as stored."""
+        with sqlite3.connect(self.database) as db:
+            return [
+                db.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3").fetchall()
+                for table in ("sessions", "messages", "checkpoints")
+            ]
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    _shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    directory = tmp_path_factory.mktemp("hostile")
+    config = proxy_config(
+        _shared_upstream,
+        server={"max_body_bytes": MAX_BODY},
+        session={"path": str(directory / "sessions")},
+        auth={
+            "keys": [{"key": KEY_A, "tenant": "team-a"}, {"key": KEY_B, "tenant": "team-b"}],
+            "admin_keys": [{"key": ADMIN}],
+        },
+    )
+    (directory / "config.yaml").write_bytes(orjson.dumps(config))
+    app = create_app(load_settings(directory / "config.yaml", environ={}))
+    with serve(app) as url:
+        seeded = Proxy(url, directory, _shared_upstream)
+        for key, names in SEEDED.items():
+            for name in names:
+                for turn in range(3):
+                    body = {"model": MODEL, "messages": [{"role": "user", "content": f"t{turn}"}]}
+                    answer = seeded.client.post(
+                        "/v1/chat/completions",
+                        json=body,
+                        headers={"authorization": f"Bearer {key}", "x-session-id": name},
+                    )
+                    assert answer.status_code == 200
+        yield seeded
+
+
+@pytest.fixture(scope="module")
+def before(proxy: Proxy) -> list[list[tuple[Any, ...]]]:
+    """The store after seeding; every test leaves it exactly so."""
+    proxy.upstream.requests.clear()
+    return proxy.snapshot()
+
+
+# -- what a body is made of ---------------------------------------------------------------
+
+floats = st.floats(allow_nan=False, allow_infinity=False)  # JSON has neither
+ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # what orjson writes
+scalars = st.none() | st.booleans() | ints | floats | st.text()
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+texts = st.text(max_size=200) | st.text(alphabet="\x00\x01\x1f\u2028\ud7ff\ufffe", max_size=20)
+plain_messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant"]), "content": texts}
+    ),
+    min_size=1,
+    max_size=4,
+)
+ids = st.text(min_size=1, max_size=12)
+
+
+def call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+# Message lists with one defect each.
+bad_messages = st.one_of(
+    # an unknown role
+    st.builds(
+        lambda m, role: [*m, {"role": role, "content": "x"}],
+        plain_messages,
+        st.text().filter(lambda r: r not in ROLES),
+    ),
+    # content of a wrong type
+    st.builds(
+        lambda m, c: [*m, {"role": "user", "content": c}],
+        plain_messages,
+        ints | floats | st.booleans() | st.dictionaries(st.text(), scalars),
+    ),
+    # parts that are not part objects (nested lists included)
+    st.builds(
+        lambda m, parts: [*m, {"role": "user", "content": parts}],
+        plain_messages,
+        st.lists(ints | st.text() | st.lists(json_values, max_size=2), min_size=1)
+        | st.just([{"type": "text", "text": 5}])
+        | st.just([{"text": "no type"}]),
+    ),
+    # a name that is no string
+    st.builds(
+        lambda m, name: [*m, {"role": "user", "content": "x", "name": name}],
+        plain_messages,
+        ints | st.lists(st.text(), max_size=2) | st.booleans(),
+    ),
+    # a tool result answering no call
+    st.builds(
+        lambda m, i: [
+            *m,
+            {"role": "user", "content": "x"},
+            {"role": "tool", "tool_call_id": i, "content": "r"},
+        ],
+        plain_messages,
+        ids,
+    ),
+    # a tool result whose id is no string
+    st.builds(
+        lambda i: [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
+            {"role": "tool", "tool_call_id": i, "content": "r"},
+        ],
+        ints | st.none() | st.lists(st.text(), max_size=1),
+    ),
+    # duplicate tool call ids
+    st.builds(
+        lambda i: [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call(i), call(i)]},
+            {"role": "tool", "tool_call_id": i, "content": "r"},
+        ],
+        ids,
+    ),
+    # one call answered twice
+    st.builds(
+        lambda i: [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call(i)]},
+            {"role": "tool", "tool_call_id": i, "content": "r"},
+            {"role": "tool", "tool_call_id": i, "content": "r"},
+        ],
+        ids,
+    ),
+    # tool calls of the wrong shape
+    st.builds(
+        lambda calls: [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": calls},
+        ],
+        json_values.filter(lambda v: not isinstance(v, list) and v is not None)
+        | st.lists(json_values.filter(lambda v: not isinstance(v, dict)), min_size=1)
+        | st.just([{"id": 1, "function": {"name": "f"}}])
+        | st.just([{"id": "a", "function": "f"}]),
+    ),
+    # not a message at all
+    st.builds(lambda m, x: [*m, x], plain_messages, scalars | st.lists(scalars, max_size=2)),
+    # no messages, or no list of them
+    st.just([]),
+)
+
+_TYPED = {
+    "temperature": st.text() | st.booleans() | st.lists(ints, max_size=1),
+    "top_p": st.text() | st.dictionaries(st.text(), ints, max_size=1),
+    "n": floats | st.text() | st.booleans(),
+    "max_tokens": st.text() | st.booleans() | st.just(1.5),
+    "seed": st.text() | st.just(2.5),
+    "stream": ints | st.text() | st.lists(st.booleans(), max_size=1),
+    "tools": st.dictionaries(st.text(), ints, max_size=1) | st.text() | ints,
+    "stream_options": st.lists(ints, max_size=1) | st.text() | ints,
+    "response_format": st.text() | ints | st.lists(st.text(), max_size=1),
+}
+
+
+def valid_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": MODEL, "messages": messages}
+
+
+# Bodies (as JSON values) with one defect each.
+bad_json_bodies = st.one_of(
+    st.builds(valid_body, bad_messages),
+    st.builds(
+        lambda m, item: valid_body(m) | dict([item]),
+        plain_messages,
+        st.sampled_from(sorted(_TYPED)).flatmap(lambda k: _TYPED[k].map(lambda v: (k, v))),
+    ),
+    st.builds(
+        lambda m, k, v: valid_body(m) | {k: v},
+        plain_messages,
+        st.text(min_size=1).filter(lambda k: k not in CHAT_PARAMETERS),
+        json_values,
+    ),
+    st.builds(
+        lambda m, v: valid_body(m) | {"api_base": v},
+        plain_messages,
+        st.just("http://127.0.0.1:9/") | json_values,
+    ),
+    st.builds(lambda m: {"messages": m}, plain_messages),
+    st.builds(
+        lambda m, v: {"model": v, "messages": m},
+        plain_messages,
+        ints | st.just("") | st.lists(st.text(), max_size=1) | st.none(),
+    ),
+    st.builds(
+        lambda m, name: {"model": name, "messages": m},
+        plain_messages,
+        st.text(min_size=1).filter(lambda n: n.strip() and n != MODEL),
+    ),
+    st.builds(
+        lambda v: {"model": MODEL, "messages": v}, scalars | st.dictionaries(st.text(), scalars)
+    ),
+    scalars | st.lists(json_values, max_size=3),  # not an object
+)
+
+
+def encode(body: Any) -> bytes:
+    return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+
+
+# Bodies as bytes: the JSON ones, and bytes that are no JSON object at all.
+bad_bytes = st.one_of(
+    bad_json_bodies.map(encode),
+    # invalid UTF-8 inside a string
+    st.builds(
+        lambda m, junk: encode(valid_body(m)).replace(b'"user"', b'"us' + junk + b'er"', 1),
+        plain_messages.filter(lambda m: any(x["role"] == "user" for x in m)),
+        st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]),
+    ),
+    # NaN and Infinity, which are no JSON
+    st.builds(
+        lambda literal: (
+            b'{"model": "'
+            + MODEL.encode()
+            + b'", "temperature": '
+            + literal
+            + b', "messages": [{"role": "user", "content": "x"}]}'
+        ),
+        st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"nan", b"1e999999"]),
+    ),
+    # nesting deeper than any parser allows, and deep but parseable
+    st.integers(min_value=1100, max_value=5000).map(
+        lambda depth: (
+            b'{"model": "'
+            + MODEL.encode()
+            + b'", "messages": [{"role": "user", "content": '
+            + b"[" * depth
+            + b"]" * depth
+            + b"}]}"
+        )
+    ),
+    st.integers(min_value=50, max_value=900).map(
+        lambda depth: (
+            b'{"model": "'
+            + MODEL.encode()
+            + b'", "messages": [{"role": "user", "content": ['
+            + b"[" * depth
+            + b"]" * depth
+            + b"]}]}"
+        )
+    ),
+    # cut short
+    st.builds(
+        lambda m, cut: encode(valid_body(m))[: max(0, len(encode(valid_body(m))) - cut)],
+        plain_messages,
+        st.integers(min_value=1, max_value=30),
+    ),
+    # larger than the body limit
+    st.integers(min_value=MAX_BODY, max_value=MAX_BODY * 19 // 10).map(
+        lambda size: encode(valid_body([{"role": "user", "content": "x" * size}]))
+    ),
+    st.binary(max_size=200).filter(lambda b: not b.strip().startswith(b"{")),
+)
+
+# Header values with a defect (as bytes: h11 sends obs-text, not control characters).
+bad_session_ids = st.one_of(
+    st.integers(min_value=257, max_value=2000).map(lambda n: b"s" * n),
+    st.builds(
+        lambda a, b: (a + "/" + b).encode(),
+        st.text(alphabet="abc", max_size=5),
+        st.text(alphabet="abc", max_size=5),
+    ),
+    st.binary(min_size=1, max_size=20).map(lambda b: b"s" + bytes(c | 0x80 for c in b)),
+    st.just(b"has space"),
+)
+bad_headers = st.one_of(
+    bad_session_ids.map(lambda v: {"x-session-id": v}),
+    # (visible characters: the HTTP server itself turns control characters away)
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=10)
+    .filter(lambda v: v.lower() not in ("append", "full", "auto", ""))
+    .map(lambda v: {"x-session-id": b"seed-a1", "x-session-mode": v.encode()}),
+    st.sampled_from(["2", "0.01", "-1", "nan", "inf", "lots", "0x10", "1e9"]).map(
+        lambda v: {"x-session-id": b"seed-a1", "x-context-budget-ratio": v.encode()}
+    ),
+)
+
+
+def auth(key: str = KEY_A) -> dict[str, Any]:
+    return {"authorization": f"Bearer {key}", "content-type": "application/json"}
+
+
+hostile_auth = st.one_of(
+    st.text(alphabet="abcdef0123456789-", min_size=1, max_size=40).map(lambda t: f"Bearer {t}"),
+    st.just("Basic dXNlcjpwYXNz"),
+    st.binary(min_size=1, max_size=30).map(lambda b: b"Bearer " + bytes(c | 0x80 for c in b)),
+)
+
+# Path segments: not usable as a session id, or usable but never one that exists.
+bad_path_ids = st.one_of(
+    bad_session_ids.map(lambda b: quote(b, safe="")),
+    st.text(alphabet="\x00\x01\x1f\x7f ", min_size=1, max_size=5).map(
+        lambda t: quote("s" + t, safe="")
+    ),
+    st.text(alphabet="abc-_.", min_size=1, max_size=20).map(lambda t: "h" + t),
+)
+
+EXAMPLES = {
+    "chat": 4000,
+    "preview": 2000,
+    "read": 1200,
+    "delete": 1200,
+    "list": 1000,
+    "models": 600,
+}
+SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+
+
+def conditions(count: int) -> Any:
+    return settings(max_examples=count, deadline=None, suppress_health_check=SLOW, database=None)
+
+
+@conditions(EXAMPLES["chat"])
+@given(
+    data=st.one_of(
+        bad_bytes.map(lambda b: (b, {})),
+        st.tuples(plain_messages.map(lambda m: encode(valid_body(m))), bad_headers),
+        st.tuples(
+            plain_messages.map(lambda m: encode(valid_body(m))),
+            hostile_auth.map(lambda a: {"authorization": a}),
+        ),
+    ),
+    session=st.sampled_from([None, b"seed-a1", b"seed-b1", b"fresh"]),
+)
+def test_chat_completions(proxy: Proxy, before: Any, data: Any, session: bytes | None) -> None:
+    body, extra = data
+    headers = auth() | ({"x-session-id": session} if session else {}) | extra
+    proxy.send("POST", "/v1/chat/completions", headers, body)
+
+
+@conditions(EXAMPLES["preview"])
+@given(
+    data=st.one_of(
+        # (an empty `messages` is no defect here: it previews the session as it is)
+        st.tuples(
+            st.sampled_from(["seed-a1", "seed-b1"]),
+            bad_bytes.filter(lambda b: b != encode(valid_body([]))),
+        ),
+        st.tuples(bad_path_ids, st.just(b'{"model": "gpt-4o-mini"}')),
+    ),
+)
+def test_preview(proxy: Proxy, before: Any, data: Any) -> None:
+    name, body = data
+    proxy.send("POST", f"/v1/sessions/{name}/preview", auth(), body)
+
+
+@conditions(EXAMPLES["read"])
+@given(
+    name=bad_path_ids, key=st.sampled_from([KEY_A, KEY_B]), tenant=st.none() | st.text(max_size=10)
+)
+def test_read_session(proxy: Proxy, before: Any, name: str, key: str, tenant: str | None) -> None:
+    params = f"?tenant={quote(tenant, safe='')}" if tenant else ""
+    proxy.send("GET", f"/v1/sessions/{name}{params}", auth(key))
+
+
+@conditions(EXAMPLES["delete"])
+@given(name=bad_path_ids, key=st.sampled_from([KEY_A, KEY_B, ADMIN]))
+def test_delete_session(proxy: Proxy, before: Any, name: str, key: str) -> None:
+    proxy.send("DELETE", f"/v1/sessions/{name}", auth(key))
+
+
+bad_queries = st.one_of(
+    st.text(max_size=6)
+    .filter(lambda v: not (v.isascii() and v.isdigit() and 1 <= int(v) <= 100))
+    .map(lambda v: {"limit": v}),
+    st.text(max_size=10)
+    .filter(lambda v: not (v.partition(":")[0] and v.partition(":")[2]))
+    .map(lambda v: {"after": v}),
+    st.text(min_size=1, max_size=10).filter(lambda v: v != "team-a").map(lambda v: {"tenant": v}),
+)
+
+
+@conditions(EXAMPLES["list"])
+@given(query=bad_queries)
+def test_list_sessions(proxy: Proxy, before: Any, query: dict[str, str]) -> None:
+    encoded = "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
+    proxy.send("GET", f"/v1/sessions?{encoded}", auth(KEY_A))
+
+
+@conditions(EXAMPLES["models"])
+@given(authorization=hostile_auth)
+def test_models(proxy: Proxy, before: Any, authorization: Any) -> None:
+    proxy.send("GET", "/v1/models", {"authorization": authorization})
+
+
+def test_zz_nothing_stored_changed_and_nothing_went_upstream(proxy: Proxy, before: Any) -> None:
+    """Runs last in this module: after every hostile request above."""
+    assert proxy.sent >= sum(EXAMPLES.values()) >= 10_000
+    assert proxy.snapshot() == before
+    assert proxy.upstream.chat_requests() == []
