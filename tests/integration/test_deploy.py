@@ -340,7 +340,9 @@ def test_dockerfile_copies_what_pip_install_needs(dockerfile: list[Instruction])
     install = [
         item.args for item in dockerfile if item.keyword == "RUN" and "pip install" in item.args
     ]
-    assert install and "--no-cache-dir ." in install[0]
+    assert "deploy/requirements.lock" in sources, "the image installs the locked dependencies"
+    assert "--require-hashes -r requirements.lock" in install[0]
+    assert "--no-deps" in install[1] and install[1].rstrip().split(" && ")[0].endswith(" .")
 
 
 def test_dockerfile_command_and_config(
