@@ -7,6 +7,7 @@ this project pins) so that it never mixes with the project's environment.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import subprocess
@@ -85,17 +86,22 @@ def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
 
 
 def litellm_proxy_executable() -> Path:
-    """`litellm` from a virtualenv holding `litellm[proxy]` at our pinned version."""
+    """`litellm` from a virtualenv holding `litellm[proxy]` at our pinned version, every
+    package as `litellm-proxy.lock` pins and hashes it (a changed lock installs anew)."""
     version = importlib.metadata.version("litellm")
+    lock = Path(__file__).with_name("litellm-proxy.lock")
+    if f"\nlitellm=={version} " not in lock.read_text():
+        raise RuntimeError(f"{lock.name} does not pin litellm=={version}, as pyproject does")
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "context-proxy-bench")
-    home = cache / f"litellm-proxy-{version}"
+    home = cache / f"litellm-proxy-{version}-{digest}"
     executable = home / "bin" / "litellm"
     if executable.is_file():
         return executable
     print(f"installing litellm[proxy]=={version} into {home} (once)", file=sys.stderr)
     venv.create(home, with_pip=True, clear=True)
-    pip = [str(home / "bin" / "python"), "-m", "pip", "install", "-q"]
-    done = subprocess.run([*pip, f"litellm[proxy]=={version}"], capture_output=True, text=True)
+    pip = [str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--require-hashes"]
+    done = subprocess.run([*pip, "-r", str(lock)], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"installing litellm[proxy] failed:\n{done.stderr[-3000:]}")
     return executable
