@@ -88,7 +88,7 @@ class Proxy:
             mode=_mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
             provider_key=caller.provider_key,
-            secrets=caller.secrets(),
+            secrets=caller.presented,
             body=body,
         )
 
@@ -171,7 +171,7 @@ class Proxy:
             status = 200
         except ProxyError as exc:
             status = exc.status_code
-            error = exc.redacted(lambda text: self.upstream.redact(text, caller.secrets()))
+            error = exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
             yield b"data: " + orjson.dumps(error.body()) + b"\n\n"
             return
         finally:
@@ -211,7 +211,7 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         known and of what the caller presented."""
         assert isinstance(exc, ProxyError)
         caller = request.scope.get("state", {}).get("principal")
-        own = caller.secrets() if isinstance(caller, Principal) else ()
+        own = caller.presented if isinstance(caller, Principal) else ()
         return exc.redacted(lambda text: redact(text, own)).response()
 
     return proxy_error

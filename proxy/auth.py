@@ -41,9 +41,6 @@ class Principal:
     def may_use(self, model: str) -> bool:
         return self.models is None or model in self.models
 
-    def secrets(self) -> tuple[str, ...]:
-        return self.presented
-
 
 class RateLimit:
     """A token bucket: `rpm` requests a minute, in bursts of up to `rpm`."""
