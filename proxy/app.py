@@ -218,8 +218,11 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
 
 
 async def _too_deep(request: Request, exc: Exception) -> Response:
-    """orjson serializes at most 255 levels of nesting (it parses 1,024): a request whose
-    JSON nests deeper cannot be hashed, stored or sent on."""
+    """orjson writes at most 255 levels of nesting (it reads 1,024): a request whose JSON
+    nests deeper cannot be hashed, stored or sent on. orjson says so with a TypeError
+    (its JSONEncodeError); any other TypeError is a fault of ours, a 500."""
+    if isinstance(exc, TypeError) and str(exc) != "Recursion limit reached":
+        raise exc
     return ProxyError(
         400, "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
     ).response()
@@ -276,7 +279,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),
             HTTPException: _http_error,
-            orjson.JSONEncodeError: _too_deep,
+            orjson.JSONEncodeError: _too_deep,  # TypeError itself
+            RecursionError: _too_deep,
             Exception: _unexpected_error,
         },
     )

@@ -133,6 +133,7 @@ class DirectClient:
         started: float,
     ) -> AsyncIterator[Events]:
         usage: dict[str, Any] | None = None
+        finished = False  # the provider's own finish: a finish_reason, or [DONE]
         try:
             async for events in _sse_events(response):
                 chunks, relayed, done = [], [], False
@@ -147,12 +148,24 @@ class DirectClient:
                     if "error" in chunk and "choices" not in chunk:
                         raise _mapped(params, _error_from_event(chunk))
                     usage = chunk.get("usage") or usage
+                    finished = finished or any(
+                        isinstance(c, dict) and c.get("finish_reason")
+                        for c in chunk.get("choices") or ()
+                    )
                     chunks.append(chunk)
                     relayed.append(raw)
                 if chunks:
                     yield Events(chunks, b"".join(relayed))
                 if done:
+                    finished = True
                     break
+            if not finished:  # closed cleanly, but before the reply was done
+                raise litellm.APIError(
+                    status_code=502,
+                    message="The provider's stream ended before the reply was finished.",
+                    llm_provider="openai",
+                    model=str(params.get("model")),
+                )
         except Exception as exc:
             raise self._failed(params, exc, started) from exc
         finally:

@@ -7,12 +7,14 @@ and turns LiteLLM's exceptions into `ProxyError`s with no secrets in them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import json
 import logging
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import httpx
 import litellm
@@ -20,13 +22,15 @@ import openai
 import orjson
 from litellm import Router
 
-from proxy.config import ConfigError, Settings
+from proxy.config import Settings
 from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
 from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
 from proxy.redaction import Redactor
+from proxy.router import router_for
 
 logger = logging.getLogger("context_proxy.upstream")
+T = TypeVar("T")
 
 litellm.suppress_debug_info = True
 litellm.telemetry = False
@@ -74,6 +78,9 @@ CHAT_PARAMETERS = frozenset(
 # sometimes reports these as a 500, so the exception chain is searched for them.
 _TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
 _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
+_NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
+# The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
+_NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
 
 # LiteLLM's decorations around a provider's own message.
 _NOISE = [
@@ -95,13 +102,7 @@ class Upstream:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._names = settings.model_names()
-        self._router: Router | None = None
-        if settings.model_list:
-            model_list = [entry.model_dump() for entry in settings.model_list]
-            try:
-                self._router = Router(model_list=model_list, **settings.router_settings)
-            except TypeError as exc:
-                raise ConfigError(f"router_settings: {exc}") from None
+        self._router: Router | None = router_for(settings)
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
         # Every error text leaving the proxy passes through this.
@@ -168,12 +169,18 @@ class Upstream:
         `api_key`, when given, replaces the deployment's (passthrough)."""
         params = params | {"stream": False}
         messages_json = _encoded(params, messages_json)
-        try:
+
+        async def call() -> Any:
             if params["model"] in self.lean_models:
                 return await self._routed(self._direct.complete, params, messages_json, api_key)
-            response = await self._call(params, api_key)
+            return await self._call(params, api_key)
+
+        try:
+            response = await _within(self._settings.server.request_timeout_seconds, call())
         except Exception as exc:
             raise self.error(exc, api_key) from None
+        if isinstance(response, Completion):
+            return response
         return Completion(_openai_completion(_plain(response)))
 
     async def stream(
@@ -182,18 +189,26 @@ class Upstream:
         messages_json: bytes | None = None,
         api_key: str | None = None,
     ) -> AsyncIterator[Events]:
-        """The stream's events. The call is made before this returns, so errors before
-        any byte is sent surface here as ordinary exceptions."""
+        """The stream's events. The call is made, and its first events read, before
+        this returns: a failure before any byte reaches the client (an error as the first
+        event included) surfaces here, as an error status."""
         params = params | {"stream": True}
         messages_json = _encoded(params, messages_json)
-        try:
+
+        async def opened() -> tuple[Events, AsyncIterator[Events]]:
             if params["model"] in self.lean_models:
-                stream = await self._routed(self._direct.stream, params, messages_json, api_key)
-                return self._relayed(stream, api_key)
-            response = await self._call(params, api_key)
+                call = self._direct.stream
+                events = await self._routed(call, params, messages_json, api_key)
+            else:
+                events = self._chunks(await self._call(params, api_key))
+            return await anext(events), events
+
+        try:
+            timeout = self._settings.server.request_timeout_seconds
+            first, events = await _within(timeout, opened())
         except Exception as exc:
             raise self.error(exc, api_key) from None
-        return self._chunks(response, api_key)
+        return self._relayed(first, events, api_key)
 
     async def _routed(
         self, call: Any, params: dict[str, Any], messages: bytes | None, api_key: str | None
@@ -212,20 +227,25 @@ class Upstream:
         )
 
     async def _relayed(
-        self, events: AsyncIterator[Events], api_key: str | None
+        self, first: Events, events: AsyncIterator[Events], api_key: str | None
     ) -> AsyncIterator[Events]:
+        yield first
         try:
             async for event in events:
                 yield event
         except Exception as exc:
             raise self.error(exc, api_key) from None
 
-    async def _chunks(self, response: Any, api_key: str | None) -> AsyncIterator[Events]:
+    async def _chunks(self, response: Any) -> AsyncIterator[Events]:
+        """LiteLLM's stream as OpenAI chunks. Its wrapper ends a stream the provider never
+        finished with a `finish_reason` of its own making: that one is an error instead."""
         try:
             async for chunk in response:
-                yield Events([_openai_chunk(_plain(chunk))])
-        except Exception as exc:
-            raise self.error(exc, api_key) from None
+                data = _openai_chunk(_plain(chunk))
+                finishing = any(c.get("finish_reason") for c in data["choices"])
+                if finishing and _finish_made_up(response):
+                    raise _unfinished()
+                yield Events([data])
         finally:
             close = getattr(response, "aclose", None)
             if close is not None:
@@ -256,6 +276,7 @@ class Upstream:
             message or "upstream error",
             code=str(code) if code is not None else None,
             error_type=None if status < 500 else "upstream_error",
+            headers=_retry_after(exc) if status in (429, 503) else None,
         )
 
 
@@ -268,21 +289,88 @@ def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:
     return messages_json if messages_json is not None else orjson.dumps(params["messages"])
 
 
+async def _within(seconds: float, call: Awaitable[T]) -> T:
+    """`call`'s result, or TimeoutError once `seconds` have passed: one deadline for the
+    whole call, its retries and fallbacks included. A call still running then is
+    cancelled and not waited for (LiteLLM's retry loop can outlive a cancellation)."""
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:  # the client went away
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    return task.result()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Take a left task's outcome, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _finish_made_up(response: Any) -> bool:
+    """Whether LiteLLM's stream wrapper, not the provider, ends the stream. The wrapper
+    records the provider's own finish (`received_finish_reason`); the Router wraps that
+    wrapper in another for fallbacks, keeping it in its generator's frame, where this
+    looks for it (a test covers the pinned LiteLLM). Unknown: taken as the provider's."""
+    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
+    inner = frame.f_locals.get("model_response") if frame is not None else response
+    return hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None
+
+
+def _unfinished() -> litellm.APIError:
+    return litellm.APIError(
+        status_code=502,
+        message="The provider's stream ended before the reply was finished.",
+        llm_provider="openai",
+        model="",
+    )
+
+
 def _credentials(api_key: str | None) -> dict[str, str]:
     """Call arguments that put the caller's own key in place of the deployment's."""
     return {"api_key": api_key} if api_key else {}
 
 
-def _gateway_status(exc: BaseException) -> int | None:
-    seen: set[int] = set()
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it, outermost first."""
+    seen: list[BaseException] = []
     cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
+    while cause is not None and all(cause is not other for other in seen):
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return seen
+
+
+def _gateway_status(exc: BaseException) -> int | None:
+    """The status of a failure the provider's status does not give: it timed out or was
+    unreachable, sent what is not JSON, or no key was there to send (LiteLLM reports
+    these as 500s)."""
+    for cause in _causes(exc):
         if isinstance(cause, _TIMEOUTS):
             return 504
-        if isinstance(cause, _UNREACHABLE):
+        if isinstance(cause, _NO_REPLY):
             return 502
-        cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, openai.OpenAIError) and _NO_KEY.search(str(cause)):
+            return 401
+    return None
+
+
+def _retry_after(exc: BaseException) -> dict[str, str] | None:
+    """The provider's `Retry-After`, from the response its error carries."""
+    for cause in _causes(exc):
+        for headers in (
+            getattr(cause, "litellm_response_headers", None),
+            getattr(getattr(cause, "response", None), "headers", None),
+            getattr(cause, "headers", None),
+        ):
+            value = headers.get("retry-after") if hasattr(headers, "get") else None
+            if value:
+                return {"Retry-After": str(value)}
     return None
 
 

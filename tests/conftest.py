@@ -29,6 +29,7 @@ def upstream(_shared_upstream: FakeUpstream) -> FakeUpstream:
     _shared_upstream.requests.clear()
     _shared_upstream.replies.clear()
     _shared_upstream.default = Reply()
+    _shared_upstream.require_key = False
     return _shared_upstream
 
 

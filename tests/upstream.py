@@ -41,6 +41,12 @@ class Reply:
     error_message: str = "upstream failure"
     stall_seconds: float = 0.0
     fail_after_chunks: int | None = None  # streaming: drop the connection after N chunks
+    headers: dict[str, str] = field(default_factory=dict)  # on an error reply
+    raw: bytes | None = None  # a 200 whose body is these bytes (e.g. not JSON)
+    # streaming: how the stream ends. "done": the last chunk's finish_reason, then [DONE];
+    # "clean": closed after the content, without either; "garbage": events of no JSON.
+    stream_end: str = "done"
+    error_event: bool = False  # streaming: a 200 whose first event is an error
     # Computes the answer from the request body: the content, or a whole Reply.
     respond: Callable[[dict[str, Any]], str | Reply] | None = None
 
@@ -62,6 +68,7 @@ class FakeUpstream:
     base_url: str = ""
     record: bool = True  # keep every request (benchmarks turn it off to save memory)
     in_flight: int = 0  # requests being answered right now
+    require_key: bool = False  # answer 401 to a request without an Authorization header
     exact_usage: bool = True  # tiktoken usage; off: a cheap estimate, so benchmarks time the proxy
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -99,6 +106,9 @@ class FakeUpstream:
         body = orjson.loads(await request.body())
         if self.record:
             self.requests.append(Received(request.url.path, dict(request.headers), body))
+        if self.require_key and not request.headers.get("authorization"):
+            error = {"message": "You didn't provide an API key.", "type": "invalid_request_error"}
+            return JSONResponse({"error": error}, status_code=401)
         reply = self._next()
         if reply.respond is not None:
             answer = reply.respond(body)
@@ -107,7 +117,9 @@ class FakeUpstream:
             await asyncio.sleep(reply.stall_seconds)
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "upstream_error", "code": None}
-            return JSONResponse({"error": error}, status_code=reply.status)
+            return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
+        if reply.raw is not None:
+            return Response(reply.raw, media_type="application/json")
         content = self._content(reply, body)
         completion_id = f"chatcmpl-test-{next(self._ids)}"
         if self.exact_usage:
@@ -122,8 +134,11 @@ class FakeUpstream:
         }
         if body.get("stream"):
             chunks = _chunks(completion_id, body, content, reply.tool_calls, usage)
+            if reply.error_event:
+                chunks = [{"error": {"message": reply.error_message, "code": 500}}]
             return StreamingResponse(
-                _sse(chunks, reply.fail_after_chunks), media_type="text/event-stream"
+                _sse(chunks, reply.fail_after_chunks, reply.stream_end),
+                media_type="text/event-stream",
             )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.tool_calls:
@@ -233,13 +248,21 @@ def _chunks(
     return out
 
 
-async def _sse(chunks: list[dict[str, Any]], fail_after: int | None) -> AsyncIterator[bytes]:
+async def _sse(
+    chunks: list[dict[str, Any]], fail_after: int | None, end: str = "done"
+) -> AsyncIterator[bytes]:
+    if end == "clean":  # the content, then the connection closes: no finish, no [DONE]
+        chunks = [c for c in chunks if not any(x.get("finish_reason") for x in c["choices"])]
     for index, chunk in enumerate(chunks):
         if fail_after is not None and index >= fail_after:
             raise ConnectionResetError("test upstream drops the stream")
+        if end == "garbage" and index >= 1:
+            yield b"data: {this is not json\n\n"
+            return
         yield f"data: {json.dumps(chunk)}\n\n".encode()
         await asyncio.sleep(0)
-    yield b"data: [DONE]\n\n"
+    if end == "done":
+        yield b"data: [DONE]\n\n"
 
 
 @contextmanager
