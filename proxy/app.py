@@ -21,7 +21,14 @@ from proxy.config import Settings, load_settings
 from proxy.engine import Engine
 from proxy.errors import ProxyError
 from proxy.history import pause
-from proxy.http import ORJSONResponse, parse_json, principal, read_body
+from proxy.http import (
+    ClientDisconnected,
+    ORJSONResponse,
+    parse_json,
+    principal,
+    read_body,
+    unless_disconnected,
+)
 from proxy.metrics import OTHER_MODEL, exposition
 from proxy.openai_compatible import Events
 from proxy.redaction import Redactor
@@ -96,6 +103,9 @@ class Proxy:
         telemetry = RequestTelemetry(model=OTHER_MODEL)
         try:
             response = await self._chat(request, telemetry)
+        except ClientDisconnected:  # nobody to answer; the upstream call was cancelled
+            telemetry.finish(CLIENT_CLOSED_REQUEST)
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         except ProxyError as exc:
             telemetry.finish(exc.status_code)
             raise
@@ -117,21 +127,22 @@ class Proxy:
             raise model_not_allowed(body["model"])
         self.upstream.check_model(body["model"])
         context = self._request_context(request, caller, raw)
-        turn = await self.engine.prepare(body, context)
+        turn = await unless_disconnected(request, self.engine.prepare(body, context))
         telemetry.turn = turn
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         response_headers |= turn.response_headers()
         telemetry.upstream_started()
         if body.get("stream"):
-            events = await self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
+            opening = self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
+            events = await unless_disconnected(request, opening)
             telemetry.stream = True
             return StreamingResponse(
                 self._sse(turn, events, telemetry, caller),
                 media_type="text/event-stream",
                 headers=response_headers | {"Cache-Control": "no-cache"},
             )
-        completion = await self.upstream.complete(
-            turn.body, turn.messages_json, context.provider_key
+        completion = await unless_disconnected(
+            request, self.upstream.complete(turn.body, turn.messages_json, context.provider_key)
         )
         telemetry.upstream_finished()
         telemetry.usage = completion.data.get("usage")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -11,7 +14,20 @@ from starlette.responses import JSONResponse
 from proxy.auth import Principal
 from proxy.errors import ProxyError
 
-__all__ = ["ORJSONResponse", "parse_json", "principal", "read_body"]
+__all__ = [
+    "ClientDisconnected",
+    "ORJSONResponse",
+    "parse_json",
+    "principal",
+    "read_body",
+    "unless_disconnected",
+]
+
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its answer was ready."""
 
 
 class ORJSONResponse(JSONResponse):
@@ -62,3 +78,30 @@ def principal(request: Request) -> Principal:
     if not isinstance(found, Principal):  # every route is behind the middleware
         raise ProxyError(401, "Not authenticated.", code="invalid_api_key")
     return found
+
+
+async def unless_disconnected(request: Request, call: Awaitable[T]) -> T:
+    """`call`'s result; cancelled, and `ClientDisconnected` raised, as soon as the client
+    hangs up, so a request nobody waits for stops costing an upstream call. (Once a
+    stream has started, Starlette's StreamingResponse watches for this itself.)"""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(_hangup(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watch.cancel()
+        raise
+    if task.done():
+        watch.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):  # let it close its upstream connection
+        await task
+    raise ClientDisconnected
+
+
+async def _hangup(request: Request) -> None:
+    """Returns when the client disconnects (the body is read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

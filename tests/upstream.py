@@ -47,6 +47,7 @@ class Reply:
     # "clean": closed after the content, without either; "garbage": events of no JSON.
     stream_end: str = "done"
     error_event: bool = False  # streaming: a 200 whose first event is an error
+    stall_after_chunks: int | None = None  # streaming: stall (stall_seconds) after N chunks
     # Computes the answer from the request body: the content, or a whole Reply.
     respond: Callable[[dict[str, Any]], str | Reply] | None = None
 
@@ -69,6 +70,7 @@ class FakeUpstream:
     record: bool = True  # keep every request (benchmarks turn it off to save memory)
     in_flight: int = 0  # requests being answered right now
     require_key: bool = False  # answer 401 to a request without an Authorization header
+    hung_up: int = 0  # requests whose caller closed the connection while they stalled
     exact_usage: bool = True  # tiktoken usage; off: a cheap estimate, so benchmarks time the proxy
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -102,6 +104,16 @@ class FakeUpstream:
         finally:
             self.in_flight -= 1
 
+    async def _stalled(self, request: Request, seconds: float) -> bool:
+        """Wait `seconds`; True (and counted) if the caller hangs up meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await request.is_disconnected():
+                self.hung_up += 1
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     async def _answer(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         if self.record:
@@ -113,8 +125,9 @@ class FakeUpstream:
         if reply.respond is not None:
             answer = reply.respond(body)
             reply = answer if isinstance(answer, Reply) else Reply(content=answer)
-        if reply.stall_seconds:
-            await asyncio.sleep(reply.stall_seconds)
+        stall_first = reply.stall_seconds and reply.stall_after_chunks is None
+        if stall_first and await self._stalled(request, reply.stall_seconds):
+            return Response(status_code=499)  # nobody is listening any more
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "upstream_error", "code": None}
             return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
@@ -137,7 +150,7 @@ class FakeUpstream:
             if reply.error_event:
                 chunks = [{"error": {"message": reply.error_message, "code": 500}}]
             return StreamingResponse(
-                _sse(chunks, reply.fail_after_chunks, reply.stream_end),
+                self._sse(chunks, reply),
                 media_type="text/event-stream",
             )
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -158,6 +171,20 @@ class FakeUpstream:
                 "usage": usage,
             }
         )
+
+    async def _sse(self, chunks: list[dict[str, Any]], reply: Reply) -> AsyncIterator[bytes]:
+        """The events; a stall after `reply.stall_after_chunks` of them counts a caller
+        that hangs up meanwhile (Starlette cancels a stream whose client left)."""
+        stall_at = reply.stall_after_chunks
+        events = _sse(chunks, reply.fail_after_chunks, reply.stream_end)
+        async for index, event in _numbered(events):
+            if index == stall_at:
+                try:
+                    await asyncio.sleep(reply.stall_seconds)
+                except asyncio.CancelledError:
+                    self.hung_up += 1
+                    raise
+            yield event
 
     @staticmethod
     def _content(reply: Reply, body: dict[str, Any]) -> str | None:
@@ -246,6 +273,13 @@ def _chunks(
     if (body.get("stream_options") or {}).get("include_usage"):
         out.append({**base, "choices": [], "usage": usage})
     return out
+
+
+async def _numbered(events: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
+    index = 0
+    async for event in events:
+        yield index, event
+        index += 1
 
 
 async def _sse(

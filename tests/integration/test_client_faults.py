@@ -1,0 +1,67 @@
+"""A client that leaves: before the first byte or in the middle of a stream, the upstream
+call is cancelled within 2 s (the test upstream sees its caller hang up), nothing partial
+is stored, and the request is counted as 499."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import MODEL, proxy_config
+from tests.upstream import FakeUpstream, Reply
+from tests.waiting import eventually
+
+KEY = "client-fault-key-0123456789"
+HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "left"}
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], lean: bool) -> str:
+    upstream.hung_up = 0
+    auth = {"keys": [{"key": KEY}]}
+    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}, auth=auth))
+
+
+def left_requests(url: str) -> float:
+    """Requests counted with nginx's status for a client that went away."""
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("context_proxy_requests_total{") and 'status="499"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def stored(url: str) -> int:
+    response = httpx.get(url + "/v1/sessions/left", headers=HEADERS)
+    return len(response.json()["messages"]) if response.status_code == 200 else 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_leaving_before_the_first_byte_cancels_the_upstream_call(
+    url: str, upstream: FakeUpstream, stream: bool
+) -> None:
+    before = left_requests(url)
+    upstream.queue(Reply(stall_seconds=30))
+    body = {"model": MODEL, "messages": USER, "stream": stream}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=0.5)
+    eventually(lambda: upstream.hung_up == 1, "the upstream to see its caller leave", 2)
+    eventually(lambda: left_requests(url) == before + 1, "the request counted as 499", 2)
+    assert stored(url) == 0
+
+
+def test_leaving_mid_stream_cancels_the_upstream_call(url: str, upstream: FakeUpstream) -> None:
+    before = left_requests(url)
+    upstream.queue(Reply(content="one two three four", stall_seconds=30, stall_after_chunks=2))
+    body = {"model": MODEL, "messages": USER, "stream": True}
+    with httpx.stream(
+        "POST", url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=10
+    ) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")  # the stream has begun; now leave
+    eventually(lambda: upstream.hung_up == 1, "the upstream to see its caller leave", 2)
+    eventually(lambda: left_requests(url) == before + 1, "the request counted as 499", 2)
+    assert stored(url) == 0
