@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port or settings.server.port,
         workers=workers,
         log_config=log_config(settings.server.log_format, settings.server.log_level),
+        timeout_graceful_shutdown=settings.server.shutdown_grace_seconds,
         access_log=False,  # the proxy writes its own line per request
     )
     return 0

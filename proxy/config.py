@@ -50,6 +50,8 @@ class ServerSettings(_Section):
     # With an empty model_list, provider-prefixed names always pass through.
     allow_unlisted_models: bool = False
     request_timeout_seconds: float = Field(600.0, gt=0)
+    # On SIGTERM: stop accepting, let requests in flight finish for this long, then end them.
+    shutdown_grace_seconds: float = Field(30.0, ge=0)
     # OpenAI-compatible deployments are called directly once the Router chose them.
     lean_upstream: bool = True
     log_format: Literal["text", "json"] = "text"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import openai
 
 from proxy.local import held_port
 from tests.conftest import MODEL, proxy_config
-from tests.upstream import FakeUpstream
+from tests.upstream import FakeUpstream, Reply
+from tests.waiting import eventually
 
 NONET = Path(__file__).resolve().parent.parent / "nonet"
 
@@ -136,3 +138,60 @@ def test_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "context.budget_ratio" in result.stderr
+
+
+def test_sigterm_drains_within_the_grace_period(tmp_path: Path, upstream: FakeUpstream) -> None:
+    """A stream that would run for half a minute does not hold the process: SIGTERM stops
+    new connections, gives requests in flight `shutdown_grace_seconds`, then ends them."""
+    import signal
+    import threading
+
+    import yaml
+
+    config = proxy_config(upstream, server={"shutdown_grace_seconds": 1})
+    config["session"] = {"path": str(tmp_path / "sessions")}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    upstream.hung_up = 0
+    upstream.queue(Reply(content="a b c d", stall_seconds=30, stall_after_chunks=2))
+    with held_port() as port:
+        process = start(
+            ["--config", str(path), "--port", str(port)], tmp_path / "net.log", tmp_path
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(url, process)
+            began = threading.Event()
+
+            def client() -> None:
+                body = {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "stream": True,
+                }
+                with (
+                    contextlib.suppress(httpx.HTTPError),
+                    httpx.stream(
+                        "POST", url + "/v1/chat/completions", json=body, timeout=60
+                    ) as response,
+                ):
+                    for _ in response.iter_lines():
+                        began.set()
+
+            thread = threading.Thread(target=client, daemon=True)
+            thread.start()
+            assert began.wait(30), "the stream began"
+            stopped = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=20)
+            assert time.monotonic() - stopped < 10  # the grace of 1 s, then shutdown
+            # uvicorn re-raises the signal once it has shut down cleanly.
+            assert process.returncode in (0, -signal.SIGTERM)
+            output = process.stdout.read().decode() if process.stdout else ""
+            assert "graceful shutdown exceeded" in output and "Finished server process" in output
+            thread.join(timeout=10)
+            assert not thread.is_alive(), "the client's stream was ended"
+        finally:
+            if process.poll() is None:
+                process.kill()
+    eventually(lambda: upstream.hung_up == 1, "the upstream call to be cancelled", 5)
