@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from proxy import metrics
 from proxy.config import SessionSettings
+from proxy.errors import ProxyError
 from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.stores.disk import DiskSessionStore
 
 __all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
 
 T = TypeVar("T")
+logger = logging.getLogger("context_proxy.stores")
 
 
 def open_store(settings: SessionSettings) -> SessionStore:
@@ -29,8 +35,14 @@ def open_store(settings: SessionSettings) -> SessionStore:
     return TimedStore(DiskSessionStore(settings.path, settings.ttl_seconds), "disk")
 
 
+# What a store that cannot be reached, read or written raises (Redis down or timing out,
+# SQLite's file read-only, locked or on a full disk).
+STORE_FAULTS = (sqlite3.Error, OSError, RedisError, RedisClusterException)
+
+
 class TimedStore:
-    """A SessionStore that records each operation's latency."""
+    """A SessionStore that records each operation's latency, and turns a store fault into
+    a 503 that says so (the store's own words stay in the log, not the answer)."""
 
     def __init__(self, inner: SessionStore, name: str) -> None:
         self.inner = inner
@@ -43,6 +55,14 @@ class TimedStore:
         started = time.perf_counter()
         try:
             return await call
+        except STORE_FAULTS as exc:
+            logger.warning("session store %s failed: %s", operation, type(exc).__name__)
+            raise ProxyError(
+                503,
+                "The session store is unavailable; retry shortly.",
+                code="store_unavailable",
+                headers={"Retry-After": "1"},
+            ) from exc
         finally:
             self._timers[operation].observe(time.perf_counter() - started)
 

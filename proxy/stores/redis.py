@@ -71,6 +71,10 @@ return 0
 """
 
 
+# A Redis that does not answer fails a request within seconds rather than hanging it.
+_TIMEOUTS = {"socket_connect_timeout": 5.0, "socket_timeout": 5.0}
+
+
 def connect(url: str) -> aioredis.Redis | RedisCluster:
     """A client for `url`; `?cluster=true` (or a `redis+cluster://` URL) for a cluster,
     given the address of any one of its nodes."""
@@ -78,11 +82,11 @@ def connect(url: str) -> aioredis.Redis | RedisCluster:
     query = parse_qs(parts.query)
     cluster = parts.scheme.endswith("+cluster") or query.get("cluster", [""])[0] in ("1", "true")
     if not cluster:
-        return aioredis.Redis.from_url(url)
+        return aioredis.Redis.from_url(url, **_TIMEOUTS)
     scheme = parts.scheme.removesuffix("+cluster")
     rest = [f"{k}={v}" for k, values in query.items() if k != "cluster" for v in values]
     plain = parts._replace(scheme=scheme, query="&".join(rest)).geturl()
-    return RedisCluster.from_url(plain)
+    return RedisCluster.from_url(plain, **_TIMEOUTS)
 
 
 class RedisSessionStore:

@@ -1,0 +1,87 @@
+"""A session store that goes away: a 503 that says so within a bounded time, found before
+the upstream is paid; `/health/ready` turns 503; service resumes by itself when the store
+is back. (Redis here; the disk store's faults are not covered yet.)"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from proxy.local import held_port
+from tests.conftest import MODEL, proxy_config
+from tests.upstream import FakeUpstream
+from tests.waiting import eventually
+
+KEY = "store-fault-key-0123456789"
+HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "kept"}
+
+
+@contextmanager
+def redis_on(port: int) -> Iterator[None]:
+    with tempfile.TemporaryDirectory() as directory:
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
+        process = subprocess.Popen(
+            [*command, "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
+        )
+        try:
+            eventually(lambda: _pings(port), "redis-server to start")
+            yield
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def _pings(port: int) -> bool:
+    done = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
+    return done.stdout.strip() == "PONG"
+
+
+def chat(url: str, text: str) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    return httpx.post(url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=30)
+
+
+def test_redis_down_is_a_503_before_the_upstream_is_paid_and_service_resumes(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]
+) -> None:
+    with held_port() as port:
+        config = proxy_config(
+            upstream,
+            session={"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0"},
+            auth={"keys": [{"key": KEY}]},
+        )
+        with redis_on(port):
+            url = start_proxy(config)
+            assert chat(url, "before").status_code == 200
+        # Redis is gone.
+        upstream.requests.clear()
+        for stream in (False, True):
+            began = time.monotonic()
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": stream,
+            }
+            response = httpx.post(
+                url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=30
+            )
+            assert time.monotonic() - began < 15  # bounded, never a hang
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "store_unavailable"
+            assert response.headers["retry-after"] == "1"
+        assert upstream.chat_requests() == [], "nothing was paid for"
+        assert httpx.get(url + "/health/ready").status_code == 503
+        assert httpx.get(url + "/v1/sessions/kept", headers=HEADERS).status_code == 503
+        # Redis is back (empty: it kept nothing): the proxy serves again by itself.
+        with redis_on(port):
+            eventually(lambda: httpx.get(url + "/health/ready").status_code == 200, "ready")
+            assert chat(url, "after").status_code == 200
+            stored = httpx.get(url + "/v1/sessions/kept", headers=HEADERS).json()
+            assert [m["content"] for m in stored["messages"]] == ["after", "echo: after"]
