@@ -1,6 +1,7 @@
 """A session store that goes away: a 503 that says so within a bounded time, found before
 the upstream is paid; `/health/ready` turns 503; service resumes by itself when the store
-is back. (Redis here; the disk store's faults are not covered yet.)"""
+is back; a store lost in the middle of a stream ends it with an error event. (Redis
+here; the disk store's faults are not covered yet.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 
 from proxy.local import held_port
 from tests.conftest import MODEL, proxy_config
-from tests.upstream import FakeUpstream
+from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
 KEY = "store-fault-key-0123456789"
@@ -23,18 +24,24 @@ HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "kept"}
 
 
 @contextmanager
-def redis_on(port: int) -> Iterator[None]:
+def redis_on(port: int) -> Iterator[Callable[[], None]]:
+    """A redis-server on `port` until the block ends; yields a function that stops it
+    sooner."""
     with tempfile.TemporaryDirectory() as directory:
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
         process = subprocess.Popen(
             [*command, "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
         )
-        try:
-            eventually(lambda: _pings(port), "redis-server to start")
-            yield
-        finally:
+
+        def stop() -> None:
             process.terminate()
             process.wait(timeout=10)
+
+        try:
+            eventually(lambda: _pings(port), "redis-server to start")
+            yield stop
+        finally:
+            stop()
 
 
 def _pings(port: int) -> bool:
@@ -85,3 +92,29 @@ def test_redis_down_is_a_503_before_the_upstream_is_paid_and_service_resumes(
             assert chat(url, "after").status_code == 200
             stored = httpx.get(url + "/v1/sessions/kept", headers=HEADERS).json()
             assert [m["content"] for m in stored["messages"]] == ["after", "echo: after"]
+
+
+def test_a_store_lost_mid_stream_ends_it_with_an_error_event(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]
+) -> None:
+    """The reply streamed to its end, but it cannot be stored: the client is told (an
+    error event, no [DONE]) rather than left to believe the turn was kept."""
+    with held_port() as port:
+        config = proxy_config(
+            upstream,
+            session={"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0"},
+            auth={"keys": [{"key": KEY}]},
+        )
+        upstream.queue(Reply(content="a b c d", stall_seconds=1.0, stall_after_chunks=2))
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+        with redis_on(port) as stop:
+            url = start_proxy(config)
+            with httpx.stream(
+                "POST", url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=30
+            ) as response:
+                lines = response.iter_lines()
+                assert next(lines).startswith("data: ")  # the stream has begun
+                stop()  # the store goes away while the reply is still streaming
+                rest = [line for line in lines if line.startswith("data: ")]
+    assert rest and '"store_unavailable"' in rest[-1], rest
+    assert "data: [DONE]" not in rest
