@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -17,10 +17,18 @@ from proxy.local import held_port
 @contextmanager
 def redis_server() -> Iterator[str]:
     """Yields a `redis_url` for a server of its own (no persistence)."""
-    with tempfile.TemporaryDirectory(prefix="redis-") as directory, held_port() as port:
-        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
-        with _running([*command, "--dir", directory, "--save", "", "--appendonly", "no"], port):
-            yield f"redis://127.0.0.1:{port}/0"
+    with held_port() as port, redis_on(port):
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+@contextmanager
+def redis_on(port: int) -> Iterator[Callable[[], None]]:
+    """A redis-server (no persistence) on `port` until the block ends; yields a function
+    that stops it sooner (a test of a store that goes away)."""
+    with tempfile.TemporaryDirectory(prefix="redis-") as directory:
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
+        with _running([*command, "--save", "", "--appendonly", "no"], port) as stop:
+            yield stop
 
 
 @contextmanager
@@ -64,18 +72,22 @@ def _node(directory: Path, port: int) -> Iterator[None]:
 
 
 @contextmanager
-def _running(command: list[str], port: int) -> Iterator[None]:
+def _running(command: list[str], port: int) -> Iterator[Callable[[], None]]:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop() -> None:
+        process.terminate()
+        process.wait(timeout=10)
+
     try:
         deadline = time.monotonic() + 30
         while _cli(port, "ping") != "PONG":
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {port} did not start")
             time.sleep(0.05)
-        yield
+        yield stop
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop()
 
 
 def _wait_until_ok(ports: list[int]) -> None:

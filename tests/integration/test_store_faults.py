@@ -5,48 +5,20 @@ here; the disk store's faults are not covered yet.)"""
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from proxy.local import held_port
 from tests.conftest import MODEL, proxy_config
+from tests.redis_servers import redis_on
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
 KEY = "store-fault-key-0123456789"
 HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "kept"}
-
-
-@contextmanager
-def redis_on(port: int) -> Iterator[Callable[[], None]]:
-    """A redis-server on `port` until the block ends; yields a function that stops it
-    sooner."""
-    with tempfile.TemporaryDirectory() as directory:
-        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
-        process = subprocess.Popen(
-            [*command, "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL
-        )
-
-        def stop() -> None:
-            process.terminate()
-            process.wait(timeout=10)
-
-        try:
-            eventually(lambda: _pings(port), "redis-server to start")
-            yield stop
-        finally:
-            stop()
-
-
-def _pings(port: int) -> bool:
-    done = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True)
-    return done.stdout.strip() == "PONG"
 
 
 def chat(url: str, text: str) -> httpx.Response:
