@@ -14,6 +14,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from proxy import headers
 from proxy.auth import Auth, AuthMiddleware, Principal
@@ -128,26 +129,32 @@ class Proxy:
         self.upstream.check_model(body["model"])
         context = self._request_context(request, caller, raw)
         turn = await unless_disconnected(request, self.engine.prepare(body, context))
-        telemetry.turn = turn
-        response_headers = {headers.REQUEST_ID: telemetry.request_id}
-        response_headers |= turn.response_headers()
-        telemetry.upstream_started()
-        if body.get("stream"):
-            opening = self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
-            events = await unless_disconnected(request, opening)
-            telemetry.stream = True
-            return StreamingResponse(
-                self._sse(turn, events, telemetry, caller),
-                media_type="text/event-stream",
-                headers=response_headers | {"Cache-Control": "no-cache"},
+        try:
+            telemetry.turn = turn
+            response_headers = {headers.REQUEST_ID: telemetry.request_id}
+            response_headers |= turn.response_headers()
+            telemetry.upstream_started()
+            if body.get("stream"):
+                opening = self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
+                events = await unless_disconnected(request, opening)
+                telemetry.stream = True
+                return TurnStream(
+                    self._sse(turn, events, telemetry, caller),
+                    finish=lambda: self.engine.finish(turn),
+                    media_type="text/event-stream",
+                    headers=response_headers | {"Cache-Control": "no-cache"},
+                )
+            completion = await unless_disconnected(
+                request, self.upstream.complete(turn.body, turn.messages_json, context.provider_key)
             )
-        completion = await unless_disconnected(
-            request, self.upstream.complete(turn.body, turn.messages_json, context.provider_key)
-        )
-        telemetry.upstream_finished()
-        telemetry.usage = completion.data.get("usage")
-        self.engine.observe_usage(turn, telemetry.usage)
-        await self.engine.commit(turn, reply_message(completion.data))
+            telemetry.upstream_finished()
+            telemetry.usage = completion.data.get("usage")
+            self.engine.observe_usage(turn, telemetry.usage)
+            await self.engine.commit(turn, reply_message(completion.data))
+        except BaseException:
+            await self.engine.finish(turn)
+            raise
+        await self.engine.finish(turn)
         if completion.raw is not None:  # the provider's own bytes, relayed as they came
             return Response(completion.raw, media_type="application/json", headers=response_headers)
         return ORJSONResponse(completion.data, headers=response_headers)
@@ -206,9 +213,28 @@ class Proxy:
         return ORJSONResponse({"status": "ok"})
 
     async def ready(self, request: Request) -> Response:
-        if not await self.store.ping():
-            return ORJSONResponse({"status": "unavailable", "store": "unreachable"}, 503)
+        try:
+            await self.store.ping()
+        except ProxyError as exc:
+            return ORJSONResponse({"status": "unavailable", "store": exc.message}, 503)
         return ORJSONResponse({"status": "ok", "models": len(self.upstream.model_names())})
+
+
+class TurnStream(StreamingResponse):
+    """A streamed reply that ends its turn (`finish`) however the stream ends: done,
+    failed, or cut off by the client before or after it began."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], finish: Callable[[], Awaitable[None]], **kwargs: Any
+    ) -> None:
+        super().__init__(content, **kwargs)
+        self._finish = finish
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finish()
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:

@@ -85,6 +85,8 @@ class SessionSettings(_Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     ttl_seconds: float | None = Field(None, gt=0)
     tenant_secret: str | None = None
+    min_free_mb: float = Field(64, ge=0)  # disk store: below this, turns get a 503 first
+    turn_wait_seconds: float = Field(120, gt=0)  # for the session's turn before, else 409
 
 
 class KeyEntry(_Section):

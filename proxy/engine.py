@@ -22,9 +22,10 @@ from proxy.history import History, off_loop
 from proxy.messages import split_system
 from proxy.metrics import ModelLabels
 from proxy.planning import Planning
-from proxy.sessions import CAS_ATTEMPTS, SessionStore
+from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
+from proxy.turn_locks import Lease, TurnLocks
 from proxy.turns import Request, RequestContext, State, Turn
 from proxy.upstream import Upstream
 from proxy.validation import validate_messages
@@ -45,6 +46,7 @@ class Engine:
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self._planning = Planning(settings, store, self._history, self.summaries, self._counts)
+        self._locks = TurnLocks(store, settings.session.turn_wait_seconds)
 
     async def close(self) -> None:
         await self.summaries.close()
@@ -66,11 +68,24 @@ class Engine:
         request = self._request(body, context)
         if request.key is None:
             return await self._stateless(body, request, context)
-        state = await self._history.state(request)
-        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
-        if plan.summarize is not None:
-            state, plan = await self._planning.summarized(request, state, plan.summarize)
-        return self._turn(body, request, state, plan)
+        await self.store.writable()  # a turn that could not be stored is not paid for
+        lease = await self._locks.acquire(request.key)
+        try:
+            state = await self._history.state(request)
+            if lease.contended and _drops_stored(state):
+                raise _conflict()  # it would undo a turn it raced and never saw
+            plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+            if plan.summarize is not None:
+                state, plan = await self._planning.summarized(request, state, plan.summarize)
+            return self._turn(body, request, state, plan, lease)
+        except BaseException:
+            await self._locks.release(lease)
+            raise
+
+    async def finish(self, turn: Turn) -> None:
+        """The turn is over, stored or not: the session's next turn may start."""
+        if turn.lease is not None:
+            await self._locks.release(turn.lease)
 
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
         """What `prepare` would send, without calling any model: where a summary is due,
@@ -94,13 +109,17 @@ class Engine:
         }
 
     async def commit(self, turn: Turn, reply: dict[str, Any] | None) -> None:
-        """Store the client's new messages and the reply (compare-and-set, replaying the
-        request onto the freshest session on a conflict); then maybe summarize ahead."""
+        """Store the client's new messages and the reply; then maybe summarize ahead.
+        Under the turn lock only a background summary can have changed the session,
+        and the turn is replayed onto it (compare-and-set); a transcript changed under
+        the turn (its lease lapsed) is a conflict, never undone."""
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
             return
-        pending = state.pending
+        pending, base = state.pending, state.base
         for _ in range(CAS_ATTEMPTS):
+            if _transcript(state.base) != _transcript(base) and _drops_stored(state):
+                raise _conflict()
             entry = self._history.entry(
                 reply,
                 state.new[-1].chain if state.new else state.match.head,
@@ -117,9 +136,7 @@ class Engine:
                 return
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
-        raise ProxyError(
-            409, "The session was changed concurrently; retry the request.", code="conflict"
-        )
+        raise _conflict()
 
     def observe_usage(self, turn: Turn, usage: dict[str, Any] | None) -> None:
         if turn.managed:
@@ -181,7 +198,14 @@ class Engine:
 
     # -- the result ---------------------------------------------------------------------
 
-    def _turn(self, body: dict[str, Any], request: Request, state: State, plan: Plan) -> Turn:
+    def _turn(
+        self,
+        body: dict[str, Any],
+        request: Request,
+        state: State,
+        plan: Plan,
+        lease: Lease | None = None,
+    ) -> Turn:
         checkpoint = state.checkpoint
         summarized = checkpoint is not None and plan.compression == "summary"
         history = state.totals[request.counter.name]
@@ -204,7 +228,26 @@ class Engine:
             request=request,
             state=state,
             messages_json=state.serialized.whole if unchanged and state.serialized else None,
+            lease=lease,
         )
+
+
+def _drops_stored(state: State) -> bool:
+    """The turn cuts stored messages away (an edit of history, or a stale client)."""
+    return state.base is not None and state.keep < state.base.length
+
+
+def _transcript(meta: SessionMeta | None) -> tuple[int, str] | None:
+    return (meta.length, meta.head) if meta is not None else None
+
+
+def _conflict() -> ProxyError:
+    return ProxyError(
+        409,
+        "The session gained messages from a concurrent turn that this request's history"
+        " does not have; resend it with the session's current history.",
+        code="conflict",
+    )
 
 
 def _token_bound(body: bytes) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "MANY_MESSAGES",
     "Checkpoint",
     "Fingerprint",
+    "LockName",
     "Mode",
     "SessionMeta",
     "SessionStore",
@@ -34,6 +35,8 @@ __all__ = [
     "tenant_id",
 ]
 
+# A session's locks: one background summary at a time, one turn at a time.
+LockName = Literal["summary", "turn"]
 Mode = Literal["auto", "append", "full"]
 # Python work on more messages than this (a long conversation's first request stores
 # all of it) runs in a worker thread rather than on the event loop.
@@ -217,16 +220,32 @@ class SessionStore(Protocol):
         session id) order, starting after the key `after`."""
         ...
 
-    async def ping(self) -> bool: ...
+    async def writable(self) -> None:
+        """Raise (a store fault) if a turn could not be stored now, where a read would not
+        show it (the disk store's filesystem read-only or full): checked before the
+        upstream is paid."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise (a store fault) unless the store can be reached and written."""
+        ...
 
     async def close(self) -> None: ...
 
-    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
-        """A token for `unlock`, or None if another process holds the session's summary
-        lock; the lock expires after `seconds`, so a crashed holder cannot keep it."""
+    async def try_lock(
+        self, tenant: str, session_id: str, seconds: float, name: LockName
+    ) -> str | None:
+        """A token for `unlock`, or None if another holds the session's lock of this
+        name; the lock expires after `seconds`, so a crashed holder cannot keep it."""
         ...
 
-    async def unlock(self, tenant: str, session_id: str, token: str) -> None: ...
+    async def extend(
+        self, tenant: str, session_id: str, token: str, seconds: float, name: LockName
+    ) -> bool:
+        """Make a held lock expire `seconds` from now; False if it was no longer held."""
+        ...
+
+    async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None: ...
 
 
 class ParsedMetas:

@@ -157,7 +157,7 @@ class Summaries:
         async def run() -> None:
             lease = 2 * self._settings.context.summary_timeout_seconds
             try:
-                token = await self._store.try_lock(*key, lease)
+                token = await self._store.try_lock(*key, lease, name="summary")
             except Exception as exc:
                 logger.warning("background summarization not started: %s", self.redact(str(exc)))
                 token = None
@@ -174,7 +174,7 @@ class Summaries:
                 metrics.BACKGROUND_TASKS.dec()
                 self._running.pop(key, None)
                 with contextlib.suppress(Exception):
-                    await self._store.unlock(*key, token)
+                    await self._store.unlock(*key, token, name="summary")
 
         self._running[key] = asyncio.get_running_loop().create_task(run())
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from proxy import headers
 from proxy.reconcile import Match, Serialized
 from proxy.sessions import Checkpoint, Mode, SessionMeta, StoredMessage
 from proxy.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from proxy.turn_locks import Lease
 
 __all__ = ["Compression", "Request", "RequestContext", "SessionKey", "State", "Turn"]
 
@@ -95,6 +98,7 @@ class Turn:
     request: Request | None = None
     state: State | None = None
     messages_json: bytes | None = None  # body["messages"], already serialized
+    lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
 
     def response_headers(self) -> dict[str, str]:
         if not self.managed:

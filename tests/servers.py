@@ -1,7 +1,67 @@
-"""Run an ASGI app on a real loopback socket in a background thread."""
+"""Run the proxy on a real loopback socket: an ASGI app in a background thread, or
+`context-proxy serve` as a process of its own, as a user runs it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
 from proxy.local import serve_in_background as serve
 
-__all__ = ["serve"]
+__all__ = ["guarded_env", "serve", "start", "stop", "wait_ready"]
+
+NONET = Path(__file__).resolve().parent / "nonet"
+
+
+def guarded_env(netlog: Path) -> dict[str, str]:
+    """An environment whose Python processes refuse, and log to `netlog`, every
+    connection to another host (`tests/nonet/sitecustomize.py`)."""
+    return os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(NONET), os.environ.get("PYTHONPATH", "")]),
+        "TEST_NETWORK_LOG": str(netlog),
+    }
+
+
+def start(
+    args: list[str], netlog: Path, cwd: Path, wrapper: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """`context-proxy serve` with `args` as a process of its own (run by `wrapper`, a
+    command that ends by executing its arguments, if given)."""
+    env = guarded_env(netlog)
+    env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)  # the proxy must set it itself
+    env.pop("TIKTOKEN_CACHE_DIR", None)
+    command = [*wrapper, sys.executable, "-m", "proxy.cli", "serve", *args]
+    return subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def wait_ready(
+    url: str, process: subprocess.Popen[bytes], limit: float = 60, probe: str = "/health/ready"
+) -> float:
+    """Seconds until `probe` answers 200 (`/health/live`: until the process serves)."""
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        try:
+            if httpx.get(url + probe, timeout=1).status_code == 200:
+                return time.monotonic() - began
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError("proxy did not become ready")
+
+
+def stop(process: subprocess.Popen[bytes]) -> str:
+    process.terminate()
+    try:
+        output, _ = process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    return output.decode() if output else ""

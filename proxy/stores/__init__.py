@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -17,7 +18,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from proxy import metrics
 from proxy.config import SessionSettings
 from proxy.errors import ProxyError
-from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions import Checkpoint, LockName, SessionMeta, SessionStore, StoredMessage
 from proxy.stores.disk import DiskSessionStore
 
 __all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
@@ -32,12 +33,32 @@ def open_store(settings: SessionSettings) -> SessionStore:
         from proxy.stores.redis import RedisSessionStore
 
         return TimedStore(RedisSessionStore(settings.redis_url, settings.ttl_seconds), "redis")
-    return TimedStore(DiskSessionStore(settings.path, settings.ttl_seconds), "disk")
+    free = int(settings.min_free_mb * 2**20)
+    return TimedStore(DiskSessionStore(settings.path, settings.ttl_seconds, free), "disk")
 
 
 # What a store that cannot be reached, read or written raises (Redis down or timing out,
 # SQLite's file read-only, locked or on a full disk).
 STORE_FAULTS = (sqlite3.Error, OSError, RedisError, RedisClusterException)
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def store_fault(exc: BaseException) -> ProxyError:
+    """The 503 for a store fault, saying what kind it is (the store's own words, which
+    may name paths or hosts, stay in the log)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith("SQLITE_FULL") or getattr(exc, "errno", None) in _FULL:
+        message = "The session store's disk is full; retry once space is freed."
+    elif name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")) or (
+        getattr(exc, "errno", None) in _READ_ONLY
+    ):
+        message = "The session store cannot be written (read-only); retry shortly."
+    elif isinstance(exc, (RedisError, RedisClusterException)):
+        message = "The session store (Redis) is unreachable; retry shortly."
+    else:
+        message = "The session store is unavailable; retry shortly."
+    return ProxyError(503, message, code="store_unavailable", headers={"Retry-After": "1"})
 
 
 class TimedStore:
@@ -56,13 +77,9 @@ class TimedStore:
         try:
             return await call
         except STORE_FAULTS as exc:
-            logger.warning("session store %s failed: %s", operation, type(exc).__name__)
-            raise ProxyError(
-                503,
-                "The session store is unavailable; retry shortly.",
-                code="store_unavailable",
-                headers={"Retry-After": "1"},
-            ) from exc
+            kind = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+            logger.warning("session store %s failed: %s", operation, kind)
+            raise store_fault(exc) from exc
         finally:
             self._timers[operation].observe(time.perf_counter() - started)
 
@@ -96,17 +113,28 @@ class TimedStore:
     ) -> list[SessionMeta]:
         return await self._timed("list", self.inner.sessions(tenant, after, limit))
 
-    async def ping(self) -> bool:
-        return await self._timed("ping", self.inner.ping())
+    async def writable(self) -> None:
+        await self._timed("ping", self.inner.writable())
+
+    async def ping(self) -> None:
+        await self._timed("ping", self.inner.ping())
 
     async def close(self) -> None:
         await self.inner.close()
 
-    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
-        return await self._timed("lock", self.inner.try_lock(tenant, session_id, seconds))
+    async def try_lock(
+        self, tenant: str, session_id: str, seconds: float, name: LockName
+    ) -> str | None:
+        return await self._timed("lock", self.inner.try_lock(tenant, session_id, seconds, name))
 
-    async def unlock(self, tenant: str, session_id: str, token: str) -> None:
-        await self._timed("lock", self.inner.unlock(tenant, session_id, token))
+    async def extend(
+        self, tenant: str, session_id: str, token: str, seconds: float, name: LockName
+    ) -> bool:
+        call = self.inner.extend(tenant, session_id, token, seconds, name)
+        return await self._timed("lock", call)
+
+    async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None:
+        await self._timed("lock", self.inner.unlock(tenant, session_id, token, name))
 
 
 def tenant_secret(settings: SessionSettings) -> bytes:

@@ -14,7 +14,11 @@ time they are read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +27,14 @@ from typing import Any, TypeVar
 
 import orjson
 
-from proxy.sessions import Checkpoint, ParsedMetas, SessionMeta, StoredMessage, serialized
+from proxy.sessions import (
+    Checkpoint,
+    LockName,
+    ParsedMetas,
+    SessionMeta,
+    StoredMessage,
+    serialized,
+)
 from proxy.stores.sqlite import Busy, Database
 
 __all__ = ["DiskSessionStore"]
@@ -44,27 +55,45 @@ class DiskSessionStore:
     again on the store's one worker thread, through a connection that waits.
     """
 
-    def __init__(self, directory: str, ttl_seconds: float | None = None) -> None:
+    def __init__(
+        self, directory: str, ttl_seconds: float | None = None, min_free_bytes: int = 0
+    ) -> None:
         self._directory = Path(directory)
-        self._directory.mkdir(parents=True, exist_ok=True)
-        path = self._directory / FILE
-        self._quick = Database(path, wait=0)
-        self._quick.create()
-        self._patient = Database(path, wait=_WAIT_SECONDS)
+        self._min_free = min_free_bytes
+        self._databases: tuple[Database, Database] | None = None
+        # A directory that cannot be written yet is a fault of each request, not fatal.
+        with contextlib.suppress(OSError, sqlite3.Error):
+            self._open()
         self._ttl = ttl_seconds
         self._commits = 0
         self._parsed = ParsedMetas()
         self._old: Any = None  # release 0.1's diskcache, opened when first needed
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-store")
 
+    def _open(self) -> tuple[Database, Database]:
+        """The quick and the patient connection, opened on first use (again after the
+        directory could not be opened)."""
+        if self._databases is None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            path = self._directory / FILE
+            quick = Database(path, wait=0)
+            try:
+                quick.create()
+                self._databases = (quick, Database(path, wait=_WAIT_SECONDS))
+            except BaseException:
+                quick.close()
+                raise
+        return self._databases
+
     async def _call(self, function: Callable[..., T], *args: Any, inline: bool = True) -> T:
+        quick, patient = self._open()
         if inline:
             try:
-                return function(self._quick, *args)
+                return function(quick, *args)
             except Busy:
                 pass
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, function, self._patient, *args)
+        return await loop.run_in_executor(self._thread, function, patient, *args)
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         _check(tenant)
@@ -139,27 +168,43 @@ class DiskSessionStore:
             return True
         return await self._delete_legacy(tenant, session_id)
 
-    async def ping(self) -> bool:
-        try:
-            await self._call(Database.ping, inline=False)
-        except Exception:
-            return False
-        return True
+    async def writable(self) -> None:
+        """Raise unless the directory's filesystem can take a turn: mounted read-write,
+        with at least `min_free_bytes` free (one statvfs call, about a microsecond)."""
+        self._open()
+        stats = os.statvfs(self._directory)
+        if stats.f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, "read-only filesystem", str(self._directory))
+        if stats.f_bavail * stats.f_frsize < self._min_free:
+            raise OSError(errno.ENOSPC, "less free space than session.min_free_mb")
+
+    async def ping(self) -> None:
+        await self.writable()
+        await self._call(Database.ping, inline=False)
 
     async def close(self) -> None:
         if self._old is not None:
             self._old.close()
-        self._quick.close()
-        await self._call(Database.close, inline=False)
+        if self._databases is not None:
+            quick, patient = self._databases
+            quick.close()
+            await asyncio.get_running_loop().run_in_executor(self._thread, patient.close)
         self._thread.shutdown(wait=False)
 
-    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
+    async def try_lock(
+        self, tenant: str, session_id: str, seconds: float, name: LockName
+    ) -> str | None:
         token = secrets.token_hex(16)
-        locked = await self._call(Database.lock, tenant, session_id, token, seconds)
+        locked = await self._call(Database.lock, tenant, session_id, name, token, seconds)
         return token if locked else None
 
-    async def unlock(self, tenant: str, session_id: str, token: str) -> None:
-        await self._call(Database.unlock, tenant, session_id, token)
+    async def extend(
+        self, tenant: str, session_id: str, token: str, seconds: float, name: LockName
+    ) -> bool:
+        return await self._call(Database.extend, tenant, session_id, name, token, seconds)
+
+    async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None:
+        await self._call(Database.unlock, tenant, session_id, name, token)
 
     async def _legacy(self, tenant: str, session_id: str) -> SessionMeta | None:
         """A session written by release 0.1 (one diskcache value per session, in this

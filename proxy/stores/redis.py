@@ -19,7 +19,14 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from proxy.sessions import Checkpoint, ParsedMetas, SessionMeta, StoredMessage, serialized
+from proxy.sessions import (
+    Checkpoint,
+    LockName,
+    ParsedMetas,
+    SessionMeta,
+    StoredMessage,
+    serialized,
+)
 
 __all__ = ["RedisSessionStore"]
 
@@ -69,6 +76,11 @@ _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# KEYS: lock. ARGV: token, ms. Returns 1 if the lock was still ours and now lasts ms more.
+_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 # A Redis that does not answer fails a request within seconds rather than hanging it.
@@ -103,6 +115,7 @@ class RedisSessionStore:
         self._commit = self._redis.register_script(_COMMIT)
         self._delete = self._redis.register_script(_DELETE)
         self._unlock = self._redis.register_script(_UNLOCK)
+        self._extend = self._redis.register_script(_EXTEND)
         self._parsed = ParsedMetas()
         self._index = f"{prefix}:index"
 
@@ -184,24 +197,35 @@ class RedisSessionStore:
             low = b"(" + members[-1]
         return found
 
-    async def ping(self) -> bool:
-        try:
-            return bool(await self._redis.ping())
-        except Exception:
-            return False
+    async def writable(self) -> None:
+        """Nothing to check before a turn: the load before it reached Redis."""
+
+    async def ping(self) -> None:
+        await self._redis.ping()
 
     async def close(self) -> None:
         await self._redis.aclose()
 
-    async def try_lock(self, tenant: str, session_id: str, seconds: float) -> str | None:
+    async def try_lock(
+        self, tenant: str, session_id: str, seconds: float, name: LockName
+    ) -> str | None:
         token = secrets.token_hex(16)
-        key = self._key(tenant, session_id, "lock")
-        acquired = await self._redis.set(key, token, nx=True, px=max(1, round(seconds * 1000)))
+        key = self._lock_key(tenant, session_id, name)
+        acquired = await self._redis.set(key, token, nx=True, px=_ms(seconds))
         return token if acquired else None
 
-    async def unlock(self, tenant: str, session_id: str, token: str) -> None:
+    async def extend(
+        self, tenant: str, session_id: str, token: str, seconds: float, name: LockName
+    ) -> bool:
+        key = self._lock_key(tenant, session_id, name)
+        return bool(await self._extend(keys=[key], args=[token, _ms(seconds)]))
+
+    async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None:
         """Release the lock only if we still hold it (it may have expired and been retaken)."""
-        await self._unlock(keys=[self._key(tenant, session_id, "lock")], args=[token])
+        await self._unlock(keys=[self._lock_key(tenant, session_id, name)], args=[token])
+
+    def _lock_key(self, tenant: str, session_id: str, name: LockName) -> str:
+        return self._key(tenant, session_id, "lock" if name == "summary" else "turn")
 
     async def _legacy(self, tenant: str, session_id: str) -> SessionMeta | None:
         """A session written by release 0.1 (meta fields in the HASH, entries without
@@ -243,6 +267,10 @@ class RedisSessionStore:
         if ":" in tenant:
             raise ValueError("tenant must not contain ':'")
         return f"{self._prefix}:{{{tenant}:{session_id}}}:{suffix}"
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 def _member(tenant: str, session_id: str) -> bytes:

@@ -47,12 +47,14 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     entry BLOB NOT NULL,
     PRIMARY KEY (tenant, session, position)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS locks (
+DROP TABLE IF EXISTS locks;
+CREATE TABLE IF NOT EXISTS leases (
     tenant TEXT NOT NULL,
     session TEXT NOT NULL,
+    name TEXT NOT NULL,
     token TEXT NOT NULL,
     expires REAL NOT NULL,
-    PRIMARY KEY (tenant, session)
+    PRIMARY KEY (tenant, session, name)
 ) WITHOUT ROWID;
 """
 
@@ -82,7 +84,8 @@ class Database:
         try:
             yield connection
         except BaseException:
-            connection.execute("ROLLBACK")
+            if connection.in_transaction:  # SQLite ends it by itself on some errors (FULL)
+                connection.execute("ROLLBACK")
             raise
         connection.execute("COMMIT")
 
@@ -184,24 +187,33 @@ class Database:
                 )
             return connection.execute("DELETE FROM sessions WHERE expires < ?", (now,)).rowcount
 
-    def lock(self, tenant: str, session: str, token: str, seconds: float) -> bool:
+    def lock(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
         now = time.time()
         with self.transaction() as connection:
             connection.execute(
-                "DELETE FROM locks WHERE tenant = ? AND session = ? AND expires < ?",
-                (tenant, session, now),
+                "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND expires < ?",
+                (tenant, session, name, now),
             )
             inserted = connection.execute(
-                "INSERT OR IGNORE INTO locks VALUES (?, ?, ?, ?)",
-                (tenant, session, token, now + seconds),
+                "INSERT OR IGNORE INTO leases VALUES (?, ?, ?, ?, ?)",
+                (tenant, session, name, token, now + seconds),
             )
             return inserted.rowcount == 1
 
-    def unlock(self, tenant: str, session: str, token: str) -> None:
+    def extend(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
+        with self.transaction() as connection:
+            updated = connection.execute(
+                "UPDATE leases SET expires = ? WHERE tenant = ? AND session = ? AND name = ?"
+                " AND token = ? AND expires >= ?",
+                (time.time() + seconds, tenant, session, name, token, time.time()),
+            )
+            return updated.rowcount == 1
+
+    def unlock(self, tenant: str, session: str, name: str, token: str) -> None:
         with self.transaction() as connection:
             connection.execute(
-                "DELETE FROM locks WHERE tenant = ? AND session = ? AND token = ?",
-                (tenant, session, token),
+                "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND token = ?",
+                (tenant, session, name, token),
             )
 
     def ping(self) -> None:

@@ -14,52 +14,9 @@ import openai
 
 from proxy.local import held_port
 from tests.conftest import MODEL, proxy_config
+from tests.servers import guarded_env, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
-
-NONET = Path(__file__).resolve().parent.parent / "nonet"
-
-
-def guarded_env(netlog: Path) -> dict[str, str]:
-    """An environment whose Python processes refuse, and log to `netlog`, every
-    connection to another host (`tests/nonet/sitecustomize.py`)."""
-    return os.environ | {
-        "PYTHONPATH": os.pathsep.join([str(NONET), os.environ.get("PYTHONPATH", "")]),
-        "TEST_NETWORK_LOG": str(netlog),
-    }
-
-
-def start(args: list[str], netlog: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    env = guarded_env(netlog)
-    env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)  # the proxy must set it itself
-    env.pop("TIKTOKEN_CACHE_DIR", None)
-    command = [sys.executable, "-m", "proxy.cli", "serve", *args]
-    return subprocess.Popen(
-        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], limit: float = 60) -> float:
-    began = time.monotonic()
-    while time.monotonic() - began < limit:
-        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-        try:
-            if httpx.get(url + "/health/ready", timeout=1).status_code == 200:
-                return time.monotonic() - began
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError("proxy did not become ready")
-
-
-def stop(process: subprocess.Popen[bytes]) -> str:
-    process.terminate()
-    try:
-        output, _ = process.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-    return output.decode() if output else ""
-
 
 # Checks the guard is in place before anything could leave the machine, then resolves a
 # name that is never looked up: the guard refuses it and logs the attempt.

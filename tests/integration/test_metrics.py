@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
-from tests.integration.test_cli import stop, wait_ready
 from tests.integration.test_sessions import is_summarizer, small_model, words
+from tests.servers import stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

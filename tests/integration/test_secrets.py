@@ -18,8 +18,8 @@ import yaml
 
 from proxy.local import held_port
 from tests.conftest import MODEL
-from tests.integration.test_cli import stop, wait_ready
 from tests.integration.test_sessions import is_summarizer, words
+from tests.servers import stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 # Shapes no pattern would recognise: only knowing the values can keep them out.

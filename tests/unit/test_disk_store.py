@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -11,8 +12,10 @@ from typing import Any
 
 import anyio
 import orjson
+import pytest
 
-from proxy.stores import DiskSessionStore
+from proxy.errors import ProxyError
+from proxy.stores import DiskSessionStore, TimedStore
 from proxy.stores.disk import FILE
 from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
@@ -141,3 +144,34 @@ async def test_concurrent_commits_from_processes_one_winner(tmp_path: Path) -> N
     stored = await store.messages("t1", "s", 0, 3)
     assert stored[-1].message["content"] == f"writer {results.index(True)}"
     await store.close()
+
+
+async def test_a_store_whose_directory_cannot_be_made_serves_once_it_can(tmp_path: Path) -> None:
+    """A directory that cannot be created (here: a file stands in its way) is a fault of
+    each request, a clear 503, not a crash at start; the store opens once it can."""
+    blocker = tmp_path / "volume"
+    blocker.write_text("not a directory")
+    store = TimedStore(DiskSessionStore(str(blocker / "sessions")), "disk")
+    for operation in (store.ping(), store.load("t1", "s")):
+        with pytest.raises(ProxyError) as raised:
+            await operation
+        assert (raised.value.status_code, raised.value.code) == (503, "store_unavailable")
+    blocker.unlink()
+    await store.ping()
+    transcript = entries("u1", "a1")
+    assert await store.commit(meta(transcript), 0, 0, transcript)
+    await store.close()
+
+
+async def test_too_little_free_space_is_found_before_a_turn(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    store = TimedStore(DiskSessionStore(str(tmp_path), min_free_bytes=free * 2), "disk")
+    for check in (store.writable(), store.ping()):
+        with pytest.raises(ProxyError) as raised:
+            await check
+        assert raised.value.status_code == 503
+        assert "disk is full" in raised.value.message
+    await store.close()
+    roomy = TimedStore(DiskSessionStore(str(tmp_path), min_free_bytes=1), "disk")
+    await roomy.writable()
+    await roomy.close()

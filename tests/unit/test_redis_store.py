@@ -10,6 +10,8 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from proxy.errors import ProxyError
+from proxy.stores import TimedStore
 from proxy.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
@@ -86,6 +88,9 @@ async def test_every_key_of_a_session_expires_together(
 
 
 async def test_ping_says_when_redis_is_unreachable() -> None:
-    down = RedisSessionStore("redis://127.0.0.1:9/0")
-    assert not await down.ping()
+    down = TimedStore(RedisSessionStore("redis://127.0.0.1:9/0"), "redis")
+    with pytest.raises(ProxyError) as raised:
+        await down.ping()
+    assert raised.value.status_code == 503
+    assert "unreachable" in raised.value.message
     await down.close()

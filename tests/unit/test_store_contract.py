@@ -210,27 +210,43 @@ async def test_ttl_expiry(make_store: Any) -> None:
     assert await store.commit(meta(transcript), 0, 0, transcript)  # expired counts as absent
 
 
-async def test_summary_lock(make_store: Any) -> None:
+async def test_locks(make_store: Any) -> None:
     first, second = make_store(), make_store()
-    token = await first.try_lock("t1", "s", 10)
+    token = await first.try_lock("t1", "s", 10, "summary")
     assert token is not None
-    assert await second.try_lock("t1", "s", 10) is None
-    assert await second.try_lock("t2", "s", 10) is not None  # per session
-    await second.unlock("t1", "s", "not-the-token")  # does nothing
-    assert await second.try_lock("t1", "s", 10) is None
-    await first.unlock("t1", "s", token)
-    again = await second.try_lock("t1", "s", 0.2)
+    assert await second.try_lock("t1", "s", 10, "summary") is None
+    assert await second.try_lock("t2", "s", 10, "summary") is not None  # per session
+    turn = await second.try_lock("t1", "s", 10, "turn")  # per name
+    assert turn is not None
+    await second.unlock("t1", "s", "not-the-token", "summary")  # does nothing
+    assert await second.try_lock("t1", "s", 10, "summary") is None
+    await first.unlock("t1", "s", token, "summary")
+    again = await second.try_lock("t1", "s", 0.2, "summary")
     assert again is not None
 
     tokens: list[str | None] = []
 
     async def retaken() -> bool:  # expired: a crashed holder does not block forever
-        tokens.append(await first.try_lock("t1", "s", 10))
+        tokens.append(await first.try_lock("t1", "s", 10, "summary"))
         return tokens[-1] is not None
 
     await eventually_async(retaken, "the lock to expire")
-    await second.unlock("t1", "s", again)  # a stale holder cannot release the new lock
-    assert await second.try_lock("t1", "s", 10) is None
+    await second.unlock("t1", "s", again, "summary")  # a stale holder cannot release it
+    assert await second.try_lock("t1", "s", 10, "summary") is None
+    assert not await second.extend("t1", "s", again, 10, "summary")  # nor keep it
+    assert await second.try_lock("t1", "s", 10, "turn") is None  # the turn lock holds
+
+
+async def test_an_extended_lock_outlives_its_first_term(make_store: Any) -> None:
+    first, second = make_store(), make_store()
+    token = await first.try_lock("t1", "s", 0.3, "turn")
+    assert token is not None
+    for _ in range(4):  # 0.6 s in all, twice the first term
+        assert await first.extend("t1", "s", token, 0.3, "turn")
+        await asyncio.sleep(0.15)
+        assert await second.try_lock("t1", "s", 10, "turn") is None
+    await first.unlock("t1", "s", token, "turn")
+    assert await second.try_lock("t1", "s", 10, "turn") is not None
 
 
 async def test_sessions_written_by_release_0_1_still_load(

@@ -1,0 +1,147 @@
+"""One turn at a time per session, across every worker and replica (DESIGN §11).
+
+A turn holds its session's lease in the store from before it reads the session until
+its reply is stored, so a turn is never refused after its upstream call was paid. The
+lease expires unless renewed (one task renews every lease this process holds), so a
+crashed holder cannot keep it, and only leases some turn still refers to are renewed
+(one dropped without release, by a bug, lapses too). In front of the store lease,
+waiters of one process queue on a local lock, so only one of them asks the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from proxy.errors import ProxyError
+from proxy.sessions import SessionStore
+from proxy.turns import SessionKey
+
+__all__ = ["Lease", "TurnLocks"]
+
+logger = logging.getLogger("context_proxy.turn_locks")
+
+LEASE_SECONDS = 30.0  # a lease not renewed (its process gone) lapses after this
+_POLL_FIRST, _POLL_MOST = 0.005, 0.1  # seconds between asks while another process holds it
+
+
+@dataclass(eq=False)
+class Lease:
+    """A held turn lock. `contended`: the turn had to wait for another one."""
+
+    key: SessionKey
+    token: str
+    contended: bool
+    released: bool = False
+    _dropped: weakref.finalize | None = field(default=None, repr=False)
+
+
+class TurnLocks:
+    def __init__(self, store: SessionStore, wait_seconds: float) -> None:
+        self._store = store
+        self._wait = wait_seconds
+        self._local: dict[SessionKey, tuple[asyncio.Lock, int]] = {}
+        self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
+        # Leases this process could not give back (the store failing): given back before
+        # the session's next turn here asks for one, rather than left to lapse.
+        self._unreleased: dict[SessionKey, str] = {}
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def acquire(self, key: SessionKey) -> Lease:
+        """The session's lease, once every earlier turn of it has finished; a 409
+        `session_busy` after `wait_seconds`."""
+        deadline = time.monotonic() + self._wait
+        lock, users = self._local.get(key) or (asyncio.Lock(), 0)
+        self._local[key] = (lock, users + 1)
+        try:
+            contended = lock.locked()
+            try:
+                await asyncio.wait_for(lock.acquire(), self._wait)
+            except TimeoutError:
+                raise _busy() from None
+            try:
+                token, waited = await self._store_lease(key, deadline)
+            except BaseException:
+                lock.release()
+                raise
+        except BaseException:
+            self._forget(key)
+            raise
+        lease = Lease(key, token, contended or waited)
+        lease._dropped = weakref.finalize(lease, self._let_go, key, lock)
+        self._held.add(lease)
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew())
+        return lease
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease back (idempotent); the next turn of the session may start."""
+        if lease.released:
+            return
+        lease.released = True
+        self._held.discard(lease)
+        try:
+            await self._store.unlock(*lease.key, lease.token, name="turn")
+        except Exception as exc:
+            logger.warning("turn lock not released: %s", type(exc).__name__)
+            self._unreleased[lease.key] = lease.token
+        finally:
+            if lease._dropped is not None:
+                lease._dropped()  # lets the next turn of this process go
+
+    def _let_go(self, key: SessionKey, lock: asyncio.Lock) -> None:
+        """The local half of a release, also run if a lease is dropped unreleased (its
+        store half then lapses unrenewed)."""
+        lock.release()
+        self._forget(key)
+
+    async def _store_lease(self, key: SessionKey, deadline: float) -> tuple[str, bool]:
+        stale = self._unreleased.pop(key, None)
+        if stale is not None:
+            try:
+                await self._store.unlock(*key, stale, name="turn")
+            except BaseException:
+                self._unreleased[key] = stale
+                raise
+        pause, waited = _POLL_FIRST, False
+        while True:
+            token = await self._store.try_lock(*key, LEASE_SECONDS, name="turn")
+            if token is not None:
+                return token, waited
+            if time.monotonic() + pause > deadline:
+                raise _busy()
+            waited = True
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, _POLL_MOST)
+
+    async def _renew(self) -> None:
+        """Extend every held lease a few times per lease period, while any is held."""
+        while self._held:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            for lease in list(self._held):
+                with contextlib.suppress(Exception):
+                    kept = await self._store.extend(
+                        *lease.key, lease.token, LEASE_SECONDS, name="turn"
+                    )
+                    if not kept and not lease.released:
+                        logger.warning("a turn lock lapsed while its turn ran")
+
+    def _forget(self, key: SessionKey) -> None:
+        lock, users = self._local[key]
+        if users > 1:
+            self._local[key] = (lock, users - 1)
+        else:
+            del self._local[key]
+
+
+def _busy() -> ProxyError:
+    return ProxyError(
+        409,
+        "Another turn of this session is still running; retry when it has finished.",
+        code="session_busy",
+        headers={"Retry-After": "1"},
+    )
