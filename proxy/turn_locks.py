@@ -109,7 +109,7 @@ class TurnLocks:
                 raise
         pause, waited = _POLL_FIRST, False
         while True:
-            token = await self._store.try_lock(*key, LEASE_SECONDS, name="turn")
+            token = await self._try_lock(key)
             if token is not None:
                 return token, waited
             if time.monotonic() + pause > deadline:
@@ -117,6 +117,19 @@ class TurnLocks:
             waited = True
             await asyncio.sleep(pause)
             pause = min(2 * pause, _POLL_MOST)
+
+    async def _try_lock(self, key: SessionKey) -> str | None:
+        """One ask, seen through even if the turn is cancelled meanwhile (its client
+        left): a lock the store granted after all is given back, not left to lapse."""
+        attempt = asyncio.ensure_future(self._store.try_lock(*key, LEASE_SECONDS, name="turn"))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                granted = await attempt
+                if granted is not None:
+                    await self._store.unlock(*key, granted, name="turn")
+            raise
 
     async def _renew(self) -> None:
         """Extend every held lease a few times per lease period, while any is held."""

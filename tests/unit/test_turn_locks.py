@@ -84,3 +84,26 @@ async def test_a_lease_the_store_could_not_take_back_is_given_back_before_the_ne
     again = await locks.acquire(KEY)  # not a 409 after waiting out the lease
     await locks.release(again)
     await store.close()
+
+
+async def test_a_turn_cancelled_while_asking_the_store_leaves_no_lease(tmp_path: Path) -> None:
+    """Its client left while the store was granting the lease (in the store's thread):
+    the grant is given back, so the session's next turn does not wait for it to lapse."""
+
+    class SlowToGrant(DiskSessionStore):
+        async def try_lock(self, *args: object, **kwargs: object) -> str | None:
+            token = await super().try_lock(*args, **kwargs)  # type: ignore[arg-type]
+            await asyncio.sleep(0.2)  # granted, not yet returned
+            return token
+
+    store = SlowToGrant(str(tmp_path))
+    locks = TurnLocks(store, wait_seconds=1)
+    asking = asyncio.create_task(locks.acquire(KEY))
+    await asyncio.sleep(0.05)
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    plain = DiskSessionStore(str(tmp_path))
+    assert await plain.try_lock(*KEY, 30, "turn") is not None  # nobody holds it
+    await plain.close()
+    await store.close()
