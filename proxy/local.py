@@ -90,8 +90,8 @@ def running_server(
     *,
     cwd: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
-) -> Iterator[None]:
-    """Run `command` until the block ends, once `ready_url` answers 200.
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `command` until the block ends, once `ready_url` answers 200; yields it.
 
     Output goes to a temporary file and is shown if the process dies first.
     """
@@ -107,7 +107,7 @@ def running_server(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{command[0]} not ready after {seconds:.0f}s")
                 time.sleep(0.2)
-            yield
+            yield process
         finally:
             process.terminate()
             try:

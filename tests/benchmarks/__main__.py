@@ -1,4 +1,4 @@
-"""`python -m tests.benchmarks [overhead|history|store|context|all] [--quick]`.
+"""`python -m tests.benchmarks [overhead|history|store|context|all|soak] [--quick]`.
 
 Benchmarks print ratios from one run on this machine; they are not part of the test
 suite (timings on shared machines are noisy), but `tests/benchmarks/test_harness.py`
@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import context, history, overhead, stores
+from tests.benchmarks import context, history, overhead, soak, stores
 
-BENCHMARKS = ("overhead", "history", "stores", "context")
+BENCHMARKS = ("overhead", "history", "stores", "context")  # `all`; the soak runs alone
 
 
 def machine() -> str:
@@ -33,7 +33,7 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
-    parser.add_argument("which", nargs="?", default="all", choices=(*BENCHMARKS, "all"))
+    parser.add_argument("which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak"))
     parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
     args = parser.parse_args(argv)
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                 text = asyncio.run(history.benchmark(Path(directory), rounds))
             elif name == "stores":
                 text = asyncio.run(stores.benchmark(20 if args.quick else 200))
+            elif name == "soak":
+                seconds = 8 if args.quick else 600
+                text = asyncio.run(soak.benchmark(Path(directory), seconds))
             else:
                 text = context.benchmark(Path(directory), 40 if args.quick else context.TURNS)
             print(text, flush=True)

@@ -45,10 +45,12 @@ def model_list(upstream_url: str, max_input_tokens: int = HUGE_WINDOW) -> list[d
 
 
 @contextmanager
-def upstream() -> Iterator[str]:
-    """The test upstream in its own process; yields its `/v1` base URL."""
+def upstream(faults: bool = False) -> Iterator[str]:
+    """The test upstream in its own process; yields its `/v1` base URL. With `faults`,
+    messages ask it for errors, stalls and cut streams (`upstream_server`)."""
     with held_port() as port:
         command = [sys.executable, "-m", "tests.benchmarks.upstream_server", str(port)]
+        command += ["--faults"] if faults else []
         url = f"http://127.0.0.1:{port}/v1"
         with running_server(command, url + "/models", cwd=_ROOT):
             yield url
@@ -57,6 +59,15 @@ def upstream() -> Iterator[str]:
 @contextmanager
 def context_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
     """`context-proxy serve` with `config` (one worker); yields its base URL."""
+    with context_proxy_process(config, directory) as (url, _):
+        yield url
+
+
+@contextmanager
+def context_proxy_process(
+    config: dict[str, Any], directory: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`context-proxy serve` with `config` (one worker); yields its URL and process."""
     with held_port() as port:
         config = {
             **config,
@@ -67,8 +78,8 @@ def context_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
         command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
         command += ["--port", str(port)]
         url = f"http://127.0.0.1:{port}"
-        with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()):
-            yield url
+        with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()) as process:
+            yield url, process
 
 
 @contextmanager

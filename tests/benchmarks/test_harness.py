@@ -58,3 +58,25 @@ def test_every_benchmark_prints_its_table() -> None:
 
 def _finite(text: str) -> bool:
     return math.isfinite(float(text))
+
+
+def test_the_soak_prints_memory_descriptors_and_outcomes() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "soak", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert re.search(rf"RSS after warm-up: {NUMBER} MB -> {NUMBER} MB", out), out
+    assert re.search(r"open descriptors: \d+ at start, \d+ after warm-up, \d+ at the end", out)
+    outcomes = dict(
+        (kind, int(count)) for count, kind in re.findall(r"^\s+(\d+)  (.+)$", out, re.M)
+    )
+    # Each kind of fault happened and was answered as it should be.
+    assert outcomes.get("200 plain") and outcomes.get("200 stream"), out
+    assert outcomes.get("500 fail") or outcomes.get("502 fail"), out
+    assert outcomes.get("stream error event (cut)"), out
+    assert outcomes.get("client left"), out

@@ -2,7 +2,8 @@
 
 It answers at once (echoing the last user message), keeps no record of requests and
 estimates usage cheaply, so what a benchmark times is the client and the proxy, not
-the fake provider.
+the fake provider. With `--faults` (the soak benchmark), a last user message holding
+`[fail]` gets a 500, `[slow]` an answer after 2 s, `[cut]` a stream cut after two chunks.
 """
 
 from __future__ import annotations
@@ -11,13 +12,28 @@ import sys
 
 import uvicorn
 
-from tests.upstream import FakeUpstream
+from typing import Any
+
+from tests.upstream import FakeUpstream, Reply
 
 
-def main(port: int) -> None:
+def faulty(body: dict[str, Any]) -> str | Reply:
+    text = str(body["messages"][-1].get("content"))
+    if "[fail]" in text:
+        return Reply(status=500, error_message="injected failure")
+    if "[slow]" in text:
+        return Reply(stall_seconds=2.0)
+    if "[cut]" in text:
+        return Reply(content="a b c d e f", fail_after_chunks=2)
+    return "echo: " + text[:200]
+
+
+def main(port: int, faults: bool) -> None:
     upstream = FakeUpstream(record=False, exact_usage=False)
+    if faults:
+        upstream.default = Reply(respond=faulty)
     uvicorn.run(upstream.app(), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), "--faults" in sys.argv[2:])
