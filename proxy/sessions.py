@@ -233,10 +233,16 @@ class SessionStore(Protocol):
     async def close(self) -> None: ...
 
     async def try_lock(
-        self, tenant: str, session_id: str, seconds: float, name: LockName
+        self,
+        tenant: str,
+        session_id: str,
+        seconds: float,
+        name: LockName,
+        token: str | None = None,
     ) -> str | None:
-        """A token for `unlock`, or None if another holds the session's lock of this
-        name; the lock expires after `seconds`, so a crashed holder cannot keep it."""
+        """A token for `unlock` (`token` if given, else a new one), or None if another
+        holds the session's lock of this name; the lock expires after `seconds`, so a
+        crashed holder cannot keep it."""
         ...
 
     async def extend(

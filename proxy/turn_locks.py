@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ logger = logging.getLogger("context_proxy.turn_locks")
 
 LEASE_SECONDS = 30.0  # a lease not renewed (its process gone) lapses after this
 _POLL_FIRST, _POLL_MOST = 0.005, 0.1  # seconds between asks while another process holds it
+_SETTLE_SECONDS = 1.0  # for an ask its turn abandoned to be answered, before giving it back
 
 
 @dataclass(eq=False)
@@ -49,6 +51,7 @@ class TurnLocks:
         # Leases this process could not give back (the store failing): given back before
         # the session's next turn here asks for one, rather than left to lapse.
         self._unreleased: dict[SessionKey, str] = {}
+        self._giving_back: set[asyncio.Task[None]] = set()
         self._renewer: asyncio.Task[None] | None = None
 
     async def acquire(self, key: SessionKey) -> Lease:
@@ -59,10 +62,13 @@ class TurnLocks:
         self._local[key] = (lock, users + 1)
         try:
             contended = lock.locked()
-            try:
-                await asyncio.wait_for(lock.acquire(), self._wait)
-            except TimeoutError:
-                raise _busy() from None
+            if not contended:
+                await lock.acquire()  # free: taken at once, no task, no timer
+            else:
+                try:
+                    await asyncio.wait_for(lock.acquire(), self._wait)
+                except TimeoutError:
+                    raise _busy() from None
             try:
                 token, waited = await self._store_lease(key, deadline)
             except BaseException:
@@ -119,17 +125,26 @@ class TurnLocks:
             pause = min(2 * pause, _POLL_MOST)
 
     async def _try_lock(self, key: SessionKey) -> str | None:
-        """One ask, seen through even if the turn is cancelled meanwhile (its client
-        left): a lock the store granted after all is given back, not left to lapse."""
-        attempt = asyncio.ensure_future(self._store.try_lock(*key, LEASE_SECONDS, name="turn"))
+        """One ask. If the turn is cancelled meanwhile (its client left), the store may
+        still grant it (in its thread, or Redis after the connection dropped): the
+        token, chosen here, is given back once that has settled, and before this
+        process's next turn of the session, rather than left to lapse."""
+        token = secrets.token_hex(16)
         try:
-            return await asyncio.shield(attempt)
+            return await self._store.try_lock(*key, LEASE_SECONDS, name="turn", token=token)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                granted = await attempt
-                if granted is not None:
-                    await self._store.unlock(*key, granted, name="turn")
+            self._unreleased[key] = token
+            give_back = asyncio.get_running_loop().create_task(self._give_back(key, token))
+            self._giving_back.add(give_back)
+            give_back.add_done_callback(self._giving_back.discard)
             raise
+
+    async def _give_back(self, key: SessionKey, token: str) -> None:
+        await asyncio.sleep(_SETTLE_SECONDS)
+        if self._unreleased.get(key) == token:
+            with contextlib.suppress(Exception):
+                await self._store.unlock(*key, token, name="turn")
+                del self._unreleased[key]
 
     async def _renew(self) -> None:
         """Extend every held lease a few times per lease period, while any is held."""

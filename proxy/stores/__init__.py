@@ -123,9 +123,15 @@ class TimedStore:
         await self.inner.close()
 
     async def try_lock(
-        self, tenant: str, session_id: str, seconds: float, name: LockName
+        self,
+        tenant: str,
+        session_id: str,
+        seconds: float,
+        name: LockName,
+        token: str | None = None,
     ) -> str | None:
-        return await self._timed("lock", self.inner.try_lock(tenant, session_id, seconds, name))
+        call = self.inner.try_lock(tenant, session_id, seconds, name, token)
+        return await self._timed("lock", call)
 
     async def extend(
         self, tenant: str, session_id: str, token: str, seconds: float, name: LockName

@@ -192,9 +192,14 @@ class DiskSessionStore:
         self._thread.shutdown(wait=False)
 
     async def try_lock(
-        self, tenant: str, session_id: str, seconds: float, name: LockName
+        self,
+        tenant: str,
+        session_id: str,
+        seconds: float,
+        name: LockName,
+        token: str | None = None,
     ) -> str | None:
-        token = secrets.token_hex(16)
+        token = token or secrets.token_hex(16)
         locked = await self._call(Database.lock, tenant, session_id, name, token, seconds)
         return token if locked else None
 

@@ -207,9 +207,14 @@ class RedisSessionStore:
         await self._redis.aclose()
 
     async def try_lock(
-        self, tenant: str, session_id: str, seconds: float, name: LockName
+        self,
+        tenant: str,
+        session_id: str,
+        seconds: float,
+        name: LockName,
+        token: str | None = None,
     ) -> str | None:
-        token = secrets.token_hex(16)
+        token = token or secrets.token_hex(16)
         key = self._lock_key(tenant, session_id, name)
         acquired = await self._redis.set(key, token, nx=True, px=_ms(seconds))
         return token if acquired else None

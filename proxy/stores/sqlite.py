@@ -187,34 +187,33 @@ class Database:
                 )
             return connection.execute("DELETE FROM sessions WHERE expires < ?", (now,)).rowcount
 
+    # Each lock operation is one statement, so one transaction of its own (autocommit).
+
     def lock(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
+        """Take the lock if it is free or its holder's time ran out."""
         now = time.time()
-        with self.transaction() as connection:
-            connection.execute(
-                "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND expires < ?",
-                (tenant, session, name, now),
-            )
-            inserted = connection.execute(
-                "INSERT OR IGNORE INTO leases VALUES (?, ?, ?, ?, ?)",
-                (tenant, session, name, token, now + seconds),
-            )
-            return inserted.rowcount == 1
+        taken = self._connection.execute(
+            "INSERT INTO leases VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant, session, name) DO UPDATE"
+            " SET token = excluded.token, expires = excluded.expires WHERE expires < ?",
+            (tenant, session, name, token, now + seconds, now),
+        )
+        return taken.rowcount == 1
 
     def extend(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
-        with self.transaction() as connection:
-            updated = connection.execute(
-                "UPDATE leases SET expires = ? WHERE tenant = ? AND session = ? AND name = ?"
-                " AND token = ? AND expires >= ?",
-                (time.time() + seconds, tenant, session, name, token, time.time()),
-            )
-            return updated.rowcount == 1
+        now = time.time()
+        updated = self._connection.execute(
+            "UPDATE leases SET expires = ? WHERE tenant = ? AND session = ? AND name = ?"
+            " AND token = ? AND expires >= ?",
+            (now + seconds, tenant, session, name, token, now),
+        )
+        return updated.rowcount == 1
 
     def unlock(self, tenant: str, session: str, name: str, token: str) -> None:
-        with self.transaction() as connection:
-            connection.execute(
-                "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND token = ?",
-                (tenant, session, name, token),
-            )
+        self._connection.execute(
+            "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND token = ?",
+            (tenant, session, name, token),
+        )
 
     def ping(self) -> None:
         self._connection.execute("SELECT count(*) FROM sessions WHERE 0").fetchone()

@@ -36,7 +36,19 @@ MIX = (
     (0.05, "cut"),  # the upstream cuts the stream after two chunks
     (0.10, "leave"),  # a slow answer the client does not wait for
 )
-_WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+_WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+]
 
 
 @dataclass

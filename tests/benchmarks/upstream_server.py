@@ -9,10 +9,9 @@ the fake provider. With `--faults` (the soak benchmark), a last user message hol
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import uvicorn
-
-from typing import Any
 
 from tests.upstream import FakeUpstream, Reply
 

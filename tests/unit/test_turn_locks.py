@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proxy.errors import ProxyError
 from proxy.stores import DiskSessionStore
 from proxy.turn_locks import TurnLocks
+from tests.waiting import eventually_async
 
 KEY = ("t1", "s")
 
@@ -87,12 +89,13 @@ async def test_a_lease_the_store_could_not_take_back_is_given_back_before_the_ne
 
 
 async def test_a_turn_cancelled_while_asking_the_store_leaves_no_lease(tmp_path: Path) -> None:
-    """Its client left while the store was granting the lease (in the store's thread):
-    the grant is given back, so the session's next turn does not wait for it to lapse."""
+    """Its client left while the store was granting the lease: the grant is given back
+    once it has landed (well before it would lapse), and this process's next turn of
+    the session is not kept waiting by it at all."""
 
     class SlowToGrant(DiskSessionStore):
-        async def try_lock(self, *args: object, **kwargs: object) -> str | None:
-            token = await super().try_lock(*args, **kwargs)  # type: ignore[arg-type]
+        async def try_lock(self, *args: Any, **kwargs: Any) -> str | None:
+            token = await super().try_lock(*args, **kwargs)
             await asyncio.sleep(0.2)  # granted, not yet returned
             return token
 
@@ -104,6 +107,22 @@ async def test_a_turn_cancelled_while_asking_the_store_leaves_no_lease(tmp_path:
     with pytest.raises(asyncio.CancelledError):
         await asking
     plain = DiskSessionStore(str(tmp_path))
-    assert await plain.try_lock(*KEY, 30, "turn") is not None  # nobody holds it
+
+    async def given_back() -> bool:
+        token = await plain.try_lock(*KEY, 30, "turn")
+        if token is not None:
+            await plain.unlock(*KEY, token, "turn")
+        return token is not None
+
+    await eventually_async(given_back, "the abandoned grant to be given back", seconds=5)
     await plain.close()
+
+    asking = asyncio.create_task(locks.acquire(KEY))
+    await asyncio.sleep(0.05)
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    await asyncio.sleep(0.3)  # the grant has landed; it is not given back yet
+    lease = await asyncio.wait_for(locks.acquire(KEY), 0.5)  # the next turn here goes
+    await locks.release(lease)
     await store.close()
