@@ -35,12 +35,14 @@ from proxy.sessions import (
     StoredMessage,
     serialized,
 )
+from proxy.stores.file_locks import FileLocks
 from proxy.stores.sqlite import Busy, Database
 
 __all__ = ["DiskSessionStore"]
 
 T = TypeVar("T")
 FILE = "sessions.sqlite3"
+LOCK_FILE = "turns.lock"
 _EXPIRE_EVERY = 100  # commits between two sweeps of expired sessions
 _INLINE_ROWS = 16  # rows read or written on the event loop; more go to the worker thread
 _WAIT_SECONDS = 60.0  # how long the worker thread waits for another process's lock
@@ -61,6 +63,7 @@ class DiskSessionStore:
         self._directory = Path(directory)
         self._min_free = min_free_bytes
         self._databases: tuple[Database, Database] | None = None
+        self._file_locks: FileLocks | None = None
         # A directory that cannot be written yet is a fault of each request, not fatal.
         with contextlib.suppress(OSError, sqlite3.Error):
             self._open()
@@ -189,6 +192,8 @@ class DiskSessionStore:
             quick, patient = self._databases
             quick.close()
             await asyncio.get_running_loop().run_in_executor(self._thread, patient.close)
+        if self._file_locks is not None:
+            self._file_locks.close()
         self._thread.shutdown(wait=False)
 
     async def try_lock(
@@ -200,16 +205,30 @@ class DiskSessionStore:
         token: str | None = None,
     ) -> str | None:
         token = token or secrets.token_hex(16)
-        locked = await self._call(Database.lock, tenant, session_id, name, token, seconds)
+        if name == "turn":  # every turn takes it: a system call, not a transaction
+            locked = self._turn_locks().acquire(_lock_key(tenant, session_id), token)
+        else:
+            locked = await self._call(Database.lock, tenant, session_id, name, token, seconds)
         return token if locked else None
 
     async def extend(
         self, tenant: str, session_id: str, token: str, seconds: float, name: LockName
     ) -> bool:
+        if name == "turn":  # held until released, or until this process ends
+            return self._turn_locks().holds(_lock_key(tenant, session_id), token)
         return await self._call(Database.extend, tenant, session_id, name, token, seconds)
 
     async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None:
-        await self._call(Database.unlock, tenant, session_id, name, token)
+        if name == "turn":
+            self._turn_locks().release(_lock_key(tenant, session_id), token)
+        else:
+            await self._call(Database.unlock, tenant, session_id, name, token)
+
+    def _turn_locks(self) -> FileLocks:
+        if self._file_locks is None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self._file_locks = FileLocks(self._directory / LOCK_FILE)
+        return self._file_locks
 
     async def _legacy(self, tenant: str, session_id: str) -> SessionMeta | None:
         """A session written by release 0.1 (one diskcache value per session, in this
@@ -248,6 +267,10 @@ class DiskSessionStore:
                 str(self._directory), eviction_policy="none", size_limit=2**62
             )
         return self._old
+
+
+def _lock_key(tenant: str, session_id: str) -> str:
+    return f"{tenant}\0{session_id}"  # neither holds a NUL
 
 
 def _check(tenant: str) -> str:

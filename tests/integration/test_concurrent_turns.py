@@ -1,7 +1,7 @@
-"""Turns racing on one session, through two proxy processes sharing Redis: they run one
-at a time, each answered turn is stored exactly once, no accepted message is forked
-away, nothing is refused after the upstream was paid, and a 409 comes only for a
-history that truly conflicts (one that lacks a turn that raced it)."""
+"""Turns racing on one session, through two proxy processes sharing Redis (or one disk
+store's directory): they run one at a time, each answered turn is stored exactly once,
+no accepted message is forked away, nothing is refused after the upstream was paid, and
+a 409 comes only for a history that truly conflicts (one lacking a turn that raced it)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 import yaml
 
 from proxy.local import held_port
@@ -70,17 +71,16 @@ def turn(url: str, session: str, messages: list[dict[str, str]], append: bool, s
         return exc.status_code, exc.body.get("code") if isinstance(exc.body, dict) else None
 
 
+@pytest.mark.parametrize("store", ["redis", "disk"])
 def test_racing_turns_are_serialized_and_none_is_lost(
-    upstream: FakeUpstream, redis_url: str, tmp_path: Path
+    upstream: FakeUpstream, redis_url: str, tmp_path: Path, store: str
 ) -> None:
     upstream.default = Reply(stall_seconds=0.3)  # each turn takes a while: they overlap
-    config = proxy_config(
-        upstream,
-        # Replicas share the tenant secret (as the deploy files have them), so a key is
-        # one tenant whichever process it reaches.
-        session={"store": "redis", "redis_url": redis_url, "tenant_secret": "shared-secret"},
-        auth={"keys": [{"key": KEY}]},
-    )
+    # Replicas share the tenant secret (as the deploy files have them), so a key is one
+    # tenant whichever process it reaches.
+    session = {"store": store, "tenant_secret": "shared-secret"}
+    session |= {"redis_url": redis_url} if store == "redis" else {"path": str(tmp_path / "store")}
+    config = proxy_config(upstream, session=session, auth={"keys": [{"key": KEY}]})
     session = f"race-{uuid.uuid4().hex}"
     with two_proxies(config, tmp_path) as urls:
         assert turn(urls[0], session, [{"role": "user", "content": "seed"}], False, False) == (
