@@ -128,7 +128,13 @@ class Engine:
             )
             meta, checkpoints = self._history.after(request, state, entry)
             entries = (*state.new, entry)
-            if await self.store.commit(meta, state.expected, state.keep, entries, checkpoints):
+            lease = turn.lease
+            release = lease.token if lease is not None else None
+            if await self.store.commit(
+                meta, state.expected, state.keep, entries, checkpoints, release
+            ):
+                if lease is not None:  # given back with the commit: one call fewer
+                    lease.stored = True
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:

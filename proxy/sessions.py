@@ -204,11 +204,13 @@ class SessionStore(Protocol):
         keep: int,
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
+        release: str | None = None,
     ) -> bool:
         """Compare-and-set (0 = absent): the transcript becomes its first `keep` messages
         plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
-        first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`.
-        False if another writer changed the session first."""
+        first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
+        once stored, the turn lock held by the token `release` (if given) is given back
+        with it. False if another writer changed the session first."""
         ...
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...

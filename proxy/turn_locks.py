@@ -39,6 +39,7 @@ class Lease:
     token: str
     contended: bool
     released: bool = False
+    stored: bool = False  # the store gave it back with the turn's commit
     _dropped: weakref.finalize | None = field(default=None, repr=False)
 
 
@@ -91,7 +92,8 @@ class TurnLocks:
         lease.released = True
         self._held.discard(lease)
         try:
-            await self._store.unlock(*lease.key, lease.token, name="turn")
+            if not lease.stored:
+                await self._store.unlock(*lease.key, lease.token, name="turn")
         except Exception as exc:
             logger.warning("turn lock not released: %s", type(exc).__name__)
             self._unreleased[lease.key] = lease.token
@@ -150,7 +152,7 @@ class TurnLocks:
         """Extend every held lease a few times per lease period, while any is held."""
         while self._held:
             await asyncio.sleep(LEASE_SECONDS / 3)
-            for lease in list(self._held):
+            for lease in [lease for lease in self._held if not lease.stored]:
                 with contextlib.suppress(Exception):
                     kept = await self._store.extend(
                         *lease.key, lease.token, LEASE_SECONDS, name="turn"

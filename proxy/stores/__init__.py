@@ -101,8 +101,9 @@ class TimedStore:
         keep: int,
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
+        release: str | None = None,
     ) -> bool:
-        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints)
+        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints, release)
         return await self._timed("commit", call)
 
     async def delete(self, tenant: str, session_id: str) -> bool:

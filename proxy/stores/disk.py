@@ -133,6 +133,7 @@ class DiskSessionStore:
         keep: int,
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
+        release: str | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
         _check(meta.tenant)
@@ -153,6 +154,8 @@ class DiskSessionStore:
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
         )
         if done:
+            if release is not None:
+                await self.unlock(meta.tenant, meta.session_id, release, "turn")
             self._parsed.remember(data, meta)
             self._commits += 1
             if self._ttl and self._commits % _EXPIRE_EVERY == 0:

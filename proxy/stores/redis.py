@@ -30,9 +30,10 @@ from proxy.sessions import (
 
 __all__ = ["RedisSessionStore"]
 
-# KEYS: meta, messages, checkpoints.
+# KEYS: meta, messages, checkpoints, the turn lock.
 # ARGV: expected version, keep, checkpoints kept, ttl ms (0 = none), version, meta data,
-#       n = how many of the last values are checkpoints, messages..., checkpoints...
+#       n = how many of the last values are checkpoints, the turn lock's token to give
+#       back once stored ("" = none), messages..., checkpoints...
 # Returns 1 stored, 0 version conflict.
 _COMMIT = """
 local stored = redis.call('HGET', KEYS[1], 'version')
@@ -51,7 +52,7 @@ elseif kept < redis.call('LLEN', KEYS[3]) then
 end
 local last = #ARGV - tonumber(ARGV[7])
 -- RPUSH in chunks: Lua's unpack() fails beyond ~8000 values.
-for i = 8, last, 1000 do
+for i = 9, last, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, last)))
 end
 for i = last + 1, #ARGV, 1000 do
@@ -59,9 +60,10 @@ for i = last + 1, #ARGV, 1000 do
 end
 redis.call('HSET', KEYS[1], 'version', ARGV[5], 'data', ARGV[6])
 local ttl = tonumber(ARGV[4])
-for _, key in ipairs(KEYS) do
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+for i = 1, 3 do
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) else redis.call('PERSIST', KEYS[i]) end
 end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[4]) == ARGV[8] then redis.call('DEL', KEYS[4]) end
 return 1
 """
 
@@ -147,6 +149,7 @@ class RedisSessionStore:
         keep: int,
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
+        release: str | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
         data = orjson.dumps(meta.to_dict())
@@ -158,10 +161,14 @@ class RedisSessionStore:
             meta.version,
             data,
             len(checkpoints),
+            release or "",
             *await serialized(appended),
             *await serialized(checkpoints),
         ]
-        keys = self._keys(meta.tenant, meta.session_id)
+        keys = [
+            *self._keys(meta.tenant, meta.session_id),
+            self._lock_key(meta.tenant, meta.session_id, "turn"),
+        ]
         if expected_version == 0:  # indexed first, so no stored session is ever unlisted
             await self._redis.zadd(self._index, {_member(meta.tenant, meta.session_id): 0})
         done = bool(await self._commit(keys=keys, args=args))
