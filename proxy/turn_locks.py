@@ -1,11 +1,12 @@
 """One turn at a time per session, across every worker and replica (DESIGN §11).
 
-A turn holds its session's lease in the store from before it reads the session until
-its reply is stored, so a turn is never refused after its upstream call was paid. The
-lease expires unless renewed (one task renews every lease this process holds), so a
-crashed holder cannot keep it, and only leases some turn still refers to are renewed
-(one dropped without release, by a bug, lapses too). In front of the store lease,
-waiters of one process queue on a local lock, so only one of them asks the store.
+A turn holds its session's turn lock from before it reads the session until its reply
+is stored (the commit gives it back), so a turn is never refused after its upstream
+call was paid. The store decides what the lock is: Redis, a key that lapses unless
+renewed (one task renews every lock this process holds, and only those some turn still
+refers to, so one dropped by a bug lapses too); the disk store, a file lock the kernel
+drops with its process. In front of it, waiters of one process queue on a local lock,
+so only one of them asks the store.
 """
 
 from __future__ import annotations
