@@ -19,6 +19,10 @@ from starlette.types import Receive, Scope, Send
 from proxy import headers
 from proxy.auth import Auth, AuthMiddleware, Principal
 from proxy.config import Settings, load_settings
+from proxy.doors import Door, Framer, Inbound
+from proxy.doors.chat import ChatDoor
+from proxy.doors.messages import MessagesDoor, anthropic_error
+from proxy.doors.responses import ResponseIds, ResponsesDoor
 from proxy.engine import Engine
 from proxy.errors import ProxyError
 from proxy.history import pause
@@ -40,7 +44,7 @@ from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
 from proxy.turns import RequestContext, Turn
 from proxy.upstream import Upstream
-from proxy.validation import session_id, validate_parameters
+from proxy.validation import session_id
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
@@ -86,60 +90,76 @@ class Proxy:
         self.upstream = upstream
         self.store = store
         self.engine = Engine(settings, upstream, store)
+        self.messages = MessagesDoor(settings.session.id_fields)
 
-    def _request_context(self, request: Request, caller: Principal, body: bytes) -> RequestContext:
+    def _request_context(
+        self, request: Request, caller: Principal, body: bytes, inbound: Inbound
+    ) -> RequestContext:
         header = self.settings.session.header
         name = request.headers.get(header)
+        named = session_id(name, header) if name else None
+        if inbound.session_id is not None and (named is None or inbound.continues is not None):
+            named = inbound.session_id
         return RequestContext(
             tenant=caller.tenant,
-            session_id=session_id(name, header) if name else None,
-            mode=_mode(request.headers.get(headers.SESSION_MODE)),
+            session_id=named,
+            mode="append"
+            if inbound.continues is not None
+            else _mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
             provider_key=caller.provider_key,
             secrets=caller.presented,
             body=body,
+            continues=inbound.continues,
         )
 
-    async def chat_completions(self, request: Request) -> Response:
-        telemetry = RequestTelemetry(model=OTHER_MODEL)
-        try:
-            response = await self._chat(request, telemetry)
-        except ClientDisconnected:  # nobody to answer; the upstream call was cancelled
-            telemetry.finish(CLIENT_CLOSED_REQUEST)
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        except ProxyError as exc:
-            telemetry.finish(exc.status_code)
-            raise
-        except BaseException:
-            telemetry.finish(500)
-            raise
-        if not telemetry.stream:
-            telemetry.finish(response.status_code)
-        return response
+    def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
+        """The route handler of one API shape: every door runs the same turn."""
 
-    async def _chat(self, request: Request, telemetry: RequestTelemetry) -> Response:
+        async def handle(request: Request) -> Response:
+            telemetry = RequestTelemetry(model=OTHER_MODEL, api=door.api)
+            try:
+                response = await self._turn(door, request, telemetry)
+            except ClientDisconnected:  # nobody to answer; the upstream call was cancelled
+                telemetry.finish(CLIENT_CLOSED_REQUEST)
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
+            except ProxyError as exc:
+                telemetry.finish(exc.status_code)
+                raise
+            except BaseException:
+                telemetry.finish(500)
+                raise
+            if not telemetry.stream:
+                telemetry.finish(response.status_code)
+            return response
+
+        return handle
+
+    async def _turn(self, door: Door, request: Request, telemetry: RequestTelemetry) -> Response:
+        """Translate, prepare, call the upstream, store the reply, translate it back."""
         raw = await read_body(request, self.settings.server.max_body_bytes)
         body = parse_json(raw)
         await pause(len(raw))
-        validate_parameters(body)
-        telemetry.model = self.engine.label(body["model"])
         caller = principal(request)
-        if not caller.may_use(body["model"]):
-            raise model_not_allowed(body["model"])
-        self.upstream.check_model(body["model"])
-        context = self._request_context(request, caller, raw)
-        turn = await unless_disconnected(request, self.engine.prepare(body, context))
+        inbound = door.inbound(body, caller.tenant)
+        model = inbound.body["model"]
+        telemetry.model = self.engine.label(model)
+        if not caller.may_use(model):
+            raise model_not_allowed(model)
+        self.upstream.check_model(model)
+        context = self._request_context(request, caller, raw, inbound)
+        turn = await unless_disconnected(request, self.engine.prepare(inbound.body, context))
         try:
             telemetry.turn = turn
             response_headers = {headers.REQUEST_ID: telemetry.request_id}
             response_headers |= turn.response_headers()
             telemetry.upstream_started()
-            if body.get("stream"):
+            if inbound.stream:
                 opening = self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
                 events = await unless_disconnected(request, opening)
                 telemetry.stream = True
                 return TurnStream(
-                    self._sse(turn, events, telemetry, caller),
+                    self._sse(turn, events, telemetry, caller, door.framer(inbound, turn)),
                     finish=lambda: self.engine.finish(turn),
                     media_type="text/event-stream",
                     headers=response_headers | {"Cache-Control": "no-cache"},
@@ -155,9 +175,7 @@ class Proxy:
             await self.engine.finish(turn)
             raise
         await self.engine.finish(turn)
-        if completion.raw is not None:  # the provider's own bytes, relayed as they came
-            return Response(completion.raw, media_type="application/json", headers=response_headers)
-        return ORJSONResponse(completion.data, headers=response_headers)
+        return door.reply(completion, inbound, turn, response_headers)
 
     async def _sse(
         self,
@@ -165,11 +183,12 @@ class Proxy:
         events: AsyncIterator[Events],
         telemetry: RequestTelemetry,
         caller: Principal,
+        framer: Framer,
     ) -> AsyncIterator[bytes]:
-        """OpenAI's SSE framing. The reply is stored only once the stream is complete;
-        a failure mid-stream becomes an error event and no [DONE], so the client can
-        tell a cut-off reply from a finished one. A client that disconnects cancels
-        this generator, and with it the upstream call."""
+        """The reply as the door frames it. It is stored only once the stream is complete;
+        a failure mid-stream becomes the door's error event and no end of stream, so the
+        client can tell a cut-off reply from a finished one. A client that disconnects
+        cancels this generator, and with it the upstream call."""
         reply = StreamedReply()
         status = CLIENT_CLOSED_REQUEST
         try:
@@ -180,21 +199,34 @@ class Proxy:
                         telemetry.usage = chunk["usage"]
                     elif _has_output(chunk):
                         telemetry.first_token()
-                yield batch.raw or b"".join(
-                    b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in batch.chunks
-                )
+                yield framer.chunks(batch.chunks, batch.raw)
             telemetry.upstream_finished()
             self.engine.observe_usage(turn, telemetry.usage)
             await self.engine.commit(turn, reply.message())
             status = 200
         except ProxyError as exc:
             status = exc.status_code
-            error = exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
-            yield b"data: " + orjson.dumps(error.body()) + b"\n\n"
+            yield framer.error(
+                exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
+            )
             return
         finally:
             telemetry.finish(status)
-        yield b"data: [DONE]\n\n"
+        yield framer.end()
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's `count_tokens`: what this proxy would send for the request, by its
+        own counter (the planned window, where the request names a session)."""
+        raw = await read_body(request, self.settings.server.max_body_bytes)
+        caller = principal(request)
+        inbound = self.messages.counted(parse_json(raw))
+        model = inbound.body["model"]
+        if not caller.may_use(model):
+            raise model_not_allowed(model)
+        self.upstream.check_model(model)
+        context = self._request_context(request, caller, raw, inbound)
+        tokens = await self.engine.count(inbound.body, context)
+        return ORJSONResponse({"input_tokens": tokens})
 
     async def metrics(self, request: Request) -> Response:
         body, content_type = exposition()
@@ -249,9 +281,17 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         assert isinstance(exc, ProxyError)
         caller = request.scope.get("state", {}).get("principal")
         own = caller.presented if isinstance(caller, Principal) else ()
-        return exc.redacted(lambda text: redact(text, own)).response()
+        return error_response(request.url.path, exc.redacted(lambda text: redact(text, own)))
 
     return proxy_error
+
+
+def error_response(path: str, exc: ProxyError) -> Response:
+    """The one boundary where an error takes its door's shape: Anthropic's for the
+    Messages API, OpenAI's everywhere else."""
+    if path.startswith("/v1/messages"):
+        return anthropic_error(exc)
+    return exc.response()
 
 
 async def _too_deep(request: Request, exc: Exception) -> Response:
@@ -260,18 +300,21 @@ async def _too_deep(request: Request, exc: Exception) -> Response:
     (its JSONEncodeError); any other TypeError is a fault of ours, a 500."""
     if isinstance(exc, TypeError) and str(exc) != "Recursion limit reached":
         raise exc
-    return ProxyError(
+    error = ProxyError(
         400, "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
-    ).response()
+    )
+    return error_response(request.url.path, error)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return ProxyError(exc.status_code, str(exc.detail), code=str(exc.status_code)).response()
+    error = ProxyError(exc.status_code, str(exc.detail), code=str(exc.status_code))
+    return error_response(request.url.path, error)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    return ProxyError(500, "Internal error in context-proxy.", code="internal_error").response()
+    error = ProxyError(500, "Internal error in context-proxy.", code="internal_error")
+    return error_response(request.url.path, error)
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
@@ -281,6 +324,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
     proxy = Proxy(settings, upstream, store)
     sessions = SessionApi(proxy.engine, upstream, store, settings.server.max_body_bytes)
     auth = Auth(settings.auth, tenant_secret(settings.session))
+    chat = proxy.door(ChatDoor())
+    messages = proxy.door(proxy.messages)
+    ids = ResponseIds(tenant_secret(settings.session))
+    responses = proxy.door(ResponsesDoor(ids, settings.session.id_fields))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -301,8 +348,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app = Starlette(
         lifespan=lifespan,
         routes=[
-            Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
-            Route("/chat/completions", proxy.chat_completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/chat/completions", chat, methods=["POST"]),
+            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/health/live", proxy.live, methods=["GET"]),
             Route("/health/ready", proxy.ready, methods=["GET"]),
@@ -312,7 +362,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/sessions/{session_id}", sessions.delete, methods=["DELETE"]),
             Route("/v1/sessions/{session_id}/preview", sessions.preview, methods=["POST"]),
         ],
-        middleware=[Middleware(AuthMiddleware, auth=auth)],
+        middleware=[Middleware(AuthMiddleware, auth=auth, render=error_response)],
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),
             HTTPException: _http_error,

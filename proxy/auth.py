@@ -13,9 +13,11 @@ import hmac
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config import AuthSettings, KeyEntry
@@ -153,9 +155,12 @@ def _presented(headers: Headers) -> tuple[str, ...]:
 class AuthMiddleware:
     """Authenticates before routing, so an unknown caller costs no body read."""
 
-    def __init__(self, app: ASGIApp, auth: Auth) -> None:
+    def __init__(
+        self, app: ASGIApp, auth: Auth, render: Callable[[str, ProxyError], Response]
+    ) -> None:
         self.app = app
         self.auth = auth
+        self.render = render  # an error in the shape of the door it was meant for
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
@@ -164,7 +169,7 @@ class AuthMiddleware:
         try:
             principal = self.auth.authenticate(Headers(scope=scope))
         except ProxyError as exc:
-            await exc.response()(scope, receive, send)
+            await self.render(scope["path"], exc)(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)

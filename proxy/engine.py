@@ -72,6 +72,8 @@ class Engine:
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)
+            if request.continues is not None and _length(state.base) != request.continues:
+                raise _not_latest(state.base, request.continues)
             if lease.contended and _drops_stored(state):
                 raise _conflict()  # it would undo a turn it raced and never saw
             plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
@@ -107,6 +109,18 @@ class Engine:
             "summary_due": {"start": due[0], "end": due[1]} if due else None,
             "messages": turn.body["messages"],
         }
+
+    async def count(self, body: dict[str, Any], context: RequestContext) -> int:
+        """The tokens `prepare` would send (by the proxy's own counter), calling no model."""
+        request = self._request(body, context)
+        if request.key is not None:
+            return int((await self.preview(body, context))["tokens_sent"])
+        conversation = request.conversation
+        validate_messages(conversation, offset=len(request.system))
+        counts = await off_loop(
+            conversation, lambda: [request.counter.count_message(m) for m in conversation]
+        )
+        return self._planning.fit(request, conversation, counts, None, allow_summary=False).tokens
 
     async def commit(self, turn: Turn, reply: dict[str, Any] | None) -> None:
         """Store the client's new messages and the reply; then maybe summarize ahead.
@@ -175,6 +189,7 @@ class Engine:
             own_budget=context.budget_ratio is not None,
             provider_key=context.provider_key,
             secrets=context.secrets,
+            continues=context.continues,
         )
 
     async def _stateless(
@@ -241,6 +256,30 @@ class Engine:
 def _drops_stored(state: State) -> bool:
     """The turn cuts stored messages away (an edit of history, or a stale client)."""
     return state.base is not None and state.keep < state.base.length
+
+
+def _length(meta: SessionMeta | None) -> int:
+    return meta.length if meta is not None else 0
+
+
+def _not_latest(meta: SessionMeta | None, continues: int) -> ProxyError:
+    """A response that is not stored (its turn failed, or its session was deleted), or
+    one a later turn continued already: only the latest response of a conversation
+    can be continued."""
+    if _length(meta) < continues:
+        return ProxyError(
+            404,
+            "The previous response was not found.",
+            code="not_found",
+            param="previous_response_id",
+        )
+    return ProxyError(
+        409,
+        "The previous response is not the latest of its conversation: a conversation"
+        " continues from its latest response only.",
+        code="conflict",
+        param="previous_response_id",
+    )
 
 
 def _transcript(meta: SessionMeta | None) -> tuple[int, str] | None:

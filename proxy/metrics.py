@@ -35,13 +35,14 @@ _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 REQUESTS = Counter(
     "context_proxy_requests",
-    "Chat completion requests, by model and HTTP status.",
-    ["model", "status"],
+    "Requests for a model, by the API they came through (chat, messages, responses) "
+    "and HTTP status.",
+    ["model", "api", "status"],
 )
 REQUEST_DURATION = Histogram(
     "context_proxy_request_duration_seconds",
-    "Total time to answer a chat completion (to the last byte when streaming).",
-    ["model"],
+    "Total time to answer a request (to the last byte when streaming).",
+    ["model", "api"],
     buckets=_LATENCY,
 )
 UPSTREAM_DURATION = Histogram(
@@ -54,13 +55,13 @@ OVERHEAD_DURATION = Histogram(
     "context_proxy_overhead_duration_seconds",
     "Time the proxy itself added: total minus upstream "
     "(summaries made while the client waits count here).",
-    ["model"],
+    ["model", "api"],
     buckets=_OVERHEAD,
 )
 TIME_TO_FIRST_TOKEN = Histogram(
     "context_proxy_time_to_first_token_seconds",
     "Streaming: time from the request to the first content chunk sent to the client.",
-    ["model"],
+    ["model", "api"],
     buckets=_LATENCY,
 )
 TOKENS = Counter(
@@ -68,7 +69,7 @@ TOKENS = Counter(
     "Tokens by kind: client (the full context the client's request stands for), "
     "sent (what the proxy sent upstream, by its count), upstream_prompt (the provider's "
     "usage.prompt_tokens), completion, saved (client minus sent).",
-    ["model", "kind"],
+    ["model", "api", "kind"],
 )
 CONTEXT_UTILIZATION = Histogram(
     "context_proxy_context_utilization_ratio",
@@ -85,7 +86,7 @@ COMPRESSION_RATIO = Histogram(
 COMPRESSIONS = Counter(
     "context_proxy_compressions",
     "Requests by how their context was fitted: none, summary or truncated.",
-    ["model", "method"],
+    ["model", "api", "method"],
 )
 SUMMARIZATIONS = Counter(
     "context_proxy_summarizations",

@@ -11,7 +11,9 @@ def reply_message(completion: dict[str, Any]) -> dict[str, Any] | None:
     if not choices:
         return None
     message = choices[0].get("message") or {}
-    return _assistant(message.get("content"), message.get("tool_calls"))
+    return _assistant(
+        message.get("content"), message.get("tool_calls"), message.get("thinking_blocks")
+    )
 
 
 class StreamedReply:
@@ -24,6 +26,8 @@ class StreamedReply:
     def __init__(self) -> None:
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
+        self._thinking: list[dict[str, Any]] = []
+        self._thought: list[str] = []  # the open thinking block's text so far
         self.finished = False
 
     def add(self, chunk: dict[str, Any]) -> None:
@@ -33,6 +37,8 @@ class StreamedReply:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self._content.append(delta["content"])
+            for block in delta.get("thinking_blocks") or ():
+                self._think(block)
             for call in delta.get("tool_calls") or []:
                 entry = self._calls.setdefault(
                     call.get("index", 0),
@@ -45,15 +51,31 @@ class StreamedReply:
             if choice.get("finish_reason"):
                 self.finished = True
 
+    def _think(self, block: dict[str, Any]) -> None:
+        """LiteLLM streams a thinking block as text pieces, then one piece with the
+        signature (and the whole text again); a redacted block comes whole."""
+        if block.get("type") == "redacted_thinking":
+            self._thinking.append(dict(block))
+        elif block.get("signature"):
+            text = "".join(self._thought)
+            self._thinking.append(
+                {"type": "thinking", "thinking": text, "signature": block["signature"]}
+            )
+            self._thought = []
+        elif block.get("thinking"):
+            self._thought.append(block["thinking"])
+
     def message(self) -> dict[str, Any] | None:
         if not self.finished:
             return None
         calls = [self._calls[index] for index in sorted(self._calls)]
-        return _assistant("".join(self._content) or None, calls or None)
+        return _assistant("".join(self._content) or None, calls or None, self._thinking)
 
 
-def _assistant(content: Any, tool_calls: Any) -> dict[str, Any]:
+def _assistant(content: Any, tool_calls: Any, thinking: Any = None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    if thinking:  # Anthropic's, signed: sent back as they came
+        message["thinking_blocks"] = thinking
     return message

@@ -22,6 +22,7 @@ access_log = logging.getLogger("context_proxy.access")
 @dataclass
 class RequestTelemetry:
     model: str  # already a bounded label value
+    api: str = "chat"  # the door: chat, messages or responses
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     stream: bool = False
@@ -52,13 +53,15 @@ class RequestTelemetry:
         self.upstream_finished()
         total = time.perf_counter() - self.started
         model = self.model
-        metrics.REQUESTS.labels(model, str(status)).inc()
-        metrics.REQUEST_DURATION.labels(model).observe(total)
+        metrics.REQUESTS.labels(model, self.api, str(status)).inc()
+        metrics.REQUEST_DURATION.labels(model, self.api).observe(total)
         if self.upstream_seconds:
             metrics.UPSTREAM_DURATION.labels(model).observe(self.upstream_seconds)
-        metrics.OVERHEAD_DURATION.labels(model).observe(max(0.0, total - self.upstream_seconds))
+        metrics.OVERHEAD_DURATION.labels(model, self.api).observe(
+            max(0.0, total - self.upstream_seconds)
+        )
         if self.first_token_seconds is not None:
-            metrics.TIME_TO_FIRST_TOKEN.labels(model).observe(self.first_token_seconds)
+            metrics.TIME_TO_FIRST_TOKEN.labels(model, self.api).observe(self.first_token_seconds)
         turn = self.turn
         fitted = turn is not None and turn.managed and status < 400
         usage = self.usage or {}
@@ -66,9 +69,9 @@ class RequestTelemetry:
             assert turn is not None
             self._record_context(turn, usage.get("prompt_tokens"))
         if usage.get("prompt_tokens"):
-            metrics.TOKENS.labels(model, "upstream_prompt").inc(usage["prompt_tokens"])
+            metrics.TOKENS.labels(model, self.api, "upstream_prompt").inc(usage["prompt_tokens"])
         if usage.get("completion_tokens"):
-            metrics.TOKENS.labels(model, "completion").inc(usage["completion_tokens"])
+            metrics.TOKENS.labels(model, self.api, "completion").inc(usage["completion_tokens"])
         access_log.info(
             "%s %s %s",
             status,
@@ -77,6 +80,7 @@ class RequestTelemetry:
             extra={
                 "request_id": self.request_id,
                 "model": model,
+                "api": self.api,
                 "status": status,
                 "stream": self.stream,
                 "session": turn is not None and turn.key is not None,
@@ -97,13 +101,13 @@ class RequestTelemetry:
         original, sent = turn.tokens_original, turn.tokens_sent
         if original is None or sent is None:
             if not isinstance(prompt_tokens, int):
-                metrics.COMPRESSIONS.labels(model, turn.compression).inc()
+                metrics.COMPRESSIONS.labels(model, self.api, turn.compression).inc()
                 return
             original = sent = prompt_tokens
-        metrics.TOKENS.labels(model, "client").inc(original)
-        metrics.TOKENS.labels(model, "sent").inc(sent)
-        metrics.TOKENS.labels(model, "saved").inc(max(0, original - sent))
-        metrics.COMPRESSIONS.labels(model, turn.compression).inc()
+        metrics.TOKENS.labels(model, self.api, "client").inc(original)
+        metrics.TOKENS.labels(model, self.api, "sent").inc(sent)
+        metrics.TOKENS.labels(model, self.api, "saved").inc(max(0, original - sent))
+        metrics.COMPRESSIONS.labels(model, self.api, turn.compression).inc()
         if original:
             metrics.COMPRESSION_RATIO.labels(model).observe(min(1.0, sent / original))
         if turn.input_limit:

@@ -84,6 +84,9 @@ class TokenCounter:
             total += TOOL_CALL_OVERHEAD + self.count_text(_dumps(message["function_call"]))
         if message.get("tool_call_id"):
             total += self.count_text(str(message["tool_call_id"]))
+        for block in message.get("thinking_blocks") or ():  # Anthropic's, sent back
+            if isinstance(block, dict):
+                total += self.count_text(str(block.get("thinking") or block.get("data") or ""))
         return total
 
     def count_messages(self, messages: Iterable[dict[str, Any]]) -> int:

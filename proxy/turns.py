@@ -33,6 +33,9 @@ class RequestContext:
     provider_key: str | None = None  # passthrough: the caller's own provider key
     secrets: tuple[str, ...] = ()  # what the caller presented: never logged
     body: bytes = b""  # the raw request body: its size bounds its tokens
+    # The transcript length the request continues from (a Responses API
+    # `previous_response_id`): the session must be exactly that long.
+    continues: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class Request:
     own_budget: bool = False
     provider_key: str | None = None
     secrets: tuple[str, ...] = ()
+    continues: int | None = None  # see `RequestContext.continues`
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,15 +71,30 @@ def test_requests_tokens_and_compressions_are_counted(upstream: FakeUpstream, st
     after = scrape(url)
 
     ok = {"model": MODEL, "status": "200"}
-    assert delta(before, after, "context_proxy_requests_total", **ok) == 9
-    assert delta(before, after, "context_proxy_requests_total", model="other", status="404") == 1
-    client = delta(before, after, "context_proxy_tokens_total", model=MODEL, kind="client")
-    sent = delta(before, after, "context_proxy_tokens_total", model=MODEL, kind="sent")
-    saved = delta(before, after, "context_proxy_tokens_total", model=MODEL, kind="saved")
+    assert delta(before, after, "context_proxy_requests_total", api="chat", **ok) == 9
+    assert (
+        delta(
+            before, after, "context_proxy_requests_total", api="chat", model="other", status="404"
+        )
+        == 1
+    )
+    client = delta(
+        before, after, "context_proxy_tokens_total", api="chat", model=MODEL, kind="client"
+    )
+    sent = delta(before, after, "context_proxy_tokens_total", api="chat", model=MODEL, kind="sent")
+    saved = delta(
+        before, after, "context_proxy_tokens_total", api="chat", model=MODEL, kind="saved"
+    )
     assert client > sent > 0 and saved == client - sent
-    assert delta(before, after, "context_proxy_tokens_total", model=MODEL, kind="upstream_prompt")
-    assert delta(before, after, "context_proxy_compressions_total", model=MODEL, method="summary")
-    assert delta(before, after, "context_proxy_compressions_total", model=MODEL, method="none")
+    assert delta(
+        before, after, "context_proxy_tokens_total", api="chat", model=MODEL, kind="upstream_prompt"
+    )
+    assert delta(
+        before, after, "context_proxy_compressions_total", api="chat", model=MODEL, method="summary"
+    )
+    assert delta(
+        before, after, "context_proxy_compressions_total", api="chat", model=MODEL, method="none"
+    )
     summaries = sum(
         delta(
             before,
@@ -92,10 +107,29 @@ def test_requests_tokens_and_compressions_are_counted(upstream: FakeUpstream, st
         for mode in ("sync", "background")
     )
     assert summaries >= 1
-    assert delta(before, after, "context_proxy_request_duration_seconds_count", model=MODEL) == 9
+    assert (
+        delta(
+            before, after, "context_proxy_request_duration_seconds_count", api="chat", model=MODEL
+        )
+        == 9
+    )
     assert delta(before, after, "context_proxy_upstream_duration_seconds_count", model=MODEL) == 9
-    assert delta(before, after, "context_proxy_overhead_duration_seconds_count", model=MODEL) == 9
-    assert delta(before, after, "context_proxy_time_to_first_token_seconds_count", model=MODEL) == 1
+    assert (
+        delta(
+            before, after, "context_proxy_overhead_duration_seconds_count", api="chat", model=MODEL
+        )
+        == 9
+    )
+    assert (
+        delta(
+            before,
+            after,
+            "context_proxy_time_to_first_token_seconds_count",
+            api="chat",
+            model=MODEL,
+        )
+        == 1
+    )
     assert delta(before, after, "context_proxy_context_utilization_ratio_count", model=MODEL) == 9
     assert delta(before, after, "context_proxy_fact_retention_ratio_count", model=MODEL) >= 1
     assert delta(
@@ -128,8 +162,16 @@ def test_label_values_stay_bounded(upstream: FakeUpstream, start_proxy) -> None:
     label_values = {v for _, labels in after for _, v in labels}
     assert not any("unknown-" in v or len(v) >= 32 for v in label_values), "user text in a label"
     assert len(new_series) < 100, sorted(new_series)[:20]
-    assert delta(before, after, "context_proxy_requests_total", model="other", status="404") == 500
-    assert delta(before, after, "context_proxy_requests_total", model=MODEL, status="200") == 500
+    assert (
+        delta(
+            before, after, "context_proxy_requests_total", api="chat", model="other", status="404"
+        )
+        == 500
+    )
+    assert (
+        delta(before, after, "context_proxy_requests_total", api="chat", model=MODEL, status="200")
+        == 500
+    )
 
 
 def serve_process(tmp_path: Path, upstream: FakeUpstream, *args: str, **env: str) -> tuple:
@@ -162,7 +204,12 @@ def test_two_workers_count_each_request_once(tmp_path: Path, upstream: FakeUpstr
         for _ in range(10):  # new connections land on either worker
             with httpx.Client() as fresh:
                 samples = scrape_with(fresh, url)
-            assert value(samples, "context_proxy_requests_total", model=MODEL, status="200") == 20
+            assert (
+                value(
+                    samples, "context_proxy_requests_total", api="chat", model=MODEL, status="200"
+                )
+                == 20
+            )
     finally:
         stop(process)
         log.close()

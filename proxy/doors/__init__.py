@@ -1,0 +1,76 @@
+"""The API shapes the proxy serves, its doors (DESIGN §1).
+
+Each door translates its request into the one conversation model (OpenAI chat
+messages and parameters: what the engine plans and the upstream sends to any
+provider), and the reply back into its own shape, SSE framing and error body
+included. A door knows its wire format and nothing about budgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from starlette.responses import Response
+
+from proxy.errors import ProxyError
+from proxy.openai_compatible import Completion
+from proxy.turns import Turn
+
+__all__ = ["Api", "Door", "Framer", "Inbound"]
+
+Api = Literal["chat", "messages", "responses"]
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A request as the engine sees it, whichever door it came through."""
+
+    body: dict[str, Any]  # a chat-completions body: model, messages, parameters
+    stream: bool = False
+    session_id: str | None = None  # named in the body, if at all
+    # The body's session id wins over the header's: it names a response to continue
+    # (`previous_response_id`), at this transcript length.
+    continues: int | None = None
+    # The door's own facts, handed back to its `reply` and `framer`.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Framer(Protocol):
+    """One streamed reply's wire framing, fed the upstream's chat chunks in order."""
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+    def error(self, exc: ProxyError) -> bytes: ...
+
+
+class Door(Protocol):
+    api: Api
+
+    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound: ...
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response: ...
+
+    def framer(self, inbound: Inbound, turn: Turn) -> Framer: ...
+
+    def error(self, exc: ProxyError) -> Response: ...
+
+
+def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
+    """The first of `fields` (dotted paths) that `body` has as a string (or as an object
+    with a string `id`), checked as a session id."""
+    from proxy.validation import session_id
+
+    for name in fields:
+        value: Any = body
+        for key in name.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, dict):
+            value = value.get("id")
+        if isinstance(value, str) and value:
+            return session_id(value, name)
+    return None

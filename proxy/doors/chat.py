@@ -1,0 +1,52 @@
+"""`POST /v1/chat/completions`: the conversation model's own shape, relayed as it came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from proxy.doors import Api, Inbound
+from proxy.errors import ProxyError
+from proxy.http import ORJSONResponse
+from proxy.openai_compatible import Completion
+from proxy.turns import Turn
+from proxy.validation import validate_parameters
+
+__all__ = ["ChatDoor"]
+
+
+class ChatDoor:
+    api: Api = "chat"
+
+    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        validate_parameters(body)
+        return Inbound(body, stream=bool(body.get("stream")))
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response:
+        if completion.raw is not None:  # the provider's own bytes, relayed as they came
+            return Response(completion.raw, media_type="application/json", headers=headers)
+        return ORJSONResponse(completion.data, headers=headers)
+
+    def framer(self, inbound: Inbound, turn: Turn) -> ChatFramer:
+        return ChatFramer()
+
+    def error(self, exc: ProxyError) -> Response:
+        return exc.response()
+
+
+class ChatFramer:
+    """OpenAI's SSE: the chunks as they came, then `[DONE]` (never after a failure, so a
+    client can tell a cut-off reply from a finished one)."""
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
+        return raw or b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks)
+
+    def end(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def error(self, exc: ProxyError) -> bytes:
+        return b"data: " + orjson.dumps(exc.body()) + b"\n\n"

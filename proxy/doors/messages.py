@@ -1,0 +1,350 @@
+"""`POST /v1/messages`: Anthropic's Messages API, on the one conversation model.
+
+A request becomes chat messages the way LiteLLM turns chat back into Messages for an
+Anthropic deployment, so nothing is lost on the way through: `system` blocks become
+one system message (its parts keep their `cache_control`), `tool_use` blocks become
+tool calls, each `tool_result` its own tool message right after the call it answers,
+and `thinking`/`redacted_thinking` blocks ride along as the message's
+`thinking_blocks`, byte for byte with their signatures. The engine puts its summary
+after the client's own system message, so the client's cache breakpoints keep their
+place.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from proxy.doors import Api, Inbound, body_session_id
+from proxy.doors.messages_stream import MessagesFramer, error_body, stop_reason
+from proxy.errors import ProxyError
+from proxy.http import ORJSONResponse
+from proxy.openai_compatible import Completion
+from proxy.turns import Turn
+from proxy.validation import invalid
+
+__all__ = ["MessagesDoor", "anthropic_error", "to_chat"]
+
+# The Messages API's parameters this door serves (metadata names the session).
+_PARAMETERS = frozenset(
+    {
+        "model",
+        "messages",
+        "system",
+        "max_tokens",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "service_tier",
+    }
+)
+
+
+class MessagesDoor:
+    api: Api = "messages"
+
+    def __init__(self, id_fields: list[str]) -> None:
+        self._id_fields = id_fields
+
+    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        chat = to_chat(body)
+        named = body_session_id(body, self._id_fields)
+        return Inbound(chat, stream=bool(chat.get("stream")), session_id=named)
+
+    def counted(self, body: dict[str, Any]) -> Inbound:
+        """A `count_tokens` request (no `max_tokens`) as the engine sees it."""
+        chat = to_chat(body | {"max_tokens": 1})
+        del chat["max_tokens"]
+        return Inbound(chat, session_id=body_session_id(body, self._id_fields))
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response:
+        return ORJSONResponse(to_message(completion.data, inbound.body["model"]), headers=headers)
+
+    def framer(self, inbound: Inbound, turn: Turn) -> MessagesFramer:
+        return MessagesFramer(inbound.body["model"], turn.tokens_sent or 0)
+
+    def error(self, exc: ProxyError) -> Response:
+        return anthropic_error(exc)
+
+
+def anthropic_error(exc: ProxyError) -> Response:
+    return Response(
+        orjson.dumps(error_body(exc)),
+        status_code=exc.status_code,
+        media_type="application/json",
+        headers=exc.headers,
+    )
+
+
+# -- the request -----------------------------------------------------------------------
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages request as a chat-completions body, or a 400 naming the field."""
+    for key in body:
+        if key not in _PARAMETERS:
+            raise ProxyError(400, f"{key}: Extra inputs are not permitted", param=key)
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise invalid("model", "model: Field required (a non-empty string).")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise invalid("max_tokens", "max_tokens: Field required (a positive integer).")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "messages: Field required (a non-empty array).")
+    chat: list[dict[str, Any]] = []
+    if body.get("system"):
+        chat.append(_system(body["system"]))
+    for index, message in enumerate(messages):
+        chat.extend(_message(message, f"messages.{index}"))
+    out: dict[str, Any] = {"model": model, "messages": chat, "max_tokens": max_tokens}
+    for name in ("temperature", "top_p", "top_k", "thinking"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    if body.get("stop_sequences"):
+        out["stop"] = body["stop_sequences"]
+    if body.get("tools"):
+        out["tools"] = [_tool(tool, f"tools.{n}") for n, tool in enumerate(body["tools"])]
+    if body.get("tool_choice") is not None:
+        out |= _tool_choice(body["tool_choice"])
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _system(system: Any) -> dict[str, Any]:
+    if isinstance(system, str):
+        return {"role": "system", "content": system}
+    if not isinstance(system, list):
+        raise invalid("system", "system: a string or an array of text blocks.")
+    parts = []
+    for number, block in enumerate(system):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise invalid(f"system.{number}", "system: only text blocks are accepted.")
+        parts.append(_text(block, f"system.{number}"))
+    return {"role": "system", "content": parts}
+
+
+def _message(message: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise invalid(f"{where}.role", f"{where}.role: `user` or `assistant`.")
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"role": message["role"], "content": content}]
+    if not isinstance(content, list):
+        raise invalid(f"{where}.content", f"{where}.content: a string or an array of blocks.")
+    for number, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            here = f"{where}.content.{number}"
+            raise invalid(here, f"{here}: an object with a string `type`.")
+    if message["role"] == "assistant":
+        return [_assistant(content, where)]
+    return _user(content, where)
+
+
+def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """Tool results first, each a tool message (as the calls they answer came just
+    before), then the rest of the turn as one user message."""
+    results: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for number, block in enumerate(blocks):
+        here = f"{where}.content.{number}"
+        if block["type"] == "tool_result":
+            results.append(_tool_result(block, here))
+        else:
+            parts.append(_part(block, here))
+    if parts:
+        results.append({"role": "user", "content": parts})
+    return results
+
+
+def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    thinking: list[dict[str, Any]] = []
+    for number, block in enumerate(blocks):
+        here = f"{where}.content.{number}"
+        kind = block["type"]
+        if kind in ("thinking", "redacted_thinking"):
+            thinking.append(block)  # as it came: its signature is checked upstream
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, here))
+        elif kind == "text":
+            parts.append(_text(block, here))
+        else:
+            raise invalid(
+                f"{here}.type",
+                f"{here}: an assistant block of type `{kind}` is not supported here.",
+            )
+    if parts:
+        message["content"] = parts
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["thinking_blocks"] = thinking
+    return message
+
+
+def _text(block: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(block.get("text"), str):
+        raise invalid(f"{where}.text", f"{where}.text: Field required (a string).")
+    return _cached({"type": "text", "text": block["text"]}, block)
+
+
+def _part(block: dict[str, Any], where: str) -> dict[str, Any]:
+    kind = block["type"]
+    if kind == "text":
+        return _text(block, where)
+    if kind == "image":
+        return _cached(
+            {"type": "image_url", "image_url": {"url": _source_url(block, where)}}, block
+        )
+    if kind == "document":
+        return _cached({"type": "file", "file": {"file_data": _source_url(block, where)}}, block)
+    raise invalid(f"{where}.type", f"{where}: a user block of type `{kind}` is not supported here.")
+
+
+def _source_url(block: dict[str, Any], where: str) -> str:
+    source = block.get("source")
+    source = source if isinstance(source, dict) else {}
+    media, data, url = source.get("media_type"), source.get("data"), source.get("url")
+    if source.get("type") == "base64" and isinstance(media, str) and isinstance(data, str):
+        return f"data:{media};base64,{data}"
+    if source.get("type") == "url" and isinstance(url, str):
+        return url
+    raise invalid(f"{where}.source", f"{where}.source: a base64 or url source.")
+
+
+def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(block.get("tool_use_id"), str):
+        raise invalid(f"{where}.tool_use_id", f"{where}.tool_use_id: Field required.")
+    content = block.get("content", "")
+    if isinstance(content, list):
+        content = [
+            _part(part, f"{where}.content.{n}") if isinstance(part, dict) else part
+            for n, part in enumerate(content)
+        ]
+    elif not isinstance(content, str):
+        raise invalid(f"{where}.content", f"{where}.content: a string or an array of blocks.")
+    message = {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
+    if block.get("is_error"):
+        message["is_error"] = True
+    return _cached(message, block)
+
+
+def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+        raise invalid(where, f"{where}: a tool_use block needs a string `id` and `name`.")
+    arguments = orjson.dumps(block.get("input") or {}).decode()
+    call = {
+        "id": block["id"],
+        "type": "function",
+        "function": {"name": block["name"], "arguments": arguments},
+    }
+    return _cached(call, block)
+
+
+def _tool(tool: Any, where: str) -> dict[str, Any]:
+    if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+        raise invalid(where, f"{where}: a tool needs a string `name`.")
+    if "input_schema" not in tool:  # Anthropic's server tools (web search, …)
+        raise invalid(where, f"{where}: only client tools (with `input_schema`) are supported.")
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return _cached({"type": "function", "function": function}, tool)
+
+
+def _tool_choice(choice: Any) -> dict[str, Any]:
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    out: dict[str, Any] = {}
+    if kind == "auto":
+        out["tool_choice"] = "auto"
+    elif kind == "any":
+        out["tool_choice"] = "required"
+    elif kind == "none":
+        out["tool_choice"] = "none"
+    elif kind == "tool" and isinstance(choice.get("name"), str):
+        out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    else:
+        raise invalid("tool_choice", "tool_choice: auto, any, none, or tool with a name.")
+    if choice.get("disable_parallel_tool_use"):
+        out["parallel_tool_calls"] = False
+    return out
+
+
+def _cached(part: dict[str, Any], block: dict[str, Any]) -> dict[str, Any]:
+    """`part` with the block's cache breakpoint, if it had one."""
+    if block.get("cache_control") is not None:
+        part["cache_control"] = block["cache_control"]
+    return part
+
+
+# -- the reply ------------------------------------------------------------------------
+
+
+def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
+    """A chat completion as a Messages API message."""
+    choice = (completion.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    usage = completion.get("usage") or {}
+    return {
+        "id": _message_id(completion),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content_blocks(message),
+        "stop_reason": stop_reason(choice.get("finish_reason")),
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": usage.get("prompt_tokens") or 0,
+            "output_tokens": usage.get("completion_tokens") or 0,
+        },
+    }
+
+
+def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = list(message.get("thinking_blocks") or ())
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if content:
+        blocks.append({"type": "text", "text": content})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": arguments(function.get("arguments")),
+            }
+        )
+    return blocks
+
+
+def arguments(text: Any) -> Any:
+    """A tool call's arguments as the object Anthropic's `input` is."""
+    try:
+        value = orjson.loads(text or "{}")
+    except orjson.JSONDecodeError:
+        return {"arguments": text}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def _message_id(completion: dict[str, Any]) -> str:
+    return "msg_" + (str(completion.get("id") or "") or uuid.uuid4().hex).removeprefix("chatcmpl-")

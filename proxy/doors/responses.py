@@ -1,0 +1,313 @@
+"""`POST /v1/responses`: OpenAI's Responses API, on the one conversation model.
+
+`instructions` become the system message; `input` items become chat messages (a
+`function_call` joins the assistant message before it, as one turn's output does;
+a `function_call_output` is a tool message). `previous_response_id` is served by
+the proxy itself, for any backend: a response id names its session and the
+transcript length it left, signed for the tenant that made it, so it continues
+exactly that conversation for that caller and nobody else.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import uuid
+from typing import Any
+
+from starlette.responses import Response
+
+from proxy.doors import Api, Inbound, body_session_id
+from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
+from proxy.errors import ProxyError
+from proxy.http import ORJSONResponse
+from proxy.openai_compatible import Completion
+from proxy.turns import Turn
+from proxy.validation import invalid
+
+__all__ = ["ResponseIds", "ResponsesDoor", "to_chat"]
+
+_PARAMETERS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "stream",
+        "previous_response_id",
+        "store",
+        "metadata",
+        "text",
+        "reasoning",
+        "user",
+        "prompt_cache_key",
+        "safety_identifier",
+        "conversation",
+        "truncation",
+        "include",
+        "service_tier",
+        "stream_options",
+    }
+)
+# Echoed in the response object, as OpenAI does.
+ECHOED = (
+    "instructions",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "previous_response_id",
+    "metadata",
+    "parallel_tool_calls",
+    "text",
+    "reasoning",
+    "user",
+)
+
+
+class ResponseIds:
+    """Response ids that name a session and its length, signed per tenant:
+    `resp_<mac>.<length>.<session id, base64url>`."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def mint(self, tenant: str, session_id: str, length: int) -> str:
+        name = base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+        return f"resp_{self._mac(tenant, session_id, length)}.{length}.{name}"
+
+    def read(self, tenant: str, response_id: Any) -> tuple[str, int]:
+        """The session and length `response_id` names for `tenant`, else a 404."""
+        try:
+            mac, length, name = str(response_id).removeprefix("resp_").split(".", 2)
+            session_id = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
+            count = int(length)
+        except (ValueError, UnicodeDecodeError):
+            raise _not_found(response_id) from None
+        if not hmac.compare_digest(mac, self._mac(tenant, session_id, count)):
+            raise _not_found(response_id)
+        return session_id, count
+
+    def _mac(self, tenant: str, session_id: str, length: int) -> str:
+        message = f"{tenant}\0{session_id}\0{length}".encode()
+        return hmac.new(self._secret, message, hashlib.blake2b).hexdigest()[:32]
+
+
+class ResponsesDoor:
+    api: Api = "responses"
+
+    def __init__(self, ids: ResponseIds, id_fields: list[str]) -> None:
+        self._ids = ids
+        self._id_fields = id_fields
+
+    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        chat = to_chat(body)
+        echo = {name: body.get(name) for name in ECHOED}
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            session, length = self._ids.read(tenant, previous)
+            return Inbound(chat, bool(body.get("stream")), session, length, {"echo": echo})
+        session_id = body_session_id(body, self._id_fields)
+        if session_id is None and body.get("store") is not False:
+            session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable by id
+        return Inbound(chat, bool(body.get("stream")), session_id, None, {"echo": echo})
+
+    def response_id(self, turn: Turn) -> str:
+        if turn.key is None or turn.state is None:
+            return "resp_" + uuid.uuid4().hex  # nothing stored: nothing to continue
+        tenant, session_id = turn.key
+        return self._ids.mint(tenant, session_id, turn.state.length + 1)
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response:
+        data = completion.data
+        message = ((data.get("choices") or [{}])[0]).get("message") or {}
+        rid = self.response_id(turn)
+        body = response_object(
+            rid,
+            inbound.body["model"],
+            inbound.extra["echo"],
+            "completed",
+            output_items(message, rid),
+            data.get("usage"),
+        )
+        return ORJSONResponse(body, headers=headers)
+
+    def framer(self, inbound: Inbound, turn: Turn) -> ResponsesFramer:
+        return ResponsesFramer(self.response_id(turn), inbound.body["model"], inbound.extra["echo"])
+
+    def error(self, exc: ProxyError) -> Response:
+        return exc.response()
+
+
+def _not_found(response_id: Any) -> ProxyError:
+    return ProxyError(
+        404,
+        f"Previous response with id '{str(response_id)[:80]}' not found.",
+        code="previous_response_not_found",
+        param="previous_response_id",
+    )
+
+
+# -- the request ----------------------------------------------------------------------
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses request as a chat-completions body, or a 400 naming the field."""
+    for key in body:
+        if key not in _PARAMETERS:
+            raise ProxyError(
+                400,
+                f"Unrecognized request argument supplied: {key}",
+                code="unknown_parameter",
+                param=key,
+            )
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise invalid("model", "`model` is required and must be a non-empty string.")
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise invalid("instructions", "`instructions` must be a string.")
+        messages.append({"role": "system", "content": instructions})
+    source = body.get("input")
+    if isinstance(source, str):
+        messages.append({"role": "user", "content": source})
+    elif isinstance(source, list) and source:
+        for index, item in enumerate(source):
+            _item(item, f"input[{index}]", messages)
+    else:
+        raise invalid("input", "`input` is required: a string or a non-empty array of items.")
+    if len(messages) == (1 if instructions is not None else 0):
+        raise invalid("input", "`input` holds no message.")
+    out: dict[str, Any] = {"model": model, "messages": messages}
+    for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    if body.get("max_output_tokens") is not None:
+        out["max_tokens"] = body["max_output_tokens"]
+    if body.get("tools"):
+        out["tools"] = [_tool(tool, f"tools[{n}]") for n, tool in enumerate(body["tools"])]
+    if body.get("tool_choice") is not None:
+        out["tool_choice"] = _tool_choice(body["tool_choice"])
+    if isinstance(body.get("reasoning"), dict) and body["reasoning"].get("effort"):
+        out["reasoning_effort"] = body["reasoning"]["effort"]
+    text = body.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        out |= _format(text["format"])
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _item(item: Any, where: str, messages: list[dict[str, Any]]) -> None:
+    if not isinstance(item, dict):
+        raise invalid(where, f"`{where}` must be an object.")
+    kind = item.get("type", "message")
+    if kind == "message":
+        messages.append(_message(item, where))
+    elif kind == "function_call":
+        call = _function_call(item, where)
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)  # the same turn's output
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        if not isinstance(item.get("call_id"), str):
+            raise invalid(f"{where}.call_id", f"`{where}.call_id` must be a string.")
+        output = item.get("output")
+        if isinstance(output, list):
+            output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
+        if not isinstance(output, str):
+            raise invalid(f"{where}.output", f"`{where}.output` must be a string.")
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+    elif kind == "reasoning":
+        pass  # a model's own reasoning: no chat model takes it back
+    else:
+        raise invalid(f"{where}.type", f"`{where}`: items of type `{kind}` are not supported.")
+
+
+def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise invalid(
+            f"{where}.role", f"`{where}.role` must be user, assistant, system or developer."
+        )
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        raise invalid(f"{where}.content", f"`{where}.content` must be a string or an array.")
+    parts = []
+    for number, part in enumerate(content):
+        here = f"{where}.content[{number}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append({"type": "text", "text": part["refusal"]})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            image = {"url": part["image_url"]}
+            if part.get("detail"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise invalid(here, f"`{here}`: a part of type `{kind}` is not supported.")
+    return {"role": role, "content": parts}
+
+
+def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
+        raise invalid(where, f"`{where}`: a function_call needs a string `call_id` and `name`.")
+    arguments = item.get("arguments", "")
+    if not isinstance(arguments, str):
+        raise invalid(f"{where}.arguments", f"`{where}.arguments` must be a string.")
+    function = {"name": item["name"], "arguments": arguments}
+    return {"id": item["call_id"], "type": "function", "function": function}
+
+
+def _tool(tool: Any, where: str) -> dict[str, Any]:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        raise invalid(where, f"`{where}`: only function tools are supported.")
+    if not isinstance(tool.get("name"), str):
+        raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
+    function = {"name": tool["name"]}
+    for key in ("description", "parameters", "strict"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise invalid("tool_choice", "`tool_choice`: auto, none, required or a function by name.")
+
+
+def _format(form: dict[str, Any]) -> dict[str, Any]:
+    kind = form.get("type")
+    if kind == "json_schema":
+        schema = {
+            key: form[key] for key in ("name", "schema", "strict", "description") if key in form
+        }
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    if kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    return {}

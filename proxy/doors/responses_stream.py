@@ -1,0 +1,249 @@
+"""The Responses API's reply: its response object, and its streaming events made from
+the upstream's chat chunks (`response.created` … `response.completed`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from proxy.errors import ProxyError
+
+__all__ = ["ResponsesFramer", "output_items", "response_object"]
+
+
+def response_object(
+    response_id: str,
+    model: str,
+    echo: dict[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": model,
+        "output": output,
+        "error": None,
+        "incomplete_details": None,
+        "usage": _usage(usage) if usage else None,
+        **{key: value for key, value in echo.items()},
+        "tools": echo.get("tools") or [],
+        "tool_choice": echo.get("tool_choice") or "auto",
+        "parallel_tool_calls": echo.get("parallel_tool_calls") is not False,
+        "metadata": echo.get("metadata") or {},
+        "text": echo.get("text") or {"format": {"type": "text"}},
+    }
+
+
+def output_items(message: dict[str, Any], response_id: str) -> list[dict[str, Any]]:
+    """A chat reply message as output items: its text, then its function calls."""
+    items: list[dict[str, Any]] = []
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if content:
+        items.append(_message_item(_item_id("msg", response_id, 0), content, "completed"))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        items.append(
+            _call_item(
+                call.get("id") or "",
+                function.get("name") or "",
+                function.get("arguments") or "",
+                "completed",
+            )
+        )
+    return items
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _item_id(prefix: str, response_id: str, number: int) -> str:
+    return f"{prefix}_{response_id.removeprefix('resp_')[:32]}_{number}"
+
+
+def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": "fc_" + call_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+class ResponsesFramer:
+    """One streamed response: the open output item, and everything `response.completed`
+    repeats at the end."""
+
+    def __init__(self, response_id: str, model: str, echo: dict[str, Any]) -> None:
+        self._id = response_id
+        self._model = model
+        self._echo = echo
+        self._sequence = 0
+        self._started = False
+        self._output: list[dict[str, Any]] = []  # finished items
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}  # a chunk's tool call index -> item
+        self._usage: dict[str, Any] | None = None
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
+        out: list[bytes] = []
+        if not self._started:
+            self._started = True
+            response = self._response("in_progress", [])
+            out.append(self._event("response.created", {"response": response}))
+            out.append(self._event("response.in_progress", {"response": response}))
+        for chunk in chunks:
+            if chunk.get("usage"):
+                self._usage = chunk["usage"]
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) == 0:
+                    out.extend(self._delta(choice.get("delta") or {}))
+        return b"".join(out)
+
+    def end(self) -> bytes:
+        out = [self._close()]
+        response = self._response("completed", self._output, self._usage)
+        out.append(self._event("response.completed", {"response": response}))
+        return b"".join(out)
+
+    def error(self, exc: ProxyError) -> bytes:
+        error = {"code": exc.code or "server_error", "message": exc.message}
+        failed = self._response("failed", self._output) | {"error": error}
+        return self._event("error", error | {"param": exc.param}) + self._event(
+            "response.failed", {"response": failed}
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if delta.get("content"):
+            if self._open is None or self._open["type"] != "message":
+                out.append(self._close())
+                item = _message_item(
+                    _item_id("msg", self._id, len(self._output)), None, "in_progress"
+                )
+                out.append(self._add(item))
+                part = {"type": "output_text", "text": "", "annotations": []}
+                out.append(
+                    self._event(
+                        "response.content_part.added",
+                        self._where() | {"content_index": 0, "part": part},
+                    )
+                )
+            self._text.append(delta["content"])
+            out.append(
+                self._event(
+                    "response.output_text.delta",
+                    self._where() | {"content_index": 0, "delta": delta["content"], "logprobs": []},
+                )
+            )
+        for call in delta.get("tool_calls") or ():
+            number = call.get("index", 0)
+            function = call.get("function") or {}
+            if number not in self._calls:
+                out.append(self._close())
+                item = _call_item(
+                    call.get("id") or "", function.get("name") or "", "", "in_progress"
+                )
+                self._calls[number] = item
+                out.append(self._add(item))
+            if function.get("arguments"):
+                self._text.append(function["arguments"])
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        self._where() | {"delta": function["arguments"]},
+                    )
+                )
+        return out
+
+    def _add(self, item: dict[str, Any]) -> bytes:
+        self._open = item
+        self._text = []
+        return self._event(
+            "response.output_item.added", {"output_index": len(self._output), "item": item}
+        )
+
+    def _close(self) -> bytes:
+        item = self._open
+        if item is None:
+            return b""
+        text = "".join(self._text)
+        where = self._where()
+        out = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            out.append(
+                self._event(
+                    "response.output_text.done",
+                    where | {"content_index": 0, "text": text, "logprobs": []},
+                )
+            )
+            out.append(
+                self._event(
+                    "response.content_part.done", where | {"content_index": 0, "part": part}
+                )
+            )
+            item = item | {"content": [part]}
+        else:
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    where | {"arguments": text, "name": item["name"]},
+                )
+            )
+            item = item | {"arguments": text}
+        item = item | {"status": "completed"}
+        out.append(
+            self._event(
+                "response.output_item.done", {"output_index": len(self._output), "item": item}
+            )
+        )
+        self._output.append(item)
+        self._open = None
+        return b"".join(out)
+
+    def _where(self) -> dict[str, Any]:
+        assert self._open is not None
+        return {"item_id": self._open["id"], "output_index": len(self._output)}
+
+    def _response(
+        self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return response_object(self._id, self._model, self._echo, status, list(output), usage)
+
+    def _event(self, kind: str, data: dict[str, Any]) -> bytes:
+        payload = {"type": kind, **data, "sequence_number": self._sequence}
+        self._sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
