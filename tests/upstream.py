@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests import upstream_messages as messages_api
 from tests.servers import serve
 
 
@@ -50,6 +51,8 @@ class Reply:
     stall_after_chunks: int | None = None  # streaming: stall (stall_seconds) after N chunks
     # Computes the answer from the request body: the content, or a whole Reply.
     respond: Callable[[dict[str, Any]], str | Reply] | None = None
+    # Messages API: thinking blocks the reply starts with (signatures and all).
+    thinking: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,6 +85,9 @@ class FakeUpstream:
     def chat_requests(self) -> list[Received]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
+    def messages_requests(self) -> list[Received]:
+        return [r for r in self.requests if r.path.endswith("/messages")]
+
     def _next(self) -> Reply:
         with self._lock:
             return self.replies.popleft() if self.replies else self.default
@@ -90,6 +96,7 @@ class FakeUpstream:
         return Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
@@ -103,6 +110,32 @@ class FakeUpstream:
             return await self._answer(request)
         finally:
             self.in_flight -= 1
+
+    async def _messages(self, request: Request) -> Response:
+        """Anthropic's Messages API: the same scripted replies, in Anthropic's shapes."""
+        body = orjson.loads(await request.body())
+        if self.record:
+            self.requests.append(Received(request.url.path, dict(request.headers), body))
+        reply = self._next()
+        if reply.respond is not None:
+            answer = reply.respond(body)
+            reply = answer if isinstance(answer, Reply) else Reply(content=answer)
+        if reply.status != 200:
+            error = {"type": "api_error", "message": reply.error_message}
+            return JSONResponse({"type": "error", "error": error}, status_code=reply.status)
+        content = reply.content
+        if content is None and not reply.tool_calls:
+            content = f"echo: {messages_api.last_user_text(body)}"
+        blocks = messages_api.message_blocks(content, reply.tool_calls, reply.thinking)
+        usage = {
+            "input_tokens": count_text_tokens(json.dumps(body)),
+            "output_tokens": count_text_tokens(json.dumps(blocks)),
+        }
+        answer = messages_api.message(f"msg_test_{next(self._ids)}", body["model"], blocks, usage)
+        if body.get("stream"):
+            events = messages_api.message_events(answer, reply.fail_after_chunks)
+            return StreamingResponse(events, media_type="text/event-stream")
+        return JSONResponse(answer)
 
     async def _stalled(self, request: Request, seconds: float) -> bool:
         """Wait `seconds`; True (and counted) if the caller hangs up meanwhile."""
