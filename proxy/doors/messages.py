@@ -166,7 +166,9 @@ def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
             results.append(_tool_result(block, here))
         else:
             parts.append(_part(block, here))
-    if parts:
+    if len(parts) == 1 and parts[0].keys() == {"type", "text"}:
+        results.append({"role": "user", "content": parts[0]["text"]})  # the same, plainer
+    elif parts:
         results.append({"role": "user", "content": parts})
     return results
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import httpx
-import openai
+import pytest
 
 from tests.conftest import MODEL, proxy_config
+from tests.door_clients import door_client
 from tests.marathon import (
     BUDGET,
     SYSTEM,
@@ -21,17 +22,17 @@ from tests.marathon import (
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
 
-def test_three_hundred_turns_stay_within_budget(upstream: FakeUpstream, start_proxy) -> None:
+@pytest.mark.parametrize("door", ["chat", "messages", "responses"])
+def test_three_hundred_turns_stay_within_budget(
+    upstream: FakeUpstream, start_proxy, door: str
+) -> None:
+    """The same conversation through each door: Chat Completions and Messages resend
+    the whole history each turn, Responses chains `previous_response_id`."""
     config = proxy_config(upstream)
     config["model_list"][0]["model_info"] = {"max_input_tokens": WINDOW}
     url = start_proxy(config)
     upstream.default = Reply(respond=respond)
-    client = openai.OpenAI(
-        base_url=url + "/v1",
-        api_key="client-key",
-        max_retries=0,
-        default_headers={"X-Session-Id": "marathon"},
-    )
+    client = door_client(door, url, "client-key", {"X-Session-Id": "marathon"})
     history = run(client, MODEL)
 
     received = [r.body for r in upstream.chat_requests()]
