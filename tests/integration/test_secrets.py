@@ -114,6 +114,19 @@ def traffic(url: str) -> list[httpx.Response]:
         answers.append(client.get(f"{url}/v1/sessions", headers=headers(ADMIN_KEY)))
         answers.append(client.get(f"{url}/v1/sessions/leaky", headers=headers()))
         answers.append(client.get(f"{url}/metrics"))
+        # The other doors: the provider's planted 401, plain and streamed, and a session.
+        first = messages[0]["content"]
+        for stream in (False, True):
+            body = {"model": ENV_MODEL, "max_tokens": 50, "messages": messages[:1]}
+            answers.append(
+                client.post(f"{url}/v1/messages", json=body | {"stream": stream}, headers=headers())
+            )
+            body = {"model": ENV_MODEL, "input": first, "stream": stream}
+            answers.append(client.post(f"{url}/v1/responses", json=body, headers=headers()))
+        body = {"model": MODEL, "max_tokens": 50, "messages": messages[:1]}
+        answers.append(client.post(f"{url}/v1/messages", json=body, headers=headers()))
+        body = {"model": MODEL, "input": first}
+        answers.append(client.post(f"{url}/v1/responses", json=body, headers=headers()))
     return answers
 
 
@@ -154,7 +167,9 @@ def test_no_secret_reaches_a_response_log_metric_or_store(
     assert statuses[:8] == [200] * 8
     assert statuses[8:10] == [401, 401], "the provider's 401 comes back as a 401"
     assert "Incorrect API key provided" in answers[8].text  # the message, minus the secrets
-    assert statuses[10:] == [401, 401, 200, 200, 200]
+    assert statuses[10:15] == [401, 401, 200, 200, 200]
+    assert statuses[15:] == [401, 401, 401, 401, 200, 200]
+    assert answers[15].json()["error"]["type"] == "authentication_error"  # Anthropic's shape
     # The provider got each deployment's own key, however it was configured.
     sent = {r.body["model"]: r.headers["authorization"] for r in upstream.chat_requests()}
     assert sent[f"{MODEL}"] == f"Bearer {CONFIG_KEY}"
