@@ -19,13 +19,14 @@ from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.tokens import CountCache, TokenCounter, counter_named
 from proxy.turns import Request, State
-from proxy.validation import validate_messages
+from proxy.validation import invalid, validate_messages
 
 __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 
 # Python work on texts longer than this (characters) runs in a worker thread, as on
 # more than MANY_MESSAGES messages.
 _OFF_LOOP_CHARS = 50_000
+_RESULTS_BACK = 64  # parallel tool calls a turn may answer across, at most
 _PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
 
 
@@ -81,6 +82,8 @@ class History:
                 request, meta, match, names, stored
             )
         new_messages = conversation[match.start :]
+        if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":
+            await self._check_results(request, match.keep, new_messages)
         counters = [counter_for_name(name, counter) for name in names]
         new = await off_loop(
             new_messages, lambda: _entries(new_messages, match, counters), request.size
@@ -98,6 +101,31 @@ class History:
             expected=meta.version if meta else 0,
             serialized=serialized,
         )
+
+    async def _check_results(self, request: Request, keep: int, new: list[dict[str, Any]]) -> None:
+        """Tool results that open an appended turn answer calls of the stored assistant
+        message they follow (read back at most `_RESULTS_BACK` messages), each once."""
+        assert request.key is not None
+        start = max(0, keep - _RESULTS_BACK)
+        stored = [s.message for s in await self._store.messages(*request.key, start, keep)]
+        answered: set[Any] = set()
+        while stored and stored[-1].get("role") == "tool":
+            answered.add(stored.pop().get("tool_call_id"))
+        last = stored[-1] if stored else {}
+        calls = last.get("tool_calls") if last.get("role") == "assistant" else None
+        made = {call.get("id") for call in calls or () if isinstance(call, dict)}
+        for index, message in enumerate(new):
+            if message.get("role") != "tool":
+                break
+            call_id = message.get("tool_call_id")
+            if call_id not in made or call_id in answered:
+                where = f"messages[{len(request.system) + index}]"
+                raise invalid(
+                    f"{where}.tool_call_id",
+                    f"`{where}` answers tool call `{call_id}`, which the session's last"
+                    " assistant message did not make, or which is answered already.",
+                )
+            answered.add(call_id)
 
     def _carried(
         self, meta: SessionMeta | None, match: Match, name: str

@@ -74,3 +74,27 @@ def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
         if isinstance(value, str) and value:
             return session_id(value, name)
     return None
+
+
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "boolean": ((bool,), "a boolean"),
+    "number": ((int, float), "a number"),
+    "integer": ((int,), "an integer"),
+    "string": ((str,), "a string"),
+    "array": ((list,), "an array"),
+    "object": ((dict,), "an object"),
+}
+
+
+def check_types(body: dict[str, Any], kinds: dict[str, str]) -> None:
+    """A 400 for the first parameter present (not null) that is not of its kind."""
+    from proxy.validation import invalid
+
+    for name, kind in kinds.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        types, words = _KINDS[kind]
+        wrong = isinstance(value, bool) and bool not in types
+        if wrong or not isinstance(value, types):
+            raise invalid(name, f"`{name}` must be {words}.")

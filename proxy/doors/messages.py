@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id
+from proxy.doors import Api, Inbound, body_session_id, check_types
 from proxy.doors.messages_stream import MessagesFramer, error_body, stop_reason
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
@@ -47,6 +47,19 @@ _PARAMETERS = frozenset(
         "service_tier",
     }
 )
+
+
+_KINDS = {
+    "stream": "boolean",
+    "temperature": "number",
+    "top_p": "number",
+    "top_k": "integer",
+    "stop_sequences": "array",
+    "metadata": "object",
+    "thinking": "object",
+    "tools": "array",
+    "tool_choice": "object",
+}
 
 
 class MessagesDoor:
@@ -98,6 +111,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "model: Field required (a non-empty string).")
+    check_types(body, _KINDS)
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise invalid("max_tokens", "max_tokens: Field required (a positive integer).")

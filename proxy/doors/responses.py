@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id
+from proxy.doors import Api, Inbound, body_session_id, check_types
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
@@ -70,6 +70,22 @@ ECHOED = (
     "reasoning",
     "user",
 )
+
+
+_KINDS = {
+    "stream": "boolean",
+    "store": "boolean",
+    "temperature": "number",
+    "top_p": "number",
+    "max_output_tokens": "integer",
+    "parallel_tool_calls": "boolean",
+    "tools": "array",
+    "metadata": "object",
+    "text": "object",
+    "reasoning": "object",
+    "user": "string",
+    "previous_response_id": "string",
+}
 
 
 class ResponseIds:
@@ -173,6 +189,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "`model` is required and must be a non-empty string.")
+    check_types(body, _KINDS)
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:

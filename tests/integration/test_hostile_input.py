@@ -47,8 +47,13 @@ class Proxy:
             f"{method} {path} {headers} {body[:300]!r} -> {response.status_code} {response.text}"
         )
         assert response.headers.get("content-type") == "application/json", response.text
-        error = response.json()["error"]
-        assert set(error) == {"message", "type", "code", "param"}, response.text
+        if path.startswith("/v1/messages"):  # Anthropic's shape
+            assert response.json()["type"] == "error", response.text
+            error = response.json()["error"]
+            assert set(error) == {"type", "message"}, response.text
+        else:
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "code", "param"}, response.text
         assert isinstance(error["message"], str) and error["message"]
 
     def snapshot(self) -> list[list[tuple[Any, ...]]]:
@@ -364,6 +369,8 @@ bad_path_ids = st.one_of(
 
 EXAMPLES = {
     "chat": 4000,
+    "messages": 1500,
+    "responses": 1500,
     "preview": 2000,
     "read": 1200,
     "delete": 1200,
@@ -393,6 +400,94 @@ def test_chat_completions(proxy: Proxy, before: Any, data: Any, session: bytes |
     body, extra = data
     headers = auth() | ({"x-session-id": session} if session else {}) | extra
     proxy.send("POST", "/v1/chat/completions", headers, body)
+
+
+# Messages API bodies with one defect each (a chat body is one too: no `max_tokens`).
+def messages_body(messages: Any, **more: Any) -> dict[str, Any]:
+    return {"model": MODEL, "max_tokens": 16, "messages": messages, **more}
+
+
+def user(content: Any) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": content}]
+
+
+USE = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+bad_messages_bodies = st.one_of(
+    texts.map(lambda t: {"model": MODEL, "messages": user(t)}),
+    st.sampled_from([0, -1, "16", None, True, 1.5]).flatmap(
+        lambda n: texts.map(lambda t: messages_body(user(t)) | {"max_tokens": n})
+    ),
+    st.sampled_from(
+        [
+            [{"role": "system", "content": "x"}],
+            user(7),
+            user([{"text": "no type"}]),
+            user([{"type": "tool_result", "content": "no id"}]),
+            user([{"type": "tool_result", "tool_use_id": "nobody", "content": "x"}]),
+            user([{"type": "image", "source": {"type": "base64"}}]),
+            user([{"type": "server_tool_use", "id": "x"}]),
+            [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}],
+            [*user("a"), {"role": "assistant", "content": [USE, USE]}],
+            [],
+            "messages",
+        ]
+    ).map(messages_body),
+    st.sampled_from(
+        [
+            {"system": 5},
+            {"system": [{"type": "image"}]},
+            {"tools": [{"name": "web_search", "type": "web_search_20250305"}]},
+            {"tool_choice": {"type": "anything"}},
+            {"container": "c1"},
+            {"stream": "yes"},
+        ]
+    ).flatmap(lambda extra: texts.map(lambda t: messages_body(user(t), **extra))),
+)
+
+
+@conditions(EXAMPLES["messages"])
+@given(body=st.one_of(bad_messages_bodies.map(encode), bad_bytes))
+def test_messages(proxy: Proxy, before: Any, body: bytes) -> None:
+    proxy.send("POST", "/v1/messages", auth() | {"x-session-id": "seed-a1"}, body)
+
+
+def responses_body(source: Any, **more: Any) -> dict[str, Any]:
+    return {"model": MODEL, "input": source, **more}
+
+
+bad_responses_bodies = st.one_of(
+    st.sampled_from(
+        [
+            None,
+            7,
+            [],
+            [{"type": "message", "role": "tool", "content": "x"}],
+            [{"type": "function_call", "name": "f", "arguments": "{}"}],
+            [{"type": "function_call_output", "call_id": "nobody", "output": "x"}],
+            [{"type": "function_call_output", "call_id": "c", "output": 5}],
+            [{"role": "user", "content": [{"type": "input_audio"}]}],
+            [{"type": "item_reference", "id": "x"}],
+            [{"type": "reasoning", "summary": []}],
+        ]
+    ).map(responses_body),
+    st.sampled_from(
+        [
+            {"instructions": 5},
+            {"tools": [{"type": "web_search"}]},
+            {"tool_choice": {"type": "nope"}},
+            {"previous_response_id": "resp_forged.3.c2VlZC1hMQ"},
+            {"previous_response_id": 12},
+            {"background": True},
+            {"stream": "yes"},
+        ]
+    ).flatmap(lambda extra: texts.map(lambda t: responses_body(t, **extra))),
+)
+
+
+@conditions(EXAMPLES["responses"])
+@given(body=st.one_of(bad_responses_bodies.map(encode), bad_bytes))
+def test_responses(proxy: Proxy, before: Any, body: bytes) -> None:
+    proxy.send("POST", "/v1/responses", auth() | {"x-session-id": "seed-b1"}, body)
 
 
 @conditions(EXAMPLES["preview"])
