@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -49,7 +50,11 @@ SELECTOR = re.compile(r"\b(context_proxy_[a-zA-Z0-9_]+)(\{[^}]*\})?")
 
 # Panels that must show data after the traffic below: (dashboard, title) -> label sets required.
 CORE_PANELS: dict[tuple[str, str], list[dict[str, str]]] = {
-    ("overview", "Requests per second by model"): [{"model": MODEL}],
+    ("overview", "Requests per second by model and API"): [
+        {"model": MODEL, "api": "chat"},
+        {"model": MODEL, "api": "messages"},
+        {"model": MODEL, "api": "responses"},
+    ],
     ("overview", "Request latency p50 / p95 / p99"): [{"model": MODEL}],
     ("context", "Tokens per second: client vs sent vs saved"): [
         {"model": MODEL, "kind": "client"},
@@ -303,6 +308,17 @@ def plain_and_streaming(url: str) -> None:
     )
     for _ in stream:
         pass
+    # The other doors, plain and streaming.
+    claude = anthropic.Anthropic(base_url=url, api_key="client-key", max_retries=0)
+    for stream_it in (False, True):
+        request = {"role": "user", "content": "hello"}
+        body = {"model": MODEL, "max_tokens": 20, "messages": [request], "stream": stream_it}
+        for answer in (
+            claude.messages.create(**body),
+            sdk.responses.create(model=MODEL, input="hello", stream=stream_it),
+        ):
+            if stream_it:
+                list(answer)
 
 
 def test_every_panel_query_runs_on_real_prometheus(

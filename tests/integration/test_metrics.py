@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -251,3 +252,25 @@ def test_json_request_log_has_no_content_or_secrets(tmp_path: Path, upstream: Fa
     assert len(line["request_id"]) == 32
     for secret in ("PINEAPPLE-CONTENT", client_key, UPSTREAM_KEY, "private-session-name"):
         assert secret not in text
+
+
+def test_every_door_is_counted_under_its_api(upstream: FakeUpstream, start_proxy) -> None:
+    url = start_proxy(small_model(upstream))
+    before = scrape(url)
+    session = {"X-Session-Id": "doors-metered"}
+    claude = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, default_headers=session)
+    claude.messages.create(model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "a"}])
+    sdk = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0, default_headers=session)
+    sdk.responses.create(model=MODEL, input="b")
+    list(sdk.responses.create(model=MODEL, input="c", stream=True))
+    after = scrape(url)
+    ok = {"model": MODEL, "status": "200"}
+    assert delta(before, after, "context_proxy_requests_total", api="messages", **ok) == 1
+    assert delta(before, after, "context_proxy_requests_total", api="responses", **ok) == 2
+    assert delta(before, after, "context_proxy_requests_total", api="chat", **ok) == 0
+    sent = delta(
+        before, after, "context_proxy_tokens_total", api="responses", model=MODEL, kind="sent"
+    )
+    assert sent > 0
+    ttft = "context_proxy_time_to_first_token_seconds_count"
+    assert delta(before, after, ttft, api="responses", model=MODEL) == 1
