@@ -17,7 +17,7 @@ from typing import Any
 from proxy.budget import Budgets
 from proxy.config import Settings
 from proxy.context import Plan
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, previous_response_not_found
 from proxy.history import History, off_loop
 from proxy.messages import split_system
 from proxy.metrics import ModelLabels
@@ -267,12 +267,7 @@ def _not_latest(meta: SessionMeta | None, continues: int) -> ProxyError:
     one a later turn continued already: only the latest response of a conversation
     can be continued."""
     if _length(meta) < continues:
-        return ProxyError(
-            404,
-            "The previous response was not found.",
-            code="not_found",
-            param="previous_response_id",
-        )
+        return previous_response_not_found()
     return ProxyError(
         409,
         "The previous response is not the latest of its conversation: a conversation"

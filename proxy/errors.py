@@ -69,3 +69,14 @@ class ProxyError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status_code, headers=self.headers)
+
+
+def previous_response_not_found() -> ProxyError:
+    """A `previous_response_id` that names nothing this caller may continue: not theirs,
+    never stored (its turn failed), or its session deleted."""
+    return ProxyError(
+        404,
+        "The previous response was not found.",
+        code="previous_response_not_found",
+        param="previous_response_id",
+    )

@@ -13,20 +13,38 @@ from typing import Any
 from proxy.errors import ProxyError
 from proxy.upstream import CHAT_PARAMETERS
 
-__all__ = ["ROLES", "invalid", "session_id", "validate_messages", "validate_parameters"]
+__all__ = [
+    "ROLES",
+    "check_types",
+    "invalid",
+    "session_id",
+    "validate_messages",
+    "validate_parameters",
+]
 
 # Visible ASCII but "/": an id must be usable as one segment of /v1/sessions/{id}.
 _SESSION_ID = re.compile(r"[!-.0-~]{1,256}")
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
-_INTEGERS = ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs")
-_TYPED = (
-    ("stream", bool, "a boolean"),
-    ("tools", list, "an array"),
-    ("stream_options", dict, "an object"),
-    ("response_format", dict, "an object"),
-)
+# What each parameter must be, when present (and not null): `check_types`.
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "boolean": ((bool,), "a boolean"),
+    "number": ((int, float), "a number"),
+    "integer": ((int,), "an integer"),
+    "string": ((str,), "a string"),
+    "array": ((list,), "an array"),
+    "object": ((dict,), "an object"),
+}
+_CHAT_KINDS = {
+    **dict.fromkeys(("temperature", "top_p", "presence_penalty", "frequency_penalty"), "number"),
+    **dict.fromkeys(
+        ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs"), "integer"
+    ),
+    "stream": "boolean",
+    "tools": "array",
+    "stream_options": "object",
+    "response_format": "object",
+}
 
 
 def validate_parameters(body: dict[str, Any]) -> None:
@@ -45,17 +63,19 @@ def validate_parameters(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "`messages` is required and must be a non-empty array.")
-    for key in _NUMBERS:
-        value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise invalid(key, f"`{key}` must be a number.")
-    for key in _INTEGERS:
-        value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise invalid(key, f"`{key}` must be an integer.")
-    for key, kind, name in _TYPED:
-        if body.get(key) is not None and not isinstance(body[key], kind):
-            raise invalid(key, f"`{key}` must be {name}.")
+    check_types(body, _CHAT_KINDS)
+
+
+def check_types(body: dict[str, Any], kinds: dict[str, str]) -> None:
+    """A 400 for the first parameter present (not null) that is not of its kind (a
+    boolean is no number)."""
+    for name, kind in kinds.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        types, words = _KINDS[kind]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise invalid(name, f"`{name}` must be {words}.")
 
 
 def validate_messages(

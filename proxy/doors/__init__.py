@@ -16,8 +16,9 @@ from starlette.responses import Response
 from proxy.errors import ProxyError
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
+from proxy.validation import session_id
 
-__all__ = ["Api", "Door", "Framer", "Inbound"]
+__all__ = ["Api", "Door", "Framer", "Inbound", "body_session_id", "text_of"]
 
 Api = Literal["chat", "messages", "responses"]
 
@@ -27,13 +28,16 @@ class Inbound:
     """A request as the engine sees it, whichever door it came through."""
 
     body: dict[str, Any]  # a chat-completions body: model, messages, parameters
-    stream: bool = False
     session_id: str | None = None  # named in the body, if at all
     # The body's session id wins over the header's: it names a response to continue
     # (`previous_response_id`), at this transcript length.
     continues: int | None = None
     # The door's own facts, handed back to its `reply` and `framer`.
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
 
 
 class Framer(Protocol):
@@ -57,14 +61,10 @@ class Door(Protocol):
 
     def framer(self, inbound: Inbound, turn: Turn) -> Framer: ...
 
-    def error(self, exc: ProxyError) -> Response: ...
-
 
 def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
     """The first of `fields` (dotted paths) that `body` has as a string (or as an object
     with a string `id`), checked as a session id."""
-    from proxy.validation import session_id
-
     for name in fields:
         value: Any = body
         for key in name.split("."):
@@ -76,25 +76,8 @@ def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
     return None
 
 
-_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
-    "boolean": ((bool,), "a boolean"),
-    "number": ((int, float), "a number"),
-    "integer": ((int,), "an integer"),
-    "string": ((str,), "a string"),
-    "array": ((list,), "an array"),
-    "object": ((dict,), "an object"),
-}
-
-
-def check_types(body: dict[str, Any], kinds: dict[str, str]) -> None:
-    """A 400 for the first parameter present (not null) that is not of its kind."""
-    from proxy.validation import invalid
-
-    for name, kind in kinds.items():
-        value = body.get(name)
-        if value is None:
-            continue
-        types, words = _KINDS[kind]
-        wrong = isinstance(value, bool) and bool not in types
-        if wrong or not isinstance(value, types):
-            raise invalid(name, f"`{name}` must be {words}.")
+def text_of(content: Any) -> str:
+    """A message's content as text: a string as it is, text parts joined."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""

@@ -22,7 +22,7 @@ class ChatDoor:
 
     def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         validate_parameters(body)
-        return Inbound(body, stream=bool(body.get("stream")))
+        return Inbound(body)
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
@@ -33,9 +33,6 @@ class ChatDoor:
 
     def framer(self, inbound: Inbound, turn: Turn) -> ChatFramer:
         return ChatFramer()
-
-    def error(self, exc: ProxyError) -> Response:
-        return exc.response()
 
 
 class ChatFramer:

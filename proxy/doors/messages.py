@@ -12,19 +12,18 @@ place.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id, check_types
-from proxy.doors.messages_stream import MessagesFramer, error_body, stop_reason
+from proxy.doors import Api, Inbound, body_session_id, text_of
+from proxy.doors.messages_stream import MessagesFramer, error_body, message_id, stop_reason
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
-from proxy.validation import invalid
+from proxy.validation import check_types, invalid
 
 __all__ = ["MessagesDoor", "anthropic_error", "to_chat"]
 
@@ -71,7 +70,7 @@ class MessagesDoor:
     def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         chat = to_chat(body)
         named = body_session_id(body, self._id_fields)
-        return Inbound(chat, stream=bool(chat.get("stream")), session_id=named)
+        return Inbound(chat, session_id=named)
 
     def counted(self, body: dict[str, Any]) -> Inbound:
         """A `count_tokens` request (no `max_tokens`) as the engine sees it."""
@@ -86,9 +85,6 @@ class MessagesDoor:
 
     def framer(self, inbound: Inbound, turn: Turn) -> MessagesFramer:
         return MessagesFramer(inbound.body["model"], turn.tokens_sent or 0)
-
-    def error(self, exc: ProxyError) -> Response:
-        return anthropic_error(exc)
 
 
 def anthropic_error(exc: ProxyError) -> Response:
@@ -319,7 +315,7 @@ def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
     message = choice.get("message") or {}
     usage = completion.get("usage") or {}
     return {
-        "id": _message_id(completion),
+        "id": message_id(completion.get("id")),
         "type": "message",
         "role": "assistant",
         "model": model,
@@ -335,9 +331,7 @@ def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
 
 def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = list(message.get("thinking_blocks") or ())
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    content = text_of(message.get("content"))
     if content:
         blocks.append({"type": "text", "text": content})
     for call in message.get("tool_calls") or ():
@@ -360,7 +354,3 @@ def arguments(text: Any) -> Any:
     except orjson.JSONDecodeError:
         return {"arguments": text}
     return value if isinstance(value, dict) else {"arguments": value}
-
-
-def _message_id(completion: dict[str, Any]) -> str:
-    return "msg_" + (str(completion.get("id") or "") or uuid.uuid4().hex).removeprefix("chatcmpl-")

@@ -14,7 +14,7 @@ import orjson
 
 from proxy.errors import ProxyError
 
-__all__ = ["MessagesFramer", "error_body", "stop_reason"]
+__all__ = ["MessagesFramer", "error_body", "message_id", "stop_reason"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -45,6 +45,11 @@ def stop_reason(finish_reason: Any) -> str | None:
 def error_body(exc: ProxyError) -> dict[str, Any]:
     kind = _ERROR_TYPES.get(exc.status_code, "api_error")
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
+def message_id(completion_id: Any) -> str:
+    """A Messages API id for the upstream's completion id."""
+    return "msg_" + (str(completion_id or "").removeprefix("chatcmpl-") or uuid.uuid4().hex)
 
 
 def event(kind: str, data: dict[str, Any]) -> bytes:
@@ -92,9 +97,8 @@ class MessagesFramer:
         return event("error", {"error": error_body(exc)["error"]})
 
     def _start(self, chunks: list[dict[str, Any]]) -> bytes:
-        first = str(chunks[0].get("id") or "") if chunks else ""
         message = {
-            "id": "msg_" + (first.removeprefix("chatcmpl-") or uuid.uuid4().hex),
+            "id": message_id(chunks[0].get("id") if chunks else None),
             "type": "message",
             "role": "assistant",
             "model": self._model,

@@ -18,13 +18,13 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id, check_types
+from proxy.doors import Api, Inbound, body_session_id, text_of
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, previous_response_not_found
 from proxy.http import ORJSONResponse
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
-from proxy.validation import invalid
+from proxy.validation import check_types, invalid
 
 __all__ = ["ResponseIds", "ResponsesDoor", "to_chat"]
 
@@ -106,9 +106,9 @@ class ResponseIds:
             session_id = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
             count = int(length)
         except (ValueError, UnicodeDecodeError):
-            raise _not_found(response_id) from None
+            raise previous_response_not_found() from None
         if not hmac.compare_digest(mac, self._mac(tenant, session_id, count)):
-            raise _not_found(response_id)
+            raise previous_response_not_found()
         return session_id, count
 
     def _mac(self, tenant: str, session_id: str, length: int) -> str:
@@ -129,11 +129,11 @@ class ResponsesDoor:
         previous = body.get("previous_response_id")
         if previous is not None:
             session, length = self._ids.read(tenant, previous)
-            return Inbound(chat, bool(body.get("stream")), session, length, {"echo": echo})
+            return Inbound(chat, session, length, {"echo": echo})
         session_id = body_session_id(body, self._id_fields)
         if session_id is None and body.get("store") is not False:
             session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable by id
-        return Inbound(chat, bool(body.get("stream")), session_id, None, {"echo": echo})
+        return Inbound(chat, session_id, None, {"echo": echo})
 
     def response_id(self, turn: Turn) -> str:
         if turn.key is None or turn.state is None:
@@ -159,18 +159,6 @@ class ResponsesDoor:
 
     def framer(self, inbound: Inbound, turn: Turn) -> ResponsesFramer:
         return ResponsesFramer(self.response_id(turn), inbound.body["model"], inbound.extra["echo"])
-
-    def error(self, exc: ProxyError) -> Response:
-        return exc.response()
-
-
-def _not_found(response_id: Any) -> ProxyError:
-    return ProxyError(
-        404,
-        f"Previous response with id '{str(response_id)[:80]}' not found.",
-        code="previous_response_not_found",
-        param="previous_response_id",
-    )
 
 
 # -- the request ----------------------------------------------------------------------
@@ -245,7 +233,7 @@ def _item(item: Any, where: str, messages: list[dict[str, Any]]) -> None:
             raise invalid(f"{where}.call_id", f"`{where}.call_id` must be a string.")
         output = item.get("output")
         if isinstance(output, list):
-            output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
+            output = text_of(output)
         if not isinstance(output, str):
             raise invalid(f"{where}.output", f"`{where}.output` must be a string.")
         messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})

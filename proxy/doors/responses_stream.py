@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from proxy.doors import text_of
 from proxy.errors import ProxyError
 
 __all__ = ["ResponsesFramer", "output_items", "response_object"]
@@ -31,7 +32,7 @@ def response_object(
         "error": None,
         "incomplete_details": None,
         "usage": _usage(usage) if usage else None,
-        **{key: value for key, value in echo.items()},
+        **echo,
         "tools": echo.get("tools") or [],
         "tool_choice": echo.get("tool_choice") or "auto",
         "parallel_tool_calls": echo.get("parallel_tool_calls") is not False,
@@ -43,9 +44,7 @@ def response_object(
 def output_items(message: dict[str, Any], response_id: str) -> list[dict[str, Any]]:
     """A chat reply message as output items: its text, then its function calls."""
     items: list[dict[str, Any]] = []
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    content = text_of(message.get("content"))
     if content:
         items.append(_message_item(_item_id("msg", response_id, 0), content, "completed"))
     for call in message.get("tool_calls") or ():

@@ -255,11 +255,11 @@ async def test_a_commit_gives_back_the_turn_lock_it_names(make_store: Any) -> No
 
 async def test_an_extended_lock_outlives_its_first_term(make_store: Any) -> None:
     first, second = make_store(), make_store()
-    token = await first.try_lock("t1", "s", 0.3, "turn")
+    token = await first.try_lock("t1", "s", 1.0, "turn")
     assert token is not None
-    for _ in range(4):  # 0.6 s in all, twice the first term
-        assert await first.extend("t1", "s", token, 0.3, "turn")
-        await asyncio.sleep(0.15)
+    for _ in range(8):  # 2 s in all, twice the first term; 0.75 s of slack for a slow loop
+        assert await first.extend("t1", "s", token, 1.0, "turn")
+        await asyncio.sleep(0.25)
         assert await second.try_lock("t1", "s", 10, "turn") is None
     await first.unlock("t1", "s", token, "turn")
     assert await second.try_lock("t1", "s", 10, "turn") is not None
