@@ -187,3 +187,22 @@ def test_fifty_turn_chain_on_a_small_model(upstream: FakeUpstream, start_proxy: 
         "Summary of the earlier" in str(r.body["messages"][0])
         for r in upstream.chat_requests()[-5:]
     )
+
+
+def test_prompt_cache_key_names_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
+    """Codex sends its conversation id as `prompt_cache_key` and resends every item
+    (`store: false`): without a header, that key is the session."""
+    client = sdk(proxy_url)
+    items: list[Any] = [{"role": "user", "content": "first"}]
+    first = client.responses.create(
+        model=MODEL, input=items, store=False, prompt_cache_key="codex-conv-1"
+    )
+    items += [
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "next"},
+    ]
+    client.responses.create(model=MODEL, input=items, store=False, prompt_cache_key="codex-conv-1")
+    stored = httpx.get(
+        f"{proxy_url}/v1/sessions/codex-conv-1", headers={"Authorization": "Bearer client-key"}
+    ).json()["messages"]
+    assert [m["content"] for m in stored] == ["first", "echo: first", "next", "echo: next"]
