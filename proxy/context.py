@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.messages import Message
 from proxy.tokens import TokenCounter
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "summary_message",
 ]
 
-Message = dict[str, Any]
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 

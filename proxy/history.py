@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from proxy.messages import chain, message_hash
+from proxy.messages import Message, chain, message_hash
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.tokens import CountCache, TokenCounter, counter_named
@@ -102,7 +102,7 @@ class History:
             serialized=serialized,
         )
 
-    async def _check_results(self, request: Request, keep: int, new: list[dict[str, Any]]) -> None:
+    async def _check_results(self, request: Request, keep: int, new: list[Message]) -> None:
         """Tool results that open an appended turn answer calls of the stored assistant
         message they follow (read back at most `_RESULTS_BACK` messages), each once."""
         assert request.key is not None
@@ -193,7 +193,7 @@ class History:
         return [*stored, *state.new[max(0, start - state.keep) :]]
 
     def entry(
-        self, reply: dict[str, Any], previous: str, counter: TokenCounter, totals: dict[str, int]
+        self, reply: Message, previous: str, counter: TokenCounter, totals: dict[str, int]
     ) -> StoredMessage:
         """The reply as stored, after the message whose chain value is `previous`."""
         digest = message_hash(reply)
@@ -239,7 +239,7 @@ def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:
 
 
 def _entries(
-    messages: list[dict[str, Any]], match: Match, counters: list[TokenCounter]
+    messages: list[Message], match: Match, counters: list[TokenCounter]
 ) -> tuple[StoredMessage, ...]:
     """The new messages as stored: hash, chain value, a count per tokenizer."""
     heads = chain(match.hashes, start=match.head)

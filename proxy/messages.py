@@ -19,6 +19,7 @@ import orjson
 __all__ = [
     "GENESIS",
     "SYSTEM_ROLES",
+    "Message",
     "canonical",
     "chain",
     "chain_hash",
@@ -26,13 +27,17 @@ __all__ = [
     "split_system",
 ]
 
+Message = dict[str, Any]
+"""The one conversation model: a Chat Completions message, exactly as the client sent it
+(or as its door translated it). Stored, counted, planned and sent in this one shape."""
+
 GENESIS = ""
 """Chain hash before the first message (h[-1])."""
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-def canonical(message: dict[str, Any]) -> dict[str, Any]:
+def canonical(message: Message) -> dict[str, Any]:
     """Return the identity form of an OpenAI chat message."""
     result: dict[str, Any] = {"role": message.get("role")}
     content = _canonical_content(message.get("content"))
@@ -47,7 +52,7 @@ def canonical(message: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def message_hash(message: dict[str, Any]) -> str:
+def message_hash(message: Message) -> str:
     """Content hash of a message's canonical form (32 hex chars)."""
     return hashlib.blake2b(_dumps(canonical(message)), digest_size=16).hexdigest()
 
@@ -68,8 +73,8 @@ def chain(hashes: Iterable[str], start: str = GENESIS) -> list[str]:
 
 
 def split_system(
-    messages: list[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    messages: list[Message],
+) -> tuple[list[Message], list[Message]]:
     """Split into leading system/developer messages and the conversation."""
     index = 0
     while (

@@ -12,12 +12,12 @@ import asyncio
 import functools
 import logging
 from dataclasses import replace
-from typing import Any
 
 from proxy.config import Settings
 from proxy.context import ContextOverflowError, Plan, plan_context, summary_message
 from proxy.errors import ProxyError
 from proxy.history import History
+from proxy.messages import Message
 from proxy.sessions import Checkpoint, SessionMeta, SessionStore
 from proxy.summaries import Summaries
 from proxy.summarize import SummarizationError
@@ -78,7 +78,7 @@ class Planning:
     def fit(
         self,
         request: Request,
-        messages: list[dict[str, Any]],
+        messages: list[Message],
         counts: list[int],
         checkpoint: Checkpoint | None,
         *,

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from proxy.messages import GENESIS, chain, message_hash
+from proxy.messages import GENESIS, Message, chain, message_hash
 from proxy.sessions import Fingerprint, Mode, SessionMeta
 
 __all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "reconcile"]
@@ -87,7 +87,7 @@ class Match:
 
 def reconcile(
     meta: SessionMeta | None,
-    conversation: list[dict[str, Any]],
+    conversation: list[Message],
     mode: Mode,
     serialized: Serialized | None,
     stored_hashes: list[str] | None = None,
@@ -133,7 +133,7 @@ def reconcile(
 
 
 def _after_fingerprint(
-    meta: SessionMeta, fingerprint: Fingerprint, conversation: list[dict[str, Any]]
+    meta: SessionMeta, fingerprint: Fingerprint, conversation: list[Message]
 ) -> Match:
     """conversation[:count] is known to equal the transcript's; compare the rest with the
     stored tail (the reply, usually) by hash."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.messages import Message
 
-def reply_message(completion: dict[str, Any]) -> dict[str, Any] | None:
+
+def reply_message(completion: dict[str, Any]) -> Message | None:
     """The first choice's message (the one a client continues with), or None."""
     choices = completion.get("choices") or []
     if not choices:
@@ -65,15 +67,15 @@ class StreamedReply:
         elif block.get("thinking"):
             self._thought.append(block["thinking"])
 
-    def message(self) -> dict[str, Any] | None:
+    def message(self) -> Message | None:
         if not self.finished:
             return None
         calls = [self._calls[index] for index in sorted(self._calls)]
         return _assistant("".join(self._content) or None, calls or None, self._thinking)
 
 
-def _assistant(content: Any, tool_calls: Any, thinking: Any = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+def _assistant(content: Any, tool_calls: Any, thinking: Any = None) -> Message:
+    message: Message = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
     if thinking:  # Anthropic's, signed: sent back as they came

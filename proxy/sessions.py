@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from proxy.messages import GENESIS
+from proxy.messages import GENESIS, Message
 
 __all__ = [
     "CAS_ATTEMPTS",
@@ -50,7 +50,7 @@ class StoredMessage:
     """A message exactly as the client sent it, its content hash, the chain value after
     it, and its token count per tokenizer."""
 
-    message: dict[str, Any]
+    message: Message
     hash: str
     chain: str
     tokens: dict[str, int] = field(default_factory=dict)

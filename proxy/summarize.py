@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.facts import extract_facts, missing_facts, retention
-
-Message = dict[str, Any]
+from proxy.messages import Message
 
 Complete = Callable[[str, list[Message], int], Awaitable[str]]
 """`await complete(model, messages, max_tokens) -> text`; the app binds it to the upstream."""

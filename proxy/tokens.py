@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import orjson
 
+from proxy.messages import Message
+
 __all__ = [
     "CountCache",
     "CountingMode",
@@ -63,7 +65,7 @@ class TokenCounter:
     count_text: Callable[[str], int]
     _roles: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
-    def count_message(self, message: dict[str, Any]) -> int:
+    def count_message(self, message: Message) -> int:
         """Tokens one chat message occupies in the prompt (additive over its fields)."""
         role = str(message.get("role") or "")
         role_tokens = self._roles.get(role)
@@ -89,7 +91,7 @@ class TokenCounter:
                 total += self.count_text(str(block.get("thinking") or block.get("data") or ""))
         return total
 
-    def count_messages(self, messages: Iterable[dict[str, Any]]) -> int:
+    def count_messages(self, messages: Iterable[Message]) -> int:
         """Prompt tokens for a whole request's messages, including reply priming."""
         return sum(self.count_message(message) for message in messages) + REPLY_PRIMING
 
@@ -273,12 +275,12 @@ class CountCache:
         self._size = size
         self._counts: OrderedDict[tuple[str, bytes | str], int] = OrderedDict()
 
-    def messages(self, counter: TokenCounter, messages: list[dict[str, Any]]) -> int:
+    def messages(self, counter: TokenCounter, messages: list[Message]) -> int:
         """`counter.count_messages(messages)`: reply priming included."""
         key = (counter.name, orjson.dumps(messages))
         return self._get(key, lambda: counter.count_messages(messages))
 
-    def message(self, counter: TokenCounter, message: dict[str, Any], key: str = "") -> int:
+    def message(self, counter: TokenCounter, message: Message, key: str = "") -> int:
         """`counter.count_message(message)`; `key` (a content hash) saves serializing it."""
         cache_key = (counter.name, key or orjson.dumps(message))
         return self._get(cache_key, lambda: counter.count_message(message))

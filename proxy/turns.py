@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from proxy import headers
+from proxy.messages import Message
 from proxy.reconcile import Match, Serialized
 from proxy.sessions import Checkpoint, Mode, SessionMeta, StoredMessage
 from proxy.tokens import TokenCounter
@@ -46,9 +47,9 @@ class Request:
     counter: TokenCounter
     budget: int
     input_limit: int
-    messages: list[dict[str, Any]]  # as sent: system, then conversation
-    system: list[dict[str, Any]]
-    conversation: list[dict[str, Any]]
+    messages: list[Message]  # as sent: system, then conversation
+    system: list[Message]
+    conversation: list[Message]
     system_tokens: int  # reply priming included
     tools_tokens: int
     mode: Mode
