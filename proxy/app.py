@@ -23,7 +23,7 @@ from proxy.doors import Door, Framer, Inbound
 from proxy.doors.chat import ChatDoor
 from proxy.doors.messages import MessagesDoor, anthropic_error
 from proxy.doors.responses import ResponseIds, ResponsesDoor
-from proxy.engine import Engine
+from proxy.engine import Engine, TurnEvents
 from proxy.errors import ProxyError
 from proxy.history import pause
 from proxy.http import (
@@ -35,14 +35,12 @@ from proxy.http import (
     unless_disconnected,
 )
 from proxy.metrics import OTHER_MODEL, exposition
-from proxy.openai_compatible import Events
 from proxy.redaction import Redactor
-from proxy.replies import StreamedReply, reply_message
 from proxy.session_api import SessionApi, model_not_allowed
 from proxy.sessions import Mode, SessionStore
 from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
-from proxy.turns import RequestContext, Turn
+from proxy.turns import RequestContext
 from proxy.upstream import Upstream
 from proxy.validation import session_id
 
@@ -136,7 +134,7 @@ class Proxy:
         return handle
 
     async def _turn(self, door: Door, request: Request, telemetry: RequestTelemetry) -> Response:
-        """Translate, prepare, call the upstream, store the reply, translate it back."""
+        """Translate the request, run the engine's one turn, translate the reply back."""
         raw = await read_body(request, self.settings.server.max_body_bytes)
         body = parse_json(raw)
         await pause(len(raw))
@@ -148,61 +146,45 @@ class Proxy:
             raise model_not_allowed(model)
         self.upstream.check_model(model)
         context = self._request_context(request, caller, raw, inbound)
-        turn = await unless_disconnected(request, self.engine.prepare(inbound.body, context))
-        try:
-            telemetry.turn = turn
-            response_headers = {headers.REQUEST_ID: telemetry.request_id}
-            response_headers |= turn.response_headers()
-            telemetry.upstream_started()
-            if inbound.stream:
-                opening = self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
-                events = await unless_disconnected(request, opening)
-                telemetry.stream = True
-                return TurnStream(
-                    self._sse(turn, events, telemetry, caller, door.framer(inbound, turn)),
-                    finish=lambda: self.engine.finish(turn),
-                    media_type="text/event-stream",
-                    headers=response_headers | {"Cache-Control": "no-cache"},
-                )
-            completion = await unless_disconnected(
-                request, self.upstream.complete(turn.body, turn.messages_json, context.provider_key)
+        response_headers = {headers.REQUEST_ID: telemetry.request_id}
+        if inbound.stream:
+            events = await unless_disconnected(
+                request, self.engine.stream(inbound.body, context, telemetry)
             )
-            telemetry.upstream_finished()
-            telemetry.usage = completion.data.get("usage")
-            self.engine.observe_usage(turn, telemetry.usage)
-            await self.engine.commit(turn, reply_message(completion.data))
-        except BaseException:
-            await self.engine.finish(turn)
-            raise
-        await self.engine.finish(turn)
-        return door.reply(completion, inbound, turn, response_headers)
+            try:
+                framer = door.framer(inbound, events.turn)
+            except BaseException:
+                await events.aclose()
+                raise
+            telemetry.stream = True
+            return TurnStream(
+                self._sse(events, telemetry, caller, framer),
+                finish=events.aclose,
+                media_type="text/event-stream",
+                headers=response_headers
+                | events.turn.response_headers()
+                | {"Cache-Control": "no-cache"},
+            )
+        turn, completion = await unless_disconnected(
+            request, self.engine.complete(inbound.body, context, telemetry)
+        )
+        return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
 
     async def _sse(
         self,
-        turn: Turn,
-        events: AsyncIterator[Events],
+        events: TurnEvents,
         telemetry: RequestTelemetry,
         caller: Principal,
         framer: Framer,
     ) -> AsyncIterator[bytes]:
-        """The reply as the door frames it. It is stored only once the stream is complete;
-        a failure mid-stream becomes the door's error event and no end of stream, so the
-        client can tell a cut-off reply from a finished one. A client that disconnects
-        cancels this generator, and with it the upstream call."""
-        reply = StreamedReply()
+        """The reply as the door frames it. A failure mid-stream (the reply could not be
+        stored, too) becomes the door's error event and no end of stream, so the client
+        can tell a cut-off reply from a finished one. A client that disconnects cancels
+        this generator, and with it the upstream call."""
         status = CLIENT_CLOSED_REQUEST
         try:
             async for batch in events:
-                for chunk in batch.chunks:
-                    reply.add(chunk)
-                    if chunk.get("usage"):
-                        telemetry.usage = chunk["usage"]
-                    elif _has_output(chunk):
-                        telemetry.first_token()
                 yield framer.chunks(batch.chunks, batch.raw)
-            telemetry.upstream_finished()
-            self.engine.observe_usage(turn, telemetry.usage)
-            await self.engine.commit(turn, reply.message())
             status = 200
         except ProxyError as exc:
             status = exc.status_code
@@ -267,11 +249,6 @@ class TurnStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self._finish()
-
-
-def _has_output(chunk: dict[str, Any]) -> bool:
-    deltas = [choice.get("delta") or {} for choice in chunk.get("choices") or []]
-    return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)
 
 
 def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable[Response]]:

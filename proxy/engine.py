@@ -1,32 +1,35 @@
-"""The session engine: one chat request's I/O around the pure parts (DESIGN §1).
+"""The session engine: one turn's I/O around the pure parts (DESIGN §1).
 
-`prepare` turns what the client sent into what the model gets: reconcile with the stored
-session and count what is new (`History`), plan the window and summarize if the plan
-says so (`Planning`). `commit` stores the turn's new messages and the reply. Per request
-the work is one pass over the serialized conversation (C speed), Python work on the new
-messages only, and a bounded window: the stored transcript is read only where a plan
-needs it (a window over the budget, a client that sends only its new turn, an edit of
-history), never in full.
+A door calls one operation, `complete` or `stream`: the turn is planned (`prepare`:
+reconcile with the stored session and count what is new in `History`, plan the window
+and summarize if the plan says so in `Planning`), sent upstream, its reply stored
+(`commit`), and the session's turn lock given back (`finish`), whatever happens. Per
+request the work is one pass over the serialized conversation (C speed), Python work on
+the new messages only, and a bounded window: the stored transcript is read only where a
+plan needs it (a window over the budget, a client that sends only its new turn, an edit
+of history), never in full.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from proxy.budget import Budgets
 from proxy.config import Settings
-from proxy.context import Plan
 from proxy.errors import ProxyError, previous_response_not_found
 from proxy.history import History, off_loop
 from proxy.messages import split_system
 from proxy.metrics import ModelLabels
+from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
+from proxy.replies import StreamedReply, reply_message
 from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
-from proxy.turn_locks import Lease, TurnLocks
-from proxy.turns import Request, RequestContext, State, Turn
+from proxy.turn_locks import TurnLocks
+from proxy.turns import Observer, Request, RequestContext, State, Turn, planned_turn
 from proxy.upstream import Upstream
 from proxy.validation import validate_messages
 
@@ -58,7 +61,44 @@ class Engine:
         for name in self.settings.model_names():
             counter_for(self.upstream.provider_model(name), mode).count_text("warm up")
 
-    # -- a chat request -------------------------------------------------------------------
+    # -- a turn: the one operation a door calls -----------------------------------------
+
+    async def complete(
+        self, body: dict[str, Any], context: RequestContext, observer: Observer
+    ) -> tuple[Turn, Completion]:
+        """One turn answered whole: planned, sent, its reply stored, its session freed."""
+        turn = await self.prepare(body, context)
+        try:
+            observer.planned(turn)
+            observer.upstream_started()
+            completion = await self.upstream.complete(
+                turn.body, turn.messages_json, context.provider_key
+            )
+            observer.upstream_finished()
+            usage = completion.data.get("usage")
+            observer.used(usage)
+            self.observe_usage(turn, usage)
+            await self.commit(turn, reply_message(completion.data))
+        finally:
+            await self.finish(turn)
+        return turn, completion
+
+    async def stream(
+        self, body: dict[str, Any], context: RequestContext, observer: Observer
+    ) -> TurnEvents:
+        """One turn answered as a stream: planned and opened here; the reply is stored
+        once the stream is complete, and the caller ends the turn (`TurnEvents.aclose`)."""
+        turn = await self.prepare(body, context)
+        try:
+            observer.planned(turn)
+            observer.upstream_started()
+            events = await self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
+        except BaseException:
+            await self.finish(turn)
+            raise
+        return TurnEvents(self, turn, events, observer)
+
+    # -- its steps ------------------------------------------------------------------------
 
     async def prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""
@@ -79,7 +119,7 @@ class Engine:
             plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
             if plan.summarize is not None:
                 state, plan = await self._planning.summarized(request, state, plan.summarize)
-            return self._turn(body, request, state, plan, lease)
+            return planned_turn(body, request, state, plan, lease)
         except BaseException:
             await self._locks.release(lease)
             raise
@@ -98,7 +138,7 @@ class Engine:
         due = plan.summarize
         if due is not None:
             plan = await self._planning.plan(request, state, allow_summary=False)
-        turn = self._turn(body, request, state, plan)
+        turn = planned_turn(body, request, state, plan)
         return {
             "object": "session.preview",
             "model": request.model,
@@ -217,41 +257,6 @@ class Engine:
             input_limit=request.input_limit,
         )
 
-    # -- the result ---------------------------------------------------------------------
-
-    def _turn(
-        self,
-        body: dict[str, Any],
-        request: Request,
-        state: State,
-        plan: Plan,
-        lease: Lease | None = None,
-    ) -> Turn:
-        checkpoint = state.checkpoint
-        summarized = checkpoint is not None and plan.compression == "summary"
-        history = state.totals[request.counter.name]
-        unchanged = (
-            plan.compression == "none"
-            and state.match.whole
-            and state.serialized is not None
-            and len(plan.messages) == len(request.system) + len(request.conversation)
-        )
-        return Turn(
-            body | {"messages": plan.messages},
-            request.model,
-            managed=True,
-            key=request.key,
-            tokens_original=request.system_tokens + request.tools_tokens + history,
-            tokens_sent=plan.tokens,
-            compression=plan.compression,
-            summary_created=checkpoint.created if summarized and checkpoint else None,
-            input_limit=request.input_limit,
-            request=request,
-            state=state,
-            messages_json=state.serialized.whole if unchanged and state.serialized else None,
-            lease=lease,
-        )
-
 
 def _drops_stored(state: State) -> bool:
     """The turn cuts stored messages away (an edit of history, or a stale client)."""
@@ -295,3 +300,41 @@ def _token_bound(body: bytes) -> int:
     most one token of each byte of text, a message's JSON is longer than its overhead,
     and an image part (counted flat) appears as "image_url" twice (type and key)."""
     return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')
+
+
+class TurnEvents:
+    """A streamed turn: the upstream's events as they come. The reply is stored only once
+    the stream is complete; `aclose` ends the turn however the stream ended (done,
+    failed, or cut off by the client before or after it began)."""
+
+    def __init__(
+        self, engine: Engine, turn: Turn, events: AsyncIterator[Events], observer: Observer
+    ) -> None:
+        self.turn = turn
+        self._engine = engine
+        self._events = events
+        self._observer = observer
+
+    async def __aiter__(self) -> AsyncIterator[Events]:
+        reply = StreamedReply()
+        usage: dict[str, Any] | None = None
+        async for batch in self._events:
+            for chunk in batch.chunks:
+                reply.add(chunk)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                    self._observer.used(usage)
+                elif _has_output(chunk):
+                    self._observer.first_token()
+            yield batch
+        self._observer.upstream_finished()
+        self._engine.observe_usage(self.turn, usage)
+        await self._engine.commit(self.turn, reply.message())
+
+    async def aclose(self) -> None:
+        await self._engine.finish(self.turn)
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    deltas = [choice.get("delta") or {} for choice in chunk.get("choices") or []]
+    return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)

@@ -1,8 +1,8 @@
 """One request's measurements: metrics and its access-log line, written once at the end.
 
-The app marks the moments (upstream start/end, first token) and hands over what
-it learned (the planned turn, the provider's usage); `finish` turns that
-into Prometheus samples and one log line without message content.
+The engine marks the moments (upstream start/end, first token) and hands over what
+it learned (the planned turn, the provider's usage): this is its `Observer`. `finish`
+turns that into Prometheus samples and one log line without message content.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ class RequestTelemetry:
     first_token_seconds: float | None = None
     _upstream_started: float | None = None
     _finished: bool = False
+
+    def planned(self, turn: Turn) -> None:
+        self.turn = turn
+
+    def used(self, usage: dict[str, Any] | None) -> None:
+        self.usage = usage
 
     def upstream_started(self) -> None:
         self._upstream_started = time.perf_counter()

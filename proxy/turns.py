@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from proxy import headers
+from proxy.context import Plan
 from proxy.messages import Message
 from proxy.reconcile import Match, Serialized
 from proxy.sessions import Checkpoint, Mode, SessionMeta, StoredMessage
@@ -17,7 +18,16 @@ from proxy.tokens import TokenCounter
 if TYPE_CHECKING:
     from proxy.turn_locks import Lease
 
-__all__ = ["Compression", "Request", "RequestContext", "SessionKey", "State", "Turn"]
+__all__ = [
+    "Compression",
+    "Observer",
+    "Request",
+    "RequestContext",
+    "SessionKey",
+    "State",
+    "Turn",
+    "planned_turn",
+]
 
 Compression = Literal["none", "summary", "truncated"]
 SessionKey = tuple[str, str]
@@ -115,3 +125,52 @@ class Turn:
         if self.summary_created is not None:
             values[headers.SUMMARY_AGE] = str(max(0, int(time.time() - self.summary_created)))
         return values
+
+
+def planned_turn(
+    body: dict[str, Any],
+    request: Request,
+    state: State,
+    plan: Plan,
+    lease: Lease | None = None,
+) -> Turn:
+    """The turn a plan makes of a request: pure, so a preview shows exactly what a turn
+    would send. An unchanged conversation keeps its serialized form, sent as it is."""
+    checkpoint = state.checkpoint
+    summarized = checkpoint is not None and plan.compression == "summary"
+    history = state.totals[request.counter.name]
+    unchanged = (
+        plan.compression == "none"
+        and state.match.whole
+        and state.serialized is not None
+        and len(plan.messages) == len(request.system) + len(request.conversation)
+    )
+    return Turn(
+        body | {"messages": plan.messages},
+        request.model,
+        managed=True,
+        key=request.key,
+        tokens_original=request.system_tokens + request.tools_tokens + history,
+        tokens_sent=plan.tokens,
+        compression=plan.compression,
+        summary_created=checkpoint.created if summarized and checkpoint else None,
+        input_limit=request.input_limit,
+        request=request,
+        state=state,
+        messages_json=state.serialized.whole if unchanged and state.serialized else None,
+        lease=lease,
+    )
+
+
+class Observer(Protocol):
+    """Who watches a turn go by (the request's telemetry): the moments and the usage."""
+
+    def planned(self, turn: Turn) -> None: ...
+
+    def upstream_started(self) -> None: ...
+
+    def upstream_finished(self) -> None: ...
+
+    def first_token(self) -> None: ...
+
+    def used(self, usage: dict[str, Any] | None) -> None: ...

@@ -206,3 +206,20 @@ def test_prompt_cache_key_names_the_session(proxy_url: str, upstream: FakeUpstre
         f"{proxy_url}/v1/sessions/codex-conv-1", headers={"Authorization": "Bearer client-key"}
     ).json()["messages"]
     assert [m["content"] for m in stored] == ["first", "echo: first", "next", "echo: next"]
+
+
+def test_a_conversation_id_names_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
+    """The Responses API's `conversation` (an id, or an object with one) names the
+    session: the second turn sends only its new input and the model gets both."""
+    client = sdk(proxy_url)
+    client.responses.create(model=MODEL, input="first", conversation="conv_agent_7")
+    reply = client.responses.create(
+        model=MODEL, input="second", conversation={"id": "conv_agent_7"}
+    )
+    assert reply.output_text == "echo: second"
+    sent = upstream.chat_requests()[-1].body["messages"]
+    assert [m["content"] for m in sent] == ["first", "echo: first", "second"]
+    stored = httpx.get(
+        f"{proxy_url}/v1/sessions/conv_agent_7", headers={"Authorization": "Bearer client-key"}
+    ).json()["messages"]
+    assert len(stored) == 4
