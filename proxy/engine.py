@@ -1,9 +1,9 @@
 """The session engine: one turn's I/O around the pure parts (DESIGN §1).
 
-A door calls one operation, `complete` or `stream`: the turn is planned (`prepare`:
+A door calls one operation, `complete` or `stream`: the turn is planned (`_prepare`:
 reconcile with the stored session and count what is new in `History`, plan the window
 and summarize if the plan says so in `Planning`), sent upstream, its reply stored
-(`commit`), and the session's turn lock given back (`finish`), whatever happens. Per
+(`_commit`), and the session's turn lock given back (`_finish`), whatever happens. Per
 request the work is one pass over the serialized conversation (C speed), Python work on
 the new messages only, and a bounded window: the stored transcript is read only where a
 plan needs it (a window over the budget, a client that sends only its new turn, an edit
@@ -13,14 +13,14 @@ of history), never in full.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from proxy.budget import Budgets
 from proxy.config import Settings
 from proxy.errors import ProxyError, previous_response_not_found
 from proxy.history import History, off_loop
-from proxy.messages import split_system
+from proxy.messages import Message, split_system
 from proxy.metrics import ModelLabels
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
@@ -67,7 +67,7 @@ class Engine:
         self, body: dict[str, Any], context: RequestContext, observer: Observer
     ) -> tuple[Turn, Completion]:
         """One turn answered whole: planned, sent, its reply stored, its session freed."""
-        turn = await self.prepare(body, context)
+        turn = await self._prepare(body, context)
         try:
             observer.planned(turn)
             observer.upstream_started()
@@ -77,10 +77,9 @@ class Engine:
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
-            self.observe_usage(turn, usage)
-            await self.commit(turn, reply_message(completion.data))
+            await self._answered(turn, reply_message(completion.data), usage)
         finally:
-            await self.finish(turn)
+            await self._finish(turn)
         return turn, completion
 
     async def stream(
@@ -88,19 +87,19 @@ class Engine:
     ) -> TurnEvents:
         """One turn answered as a stream: planned and opened here; the reply is stored
         once the stream is complete, and the caller ends the turn (`TurnEvents.aclose`)."""
-        turn = await self.prepare(body, context)
+        turn = await self._prepare(body, context)
         try:
             observer.planned(turn)
             observer.upstream_started()
             events = await self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
         except BaseException:
-            await self.finish(turn)
+            await self._finish(turn)
             raise
-        return TurnEvents(self, turn, events, observer)
+        return TurnEvents(turn, events, observer, self._answered, self._finish)
 
     # -- its steps ------------------------------------------------------------------------
 
-    async def prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
+    async def _prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""
         if self.settings.context.mode == "off":
             validate_messages(body["messages"])
@@ -124,13 +123,13 @@ class Engine:
             await self._locks.release(lease)
             raise
 
-    async def finish(self, turn: Turn) -> None:
+    async def _finish(self, turn: Turn) -> None:
         """The turn is over, stored or not: the session's next turn may start."""
         if turn.lease is not None:
             await self._locks.release(turn.lease)
 
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
-        """What `prepare` would send, without calling any model: where a summary is due,
+        """What a turn would send, without calling any model: where a summary is due,
         the span is reported and the messages shown are the truncation fallback."""
         request = self._request(body, context)
         state = await self._history.state(request)
@@ -151,7 +150,7 @@ class Engine:
         }
 
     async def count(self, body: dict[str, Any], context: RequestContext) -> int:
-        """The tokens `prepare` would send (by the proxy's own counter), calling no model."""
+        """The tokens a turn would send (by the proxy's own counter), calling no model."""
         request = self._request(body, context)
         if request.key is not None:
             return int((await self.preview(body, context))["tokens_sent"])
@@ -162,7 +161,7 @@ class Engine:
         )
         return self._planning.fit(request, conversation, counts, None, allow_summary=False).tokens
 
-    async def commit(self, turn: Turn, reply: dict[str, Any] | None) -> None:
+    async def _commit(self, turn: Turn, reply: dict[str, Any] | None) -> None:
         """Store the client's new messages and the reply; then maybe summarize ahead.
         Under the turn lock only a background summary can have changed the session,
         and the turn is replayed onto it (compare-and-set); a transcript changed under
@@ -198,9 +197,13 @@ class Engine:
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise _conflict()
 
-    def observe_usage(self, turn: Turn, usage: dict[str, Any] | None) -> None:
+    async def _answered(
+        self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
+    ) -> None:
+        """The upstream finished its reply: learn from its usage, store the turn."""
         if turn.managed:
             self.budgets.observe(turn.model, turn.tokens_sent, usage)
+        await self._commit(turn, reply)
 
     # -- the request's facts ------------------------------------------------------------
 
@@ -308,12 +311,18 @@ class TurnEvents:
     failed, or cut off by the client before or after it began)."""
 
     def __init__(
-        self, engine: Engine, turn: Turn, events: AsyncIterator[Events], observer: Observer
+        self,
+        turn: Turn,
+        events: AsyncIterator[Events],
+        observer: Observer,
+        answered: Callable[[Turn, Message | None, dict[str, Any] | None], Awaitable[None]],
+        finish: Callable[[Turn], Awaitable[None]],
     ) -> None:
         self.turn = turn
-        self._engine = engine
         self._events = events
         self._observer = observer
+        self._answered = answered
+        self._finish = finish
 
     async def __aiter__(self) -> AsyncIterator[Events]:
         reply = StreamedReply()
@@ -328,11 +337,10 @@ class TurnEvents:
                     self._observer.first_token()
             yield batch
         self._observer.upstream_finished()
-        self._engine.observe_usage(self.turn, usage)
-        await self._engine.commit(self.turn, reply.message())
+        await self._answered(self.turn, reply.message(), usage)
 
     async def aclose(self) -> None:
-        await self._engine.finish(self.turn)
+        await self._finish(self.turn)
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:
