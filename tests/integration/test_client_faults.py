@@ -4,10 +4,13 @@ is stored, and the request is counted as 499."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 from tests.conftest import MODEL, proxy_config
@@ -34,6 +37,24 @@ def left_requests(url: str) -> float:
     return 0.0
 
 
+def leave_once_received(
+    url: str, path: str, body: dict[str, Any], headers: dict[str, str], upstream: FakeUpstream
+) -> None:
+    """Send the request and hang up as soon as the upstream holds it, before the proxy
+    has answered a byte: on a machine however slow, the client leaves mid-call."""
+    received = len(upstream.requests)
+    where = urlsplit(url)
+    payload = orjson.dumps(body)
+    head = [f"POST {path} HTTP/1.1", f"Host: {where.netloc}", "Content-Type: application/json"]
+    head += [f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in headers.items())]
+    with socket.create_connection((where.hostname, where.port)) as client:
+        client.sendall("\r\n".join([*head, "", ""]).encode() + payload)
+        eventually(lambda: len(upstream.requests) > received, "the upstream to get the call", 30)
+        client.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            client.recv(1)  # not a byte of the answer yet
+
+
 def stored(url: str) -> int:
     response = httpx.get(url + "/v1/sessions/left", headers=HEADERS)
     return len(response.json()["messages"]) if response.status_code == 200 else 0
@@ -46,8 +67,7 @@ def test_leaving_before_the_first_byte_cancels_the_upstream_call(
     before = left_requests(url)
     upstream.queue(Reply(stall_seconds=30))
     body = {"model": MODEL, "messages": USER, "stream": stream}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=0.5)
+    leave_once_received(url, "/v1/chat/completions", body, HEADERS, upstream)
     eventually(lambda: upstream.hung_up == 1, "the upstream to see its caller leave", 2)
     eventually(lambda: left_requests(url) == before + 1, "the request counted as 499", 2)
     assert stored(url) == 0
