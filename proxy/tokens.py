@@ -104,20 +104,31 @@ class TokenCounter:
     def truncate_middle(self, text: str, max_tokens: int) -> str:
         """Keep head and tail, replace the middle with a visible marker; fits max_tokens.
 
-        Returns "" when even the marker alone does not fit.
+        Returns "" when even the marker alone does not fit. The search for how much to
+        keep gallops up from a few characters per token, so it counts text in proportion
+        to what is kept, not to `text`: a 2 MB paste is counted once whole, then only
+        around the length kept.
         """
         total = self.count_text(text)
         if total <= max_tokens:
             return text
         if self.count_text(f"[… {total} tokens omitted …]") > max_tokens:
             return ""
-        best, low, high = "", 0, len(text)
-        while low <= high:  # binary search on the number of characters kept
-            keep = (low + high) // 2
+
+        def cut(keep: int) -> str | None:
             head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
             omitted = max(total - self.count_text(head) - self.count_text(tail), 1)
             candidate = f"{head}[… {omitted} tokens omitted …]{tail}"
-            if self.count_text(candidate) <= max_tokens:
+            return candidate if self.count_text(candidate) <= max_tokens else None
+
+        best, low, high = "", 0, min(len(text), 4 * max_tokens)
+        while high < len(text) and (candidate := cut(high)) is not None:
+            best, low, high = candidate, high + 1, min(len(text), 2 * high)
+        # Binary search on the number of characters kept, to within 1/64 of them: a few
+        # characters more or less of a long text is not worth counting it again.
+        while low <= high and high - low >= low // 64:
+            keep = (low + high) // 2
+            if (candidate := cut(keep)) is not None:
                 best, low = candidate, keep + 1
             else:
                 high = keep - 1

@@ -157,6 +157,17 @@ def test_truncate_middle(model: str, max_tokens: int) -> None:
         assert cut.startswith("BEGIN") and cut.endswith("END")
 
 
+def test_truncate_middle_keeps_nearly_all_it_may_of_a_huge_paste() -> None:
+    """A 2 MB paste cut to a budget keeps close to the budget (the search stops within
+    1/64 of the characters kept, not at the first fit)."""
+    counter = counter_for("gpt-4o")
+    text = "BEGIN " + (CODE + ENGLISH) * (2_000_000 // len(CODE + ENGLISH)) + " END"
+    for max_tokens in (2_000, 60_000):
+        cut = counter.truncate_middle(text, max_tokens)
+        assert 0.97 * max_tokens <= counter.count_text(cut) <= max_tokens
+        assert cut.startswith("BEGIN") and cut.endswith("END")
+
+
 def test_truncate_middle_leaves_short_text_alone() -> None:
     counter = counter_for("gpt-4o")
     assert counter.truncate_middle("short text", 100) == "short text"
