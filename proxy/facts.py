@@ -91,20 +91,28 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 def extract_facts(text: str) -> list[str]:
     """Salient literal facts in `text`, deduplicated, in order of first appearance."""
-    candidates: list[tuple[int, int, int, str]] = []
+    facts: dict[str, str] = {}
+    for _, _, _, fact in fact_spans(text):
+        facts.setdefault(_normalize(fact), fact)
+    return list(facts.values())
+
+
+def fact_spans(text: str) -> list[tuple[str, int, int, str]]:
+    """Every fact in `text` as (kind, start, end, fact), in order, none overlapping."""
+    candidates: list[tuple[int, int, int, str, str]] = []
     for kind, pattern in _PATTERNS:
         for match in pattern.finditer(text):
             found = _accept(kind, match, text)
             if found is not None and len(found[1]) <= MAX_FACT_CHARS:
                 start, fact = found
-                candidates.append((start, -len(fact), _KIND_RANK[kind], fact))
-    facts: dict[str, str] = {}
+                candidates.append((start, -len(fact), _KIND_RANK[kind], kind, fact))
+    spans: list[tuple[str, int, int, str]] = []
     covered = 0
-    for start, negative_length, _, fact in sorted(candidates):
+    for start, negative_length, _, kind, fact in sorted(candidates):
         if start >= covered:
             covered = start - negative_length
-            facts.setdefault(_normalize(fact), fact)
-    return list(facts.values())
+            spans.append((kind, start, covered, fact))
+    return spans
 
 
 def missing_facts(facts: list[str], summary: str) -> list[str]:

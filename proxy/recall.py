@@ -1,0 +1,205 @@
+"""Recall: the messages a summary covers stay searchable, and the ones most relevant to the
+latest turns come back verbatim.
+
+The index is made of segments, one per summary fold, each indexing the span that fold
+covered (so a message is indexed once, when it leaves the window). A document is a unit:
+a message and the tool results that answer it, so a tool call never comes back without
+its result. Ranking is BM25 over the query's terms, blended with recency (a later unit
+outranks an earlier one of equal relevance, so an updated value beats the one it
+replaced). Pure: the caller reads the segments and the messages from the store.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.ledger import Fact, message_text, terms
+from proxy.messages import Message
+from proxy.summarize import render_transcript
+from proxy.tokens import TokenCounter
+
+__all__ = [
+    "RECALL_PREFIX",
+    "Hit",
+    "RecallIndex",
+    "recall_message",
+    "segment",
+]
+
+RECALL_PREFIX = (
+    "Recalled from earlier in this conversation (verbatim messages the summary covers,"
+    " most relevant to the latest turns; for reference, not new instructions):\n"
+)
+_K1, _B = 1.2, 0.75  # BM25's usual constants
+_MAX_QUERY_TERMS = 48
+_EXCERPT_CHARS = 240  # around each matching term, when a message must be cut
+_DISTINCTIVE = 0.05  # a hit needs a query term found in at most this share of the units
+
+
+def segment(start: int, messages: Sequence[Message], follows: str) -> dict[str, Any]:
+    """The index of transcript[start:start + len(messages)], one fold's span: its units
+    (start, end, length in terms) and its postings (term -> [[unit, count], ...]).
+    `follows` is the chain value of the summary it extends, so a reader can tell a
+    segment that continues its cached index from one after an edit of history."""
+    units: list[list[int]] = []
+    postings: dict[str, list[list[int]]] = {}
+    bounds = [i for i, m in enumerate(messages) if m.get("role") != "tool" or i == 0]
+    for number, (first, last) in enumerate(zip(bounds, [*bounds[1:], len(messages)], strict=True)):
+        counted = Counter(
+            term for message in messages[first:last] for term in terms(message_text(message))
+        )
+        units.append([start + first, start + last, sum(counted.values())])
+        for term, count in counted.items():
+            postings.setdefault(term, []).append([number, count])
+    return {"follows": follows, "units": units, "postings": postings}
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    start: int  # transcript[start:end] is the unit
+    end: int
+    score: float
+    terms: tuple[str, ...]  # the query terms it matched
+
+
+@dataclass(slots=True)
+class RecallIndex:
+    """The merged segments of a session: built once per fold, then only read."""
+
+    units: list[tuple[int, int, int]] = field(default_factory=list)
+    postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    length: int = 0  # terms over all units
+
+    def extended(self, segments: Iterable[dict[str, Any]]) -> RecallIndex:
+        """A new index with `segments` added (this one is left as it is)."""
+        units = list(self.units)
+        postings = dict(self.postings)
+        length = self.length
+        for part in segments:
+            offset = len(units)
+            for start, end, size in part["units"]:
+                units.append((start, end, size))
+                length += size
+            for term, entries in part["postings"].items():
+                postings[term] = [
+                    *postings.get(term, ()),
+                    *((offset + unit, count) for unit, count in entries),
+                ]
+        return RecallIndex(units, postings, length)
+
+    def search(
+        self, query: str, limit: int, relevance_weight: float = 0.8, recency_weight: float = 0.2
+    ) -> list[Hit]:
+        """Units that share a distinctive term with `query` (one in at most 5% of the
+        units: chatter that shares only common words is not worth recalling), best
+        first: BM25 (normalized to the best hit) times `relevance_weight` plus recency
+        (0 for the first unit, 1 for the last) times `recency_weight`. Work follows the
+        postings of the query's terms."""
+        count = len(self.units)
+        if not count or limit <= 0:
+            return []
+        average = self.length / count or 1.0
+        wanted = [term for term in dict.fromkeys(terms(query)) if term in self.postings]
+        wanted.sort(key=lambda term: len(self.postings[term]))
+        scores: dict[int, float] = {}
+        matched: dict[int, list[str]] = {}
+        for term in wanted[:_MAX_QUERY_TERMS]:
+            entries = self.postings[term]
+            idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
+            for unit, frequency in entries:
+                size = self.units[unit][2]
+                weight = frequency * (_K1 + 1)
+                weight /= frequency + _K1 * (1 - _B + _B * size / average)
+                scores[unit] = scores.get(unit, 0.0) + idf * weight
+                matched.setdefault(unit, []).append(term)
+        distinctive = max(2, int(_DISTINCTIVE * count))
+        rare = {term for term in wanted if len(self.postings[term]) <= distinctive}
+        scores = {u: v for u, v in scores.items() if rare.intersection(matched[u])}
+        if not scores:
+            return []
+        best = max(scores.values()) or 1.0
+        last = max(count - 1, 1)
+
+        def blended(unit: int) -> float:
+            return relevance_weight * scores[unit] / best + recency_weight * unit / last
+
+        ranked = sorted(scores, key=blended, reverse=True)[:limit]
+        return [
+            Hit(self.units[u][0], self.units[u][1], blended(u), tuple(matched[u])) for u in ranked
+        ]
+
+
+def recall_message(
+    hits: Sequence[tuple[Hit, list[Message]]],
+    ledger: Sequence[Fact],
+    counter: TokenCounter,
+    room: int,
+) -> Message | None:
+    """The labelled block of recalled units, best first until `room` tokens are used,
+    shown in conversation order. A unit that alone is too big comes as excerpts around
+    its matching terms (a single message) or not at all (a tool unit stays whole). A
+    value the ledger says was replaced later is followed by a note naming the current one."""
+    chosen: list[tuple[int, str]] = []
+    current = {fact.key: fact.value for fact in ledger if fact.current}
+    noted: set[str] = set()
+    used = counter.count_message({"role": "system", "content": RECALL_PREFIX})
+    for hit, messages in hits:
+        text = f"[message {hit.start}] " + render_transcript(messages)
+        if used + counter.count_text(text) + 1 > room and len(messages) == 1:
+            text = f"[message {hit.start}, excerpt] " + _excerpt(
+                render_transcript(messages), hit.terms
+            )
+        notes = _later_values(text, ledger, current, noted)
+        if notes:
+            text += "\n(Since then: " + "; ".join(notes) + ".)"
+        cost = counter.count_text(text) + 1
+        if used + cost > room:
+            continue
+        chosen.append((hit.start, text))
+        noted.update(notes)
+        used += cost
+    while chosen:
+        chosen.sort()
+        message = {"role": "system", "content": RECALL_PREFIX + "\n\n".join(t for _, t in chosen)}
+        if counter.count_message(message) <= room:
+            return message
+        chosen.pop()  # our estimate was short
+    return None
+
+
+def _excerpt(text: str, matched: Sequence[str]) -> str:
+    """Windows of `text` around the first occurrences of the matched terms."""
+    lowered = text.casefold()
+    windows: list[tuple[int, int]] = []
+    for term in matched[:4]:
+        found = re.search(rf"(?<!\w){re.escape(term)}(?!\w)", lowered)
+        if found:
+            windows.append((max(0, found.start() - _EXCERPT_CHARS), found.end() + _EXCERPT_CHARS))
+    windows.sort()
+    merged: list[list[int]] = []
+    for start, end in windows:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return " … ".join(text[start:end] for start, end in merged) or text[: 2 * _EXCERPT_CHARS]
+
+
+def _later_values(
+    text: str, ledger: Sequence[Fact], current: dict[tuple[str, str], str], noted: set[str]
+) -> list[str]:
+    """ "subject: old value replaced by current value" for each replaced value `text`
+    shows (the current value last, where a reader looks for it)."""
+    notes: dict[str, str] = {}
+    for fact in ledger:
+        if fact.current or fact.key not in current or fact.value not in text:
+            continue
+        note = f"{fact.subject}: {fact.value} was replaced by {current[fact.key]}"
+        if note not in noted:
+            notes.setdefault(fact.value, note)
+    return list(notes.values())

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked
+
+
+def said(*texts: str) -> list[Fact]:
+    ledger: list[Fact] = []
+    for source, text in enumerate(texts):
+        ledger = merge(ledger, facts_in(text, source, float(source)))
+    return ledger
+
+
+def test_a_fact_gets_the_subject_its_clause_names() -> None:
+    (fact,) = facts_in("Noted. The travel budget is $4,250 for now.", 7, 1.0)
+    assert (fact.kind, fact.subject, fact.value, fact.source) == (
+        "money",
+        "travel budget",
+        "$4,250",
+        7,
+    )
+
+
+def test_a_later_value_supersedes_an_earlier_one_of_the_same_subject() -> None:
+    ledger = said("The travel budget is $4,250.", "Update: the travel budget is now $3,796.")
+    current = [f for f in ledger if f.current]
+    assert [f.value for f in current] == ["$3,796"]
+    (old,) = [f for f in ledger if not f.current]
+    assert (old.value, old.superseded_by) == ("$4,250", "$3,796")
+
+
+def test_other_subjects_and_kinds_do_not_supersede() -> None:
+    ledger = said(
+        "The staging server path is /srv/staging.",
+        "The production server path is /srv/prod.",
+        "The travel budget deadline is 2026-03-01.",
+        "The travel budget is $10.",
+    )
+    assert all(fact.current for fact in ledger)
+    assert len(ledger) == 4
+
+
+def test_the_same_value_again_is_one_fact_mentioned_twice() -> None:
+    ledger = said("The lead is Maria Chen.", "Again: the lead is Maria Chen.")
+    assert [(f.value, f.mentions, f.source) for f in ledger] == [("Maria Chen", 2, 1)]
+
+
+def test_pinned_keeps_updated_values_and_what_the_summary_lacks() -> None:
+    ledger = said(
+        "The travel budget is $4,250.",
+        "The repo path is /srv/app.",
+        "The travel budget is now $3,796.",
+    )
+    pin = pinned(ledger, "what about the travel budget", lambda t: len(t.split()), 100)
+    # The summary has both values of the budget and the path: the budget is pinned
+    # anyway (it changed), the path is not (the summary has it).
+    assert pin("budget $4,250 then $3,796; repo at /srv/app") == ["travel budget: $3,796"]
+    assert pin("nothing") == ["travel budget: $3,796", "repo path: /srv/app"]
+    assert pin.__call__("x") != []
+    assert pinned(ledger, "", lambda t: len(t.split()), 2)("nothing") == []
+
+
+def test_ranking_puts_what_the_query_names_first() -> None:
+    ledger = said("The repo path is /srv/app.", "The lead is Maria Chen.", "Budget: $5.")
+    assert ranked(ledger, "who is the lead?")[0].value == "Maria Chen"
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=MAX_FACTS + 50))
+def test_one_current_value_per_subject_and_the_ledger_stays_bounded(subjects: list[str]) -> None:
+    facts = [Fact("money", s, f"${i}", i, float(i)) for i, s in enumerate(subjects)]
+    ledger = merge([], facts)
+    current = [f for f in ledger if f.current]
+    assert len({f.key for f in current}) == len(current)
+    assert {f.subject: f.value for f in current} == {s: f"${i}" for i, s in enumerate(subjects)}
+    assert len(ledger) <= MAX_FACTS
+
+
+def test_credentials_are_never_facts() -> None:
+    said = "The deploy token is ghp_live_4f9a8b7c6d. My key: sk-proj-abcdef123456. Budget $5."
+    assert [fact.value for fact in facts_in(said, 0, 0.0)] == ["$5"]
+
+
+def test_a_full_ledger_drops_ids_without_a_subject_before_named_facts() -> None:
+    named = said("The travel budget is $4,250.")
+    ids = [Fact("ident", "", f"worker-{i}", i + 1, 1.0) for i in range(MAX_FACTS + 20)]
+    ledger = merge(named, ids)
+    assert len(ledger) == MAX_FACTS
+    assert ledger[0].value == "$4,250"
+    assert ledger[-1].value == f"worker-{MAX_FACTS + 19}"

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.ledger import facts_in, merge
+from proxy.recall import RECALL_PREFIX, RecallIndex, recall_message, segment
+from proxy.tokens import counter_named
+
+COUNTER = counter_named("char")
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def test_units_keep_tool_results_with_their_call() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    messages = [
+        user("find order"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "order O-77 shipped"},
+        user("thanks"),
+    ]
+    index = RecallIndex().extended([segment(10, messages, "")])
+    (hit,) = index.search("where is O-77", 5)
+    assert (hit.start, hit.end) == (11, 13)
+
+
+def test_relevance_then_recency() -> None:
+    messages = [
+        user("the database password rotation is on Fridays"),
+        user("lunch plans"),
+        user("the database host is db1"),
+        user("the database host moved to db2"),
+    ]
+    index = RecallIndex().extended([segment(0, messages[:2], ""), segment(2, messages[2:], "x")])
+    hits = index.search("which database host", 3)
+    assert [hit.start for hit in hits][:2] == [3, 2]
+    assert index.search("unrelated words entirely", 3) == []
+
+
+def test_the_block_fits_its_room_and_notes_later_values() -> None:
+    old = user("the travel budget is $4,250")
+    ledger = merge(
+        facts_in("the travel budget is $4,250", 0, 0), facts_in("the travel budget is $3,796", 5, 1)
+    )
+    index = RecallIndex().extended([segment(0, [old, user("x " * 400)], "")])
+    hits = [
+        (hit, [old if hit.start == 0 else user("x " * 400)])
+        for hit in index.search("travel budget x", 5)
+    ]
+    block = recall_message(hits, ledger, COUNTER, 120)
+    assert block is not None and block["content"].startswith(RECALL_PREFIX)
+    assert "$4,250" in block["content"]
+    assert block["content"].endswith("travel budget: $4,250 was replaced by $3,796.)")
+    assert COUNTER.count_message(block) <= 120
+    assert recall_message(hits, ledger, COUNTER, 10) is None
+
+
+def test_a_long_message_comes_back_as_excerpts_around_its_matches() -> None:
+    paste = user("filler " * 300 + "the deploy key is K-991 " + "filler " * 300)
+    index = RecallIndex().extended([segment(0, [paste], "")])
+    block = recall_message([(h, [paste]) for h in index.search("deploy key", 1)], [], COUNTER, 200)
+    assert block is not None and "K-991" in block["content"] and "excerpt" in block["content"]
+    assert COUNTER.count_message(block) <= 200
