@@ -109,7 +109,19 @@ class Proxy:
             secrets=caller.presented,
             body=body,
             continues=inbound.continues,
+            memory_id=self._memory_id(request, caller) if named is not None else None,
         )
+
+    def _memory_id(self, request: Request, caller: Principal) -> str | None:
+        """The memory a session shares (`memory.enabled`): the header's, else with
+        `memory.per_tenant` the caller's tenant's own."""
+        memory = self.settings.memory
+        if not memory.enabled:
+            return None
+        value = request.headers.get(memory.header)
+        if value:
+            return session_id(value, memory.header)
+        return "tenant" if memory.per_tenant else None
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
         """The route handler of one API shape: every door runs the same turn."""
@@ -338,6 +350,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/sessions/{session_id}", sessions.get, methods=["GET"]),
             Route("/v1/sessions/{session_id}", sessions.delete, methods=["DELETE"]),
             Route("/v1/sessions/{session_id}/preview", sessions.preview, methods=["POST"]),
+            Route("/v1/sessions/{session_id}/search", sessions.search, methods=["GET"]),
+            Route("/v1/memories/{memory_id}", sessions.memory, methods=["GET"]),
+            Route("/v1/memories/{memory_id}", sessions.forget, methods=["DELETE"]),
         ],
         middleware=[Middleware(AuthMiddleware, auth=auth, render=error_response)],
         exception_handlers={

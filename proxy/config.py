@@ -68,6 +68,13 @@ class ContextSettings(_Section):
     summary_timeout_seconds: float = Field(60.0, gt=0)
     token_counting: Literal["auto", "tiktoken", "char"] = "auto"
     default_context_window: int = Field(8192, ge=256)
+    # Facts the summary dropped (and current values of updated ones) pinned after it.
+    pin_facts: bool = True
+    # Recall: up to this share of the budget brings back messages the summary covers,
+    # ranked by relevance to the latest turns blended with recency; 0 turns it off.
+    recall_ratio: float = Field(0.1, ge=0, le=0.5)
+    recall_relevance_weight: float = Field(0.8, ge=0)
+    recall_recency_weight: float = Field(0.2, ge=0)
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -92,6 +99,19 @@ class SessionSettings(_Section):
     # API has: Anthropic's `metadata.user_id`, the Responses API's `prompt_cache_key`
     # and `conversation` (a string, or an object's `id`).
     id_fields: list[str] = ["metadata.user_id", "prompt_cache_key", "conversation"]
+
+
+class MemorySettings(_Section):
+    """Facts remembered across sessions that share a memory id (off by default)."""
+
+    enabled: bool = False
+    header: str = "X-Memory-Id"
+    # Without the header, a caller's sessions share its tenant's memory.
+    per_tenant: bool = False
+    # None: 2% of the request's budget; never more than the budget.
+    max_injection_tokens: int | None = Field(None, ge=0)
+    similarity_weight: float = Field(0.6, ge=0)
+    confidence_weight: float = Field(0.4, ge=0)
 
 
 class KeyEntry(_Section):
@@ -177,6 +197,7 @@ class Settings(BaseModel):
     server: ServerSettings = ServerSettings()
     context: ContextSettings = ContextSettings()
     session: SessionSettings = SessionSettings()
+    memory: MemorySettings = MemorySettings()
     auth: AuthSettings = AuthSettings()
 
     def model_names(self) -> list[str]:
@@ -190,6 +211,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "server": ServerSettings,
     "context": ContextSettings,
     "session": SessionSettings,
+    "memory": MemorySettings,
     "auth": AuthSettings,
 }
 

@@ -16,16 +16,19 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from proxy.archive import Archive
 from proxy.budget import Budgets
 from proxy.config import Settings
+from proxy.context import Plan
 from proxy.errors import ProxyError, previous_response_not_found
 from proxy.history import History, off_loop
+from proxy.memories import Memories
 from proxy.messages import Message, split_system
 from proxy.metrics import ModelLabels
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
 from proxy.replies import StreamedReply, reply_message
-from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore
+from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessage
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.turn_locks import TurnLocks
@@ -48,7 +51,11 @@ class Engine:
         self.summaries = Summaries(settings, upstream, store, self.label)
         self._counts = CountCache()
         self._history = History(store, self._counts)
-        self._planning = Planning(settings, store, self._history, self.summaries, self._counts)
+        self.archive = Archive(settings, store)
+        self.memories = Memories(settings, store)
+        self._planning = Planning(
+            settings, store, self._history, self.summaries, self._counts, self.archive
+        )
         self._locks = TurnLocks(store, settings.session.turn_wait_seconds)
 
     async def close(self) -> None:
@@ -118,10 +125,17 @@ class Engine:
             plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
             if plan.summarize is not None:
                 state, plan = await self._planning.summarized(request, state, plan.summarize)
+            plan = await self._extended(request, state, plan)
             return planned_turn(body, request, state, plan, lease)
         except BaseException:
             await self._locks.release(lease)
             raise
+
+    async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
+        """The plan with what the window alone lacks: remembered facts after the system
+        prompt, then recalled history in what the budget leaves."""
+        plan = await self.memories.injected(request, request.memory_id, plan)
+        return await self.archive.recalled(request, state, plan)
 
     async def _finish(self, turn: Turn) -> None:
         """The turn is over, stored or not: the session's next turn may start."""
@@ -137,6 +151,7 @@ class Engine:
         due = plan.summarize
         if due is not None:
             plan = await self._planning.plan(request, state, allow_summary=False)
+        plan = await self._extended(request, state, plan)
         turn = planned_turn(body, request, state, plan)
         return {
             "object": "session.preview",
@@ -173,7 +188,7 @@ class Engine:
         for _ in range(CAS_ATTEMPTS):
             if _transcript(state.base) != _transcript(base) and _drops_stored(state):
                 raise _conflict()
-            entry = self._history.entry(
+            entry = await self._history.entry(
                 reply,
                 state.new[-1].chain if state.new else state.match.head,
                 request.counter,
@@ -192,10 +207,20 @@ class Engine:
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:
                     self._planning.maybe_summarize(request, meta)
+                if request.memory_id is not None:
+                    await self._learn(request, entries)
                 return
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise _conflict()
+
+    async def _learn(self, request: Request, said: tuple[StoredMessage, ...]) -> None:
+        """Remember what a stored turn said; the turn stands whatever happens here."""
+        assert request.key is not None and request.memory_id is not None
+        try:
+            await self.memories.learn(request.key[0], request.memory_id, request.key[1], said)
+        except Exception as exc:
+            logger.warning("memory not updated: %s", self.summaries.redact(str(exc)))
 
     async def _answered(
         self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
@@ -233,6 +258,7 @@ class Engine:
             provider_key=context.provider_key,
             secrets=context.secrets,
             continues=context.continues,
+            memory_id=context.memory_id,
         )
 
     async def _stateless(

@@ -192,12 +192,17 @@ class History:
             stored = await self._store.messages(*request.key, start, state.keep)
         return [*stored, *state.new[max(0, start - state.keep) :]]
 
-    def entry(
+    async def entry(
         self, reply: Message, previous: str, counter: TokenCounter, totals: dict[str, int]
     ) -> StoredMessage:
-        """The reply as stored, after the message whose chain value is `previous`."""
+        """The reply as stored, after the message whose chain value is `previous` (a
+        long reply is counted off the loop)."""
+
+        def count() -> dict[str, int]:
+            return {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+
         digest = message_hash(reply)
-        counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+        counts = await off_loop([reply], count)
         return StoredMessage(reply, digest, chain([digest], start=previous)[0], counts)
 
     def after(

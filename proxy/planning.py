@@ -13,10 +13,12 @@ import functools
 import logging
 from dataclasses import replace
 
+from proxy.archive import Archive
 from proxy.config import Settings
 from proxy.context import ContextOverflowError, Plan, plan_context, summary_message
 from proxy.errors import ProxyError
-from proxy.history import History
+from proxy.history import History, off_loop
+from proxy.ledger import recent_text
 from proxy.messages import Message
 from proxy.sessions import Checkpoint, SessionMeta, SessionStore
 from proxy.summaries import Summaries
@@ -37,12 +39,14 @@ class Planning:
         history: History,
         summaries: Summaries,
         counts: CountCache,
+        archive: Archive,
     ) -> None:
         self._settings = settings
         self._store = store
         self._history = history
         self._summaries = summaries
         self._counts = counts
+        self._archive = archive
 
     async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
         """The messages to send. Within budget (known from the totals) that is everything
@@ -63,13 +67,16 @@ class Planning:
             return Plan([*request.system, *head, *recent], total, compression, None, 0)
         entries = await self._history.window(request, state, covers)
         await self._history.fill(entries, {name}, request.counter)
-        plan = self.fit(
+        messages = [s.message for s in entries]
+        fit = functools.partial(
+            self.fit,
             request,
-            [s.message for s in entries],
+            messages,
             [s.tokens[name] for s in entries],
             checkpoint,
             allow_summary=allow_summary,
         )
+        plan = await off_loop(messages, fit)  # cutting a long paste is seconds of counting
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
@@ -123,6 +130,7 @@ class Planning:
         entries = await self._history.window(request, state, start)
         entries = entries[: end - start]
         await self._history.fill(entries, set(state.totals), request.counter)
+        archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
         try:
             checkpoint = await asyncio.wait_for(
                 self._summaries.make(
@@ -133,6 +141,8 @@ class Planning:
                     request.budget,
                     "sync",
                     request.provider_key,
+                    archived.ledger,
+                    recent_text(request.conversation),
                 ),
                 self._settings.context.summary_timeout_seconds,
             )
@@ -189,17 +199,21 @@ class Planning:
         covers = checkpoint.covers_until if checkpoint else 0
         entries = await self._store.messages(*request.key, covers, meta.length)
         await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
-        plan = self.fit(
+        messages = [s.message for s in entries]
+        fit = functools.partial(
+            self.fit,
             request,
-            [s.message for s in entries],
+            messages,
             [s.tokens[name] for s in entries],
             checkpoint,
             allow_summary=True,
             budget=budget,
         )
+        plan = await off_loop(messages, fit)
         if plan.summarize is None:
             return
         start, end = plan.summarize
+        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
         made = await self._summaries.make(
             entries[start:end],
             covers + end,
@@ -208,6 +222,8 @@ class Planning:
             request.budget,
             "background",
             request.provider_key,
+            archived.ledger,
+            recent_text(messages),
         )
         await self._summaries.store(request.key, made)
 

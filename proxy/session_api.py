@@ -83,6 +83,52 @@ class SessionApi:
         context = RequestContext(tenant=tenant, session_id=name)
         return ORJSONResponse(await self.engine.preview(body, context))
 
+    async def search(self, request: Request) -> Response:
+        """`GET /v1/sessions/{id}/search?q=&limit=`: the units (a message and the tool
+        results answering it) that best match `q`, best first, from the whole session:
+        the summarized part through its recall index, the rest indexed as it is read."""
+        tenant, name, meta = await self._session(request)
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise invalid("q", "`q` must be a non-empty search query.")
+        limit = _limit(request.query_params.get("limit"))
+        hits = await self.engine.archive.search((tenant, name), meta, query, limit)
+        return ORJSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "object": "session.match",
+                        "start": hit.start,
+                        "end": hit.end,
+                        "score": round(hit.score, 4),
+                        "terms": list(hit.terms),
+                        "messages": messages,
+                    }
+                    for hit, messages in hits
+                ],
+            }
+        )
+
+    async def memory(self, request: Request) -> Response:
+        """`GET /v1/memories/{id}`: what the tenant's memory holds, superseded values marked."""
+        tenant = _tenant(principal(request), request.query_params.get("tenant"))
+        name = session_id(request.path_params["memory_id"], "memory_id")
+        facts = await self.engine.memories.read(tenant, name)
+        if not facts:
+            raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
+        return ORJSONResponse(
+            {"id": name, "object": "memory", "facts": [f.to_dict() for f in facts]}
+        )
+
+    async def forget(self, request: Request) -> Response:
+        """`DELETE /v1/memories/{id}`: erase everything the memory holds."""
+        tenant = _tenant(principal(request), request.query_params.get("tenant"))
+        name = session_id(request.path_params["memory_id"], "memory_id")
+        if not await self.engine.memories.forget(tenant, name):
+            raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
+        return ORJSONResponse({"id": name, "object": "memory.deleted", "deleted": True})
+
     async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
         name = session_id(request.path_params["session_id"], "session_id")

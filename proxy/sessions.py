@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from proxy.ledger import Fact
 from proxy.messages import GENESIS, Message
 
 __all__ = [
@@ -71,7 +72,9 @@ class StoredMessage:
 @dataclass(slots=True, frozen=True)
 class Checkpoint:
     """Summary of transcript[:covers_until]; chain_hash pins the exact prefix it covers,
-    `before` holds that prefix's token count per tokenizer."""
+    `before` holds that prefix's token count per tokenizer. Its archive, the recall
+    index of the span it folded and the facts ledger as of its end, is stored in the
+    checkpoint's own entry, not in the meta record every request reads (`proxy.archive`)."""
 
     covers_until: int
     chain_hash: str
@@ -80,9 +83,11 @@ class Checkpoint:
     model: str
     created: float
     before: dict[str, int] = field(default_factory=dict)
+    index: dict[str, Any] | None = None  # `proxy.recall.segment` of the folded span
+    ledger: tuple[Fact, ...] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, archive: bool = True) -> dict[str, Any]:
+        data = {
             "covers_until": self.covers_until,
             "chain_hash": self.chain_hash,
             "text": self.text,
@@ -91,10 +96,20 @@ class Checkpoint:
             "created": self.created,
             "before": self.before,
         }
+        if archive and self.index is not None:
+            data["index"] = self.index
+        if archive and self.ledger is not None:
+            data["ledger"] = [fact.to_list() for fact in self.ledger]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
-        return cls(**{"before": {}, **data})
+        ledger = data.get("ledger")
+        facts = tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None
+        return cls(**{"before": {}, **data, "ledger": facts})
+
+    def without_archive(self) -> Checkpoint:
+        return replace(self, index=None, ledger=None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,7 +166,7 @@ class SessionMeta:
             "head": self.head,
             "first": self.first,
             "totals": self.totals,
-            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "checkpoint": self.checkpoint.to_dict(archive=False) if self.checkpoint else None,
             "checkpoints": self.checkpoints,
             "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
             "tail": list(self.tail),
@@ -193,8 +208,8 @@ class SessionStore(Protocol):
         """transcript[start:end] (of the stored version)."""
         ...
 
-    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
-        """Every stored summary checkpoint, oldest first."""
+    async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
+        """The stored summary checkpoints from the `start`-th on, oldest first."""
         ...
 
     async def commit(
@@ -221,6 +236,16 @@ class SessionStore(Protocol):
         """Up to `limit` live sessions of `tenant` (None: every tenant), in (tenant,
         session id) order, starting after the key `after`."""
         ...
+
+    async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
+        """(version, data) of a memory shared across sessions, or None."""
+        ...
+
+    async def put_memory(self, tenant: str, memory_id: str, expected: int, data: bytes) -> bool:
+        """Compare-and-set (0 = absent): store `data` as version `expected + 1`."""
+        ...
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool: ...
 
     async def writable(self) -> None:
         """Raise (a store fault) if a turn could not be stored now, where a read would not

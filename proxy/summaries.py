@@ -11,12 +11,22 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from proxy import metrics
 from proxy.config import Settings
+from proxy.history import off_loop
+from proxy.ledger import Fact, facts_in, merge, message_text, pinned
+from proxy.messages import GENESIS, Message
 from proxy.metrics import ModelLabels
-from proxy.sessions import CAS_ATTEMPTS, Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.recall import segment
+from proxy.sessions import (
+    CAS_ATTEMPTS,
+    Checkpoint,
+    SessionMeta,
+    SessionStore,
+    StoredMessage,
+)
 from proxy.summarize import summarize_span
 from proxy.tokens import counter_for
 from proxy.turns import SessionKey
@@ -46,12 +56,21 @@ class Summaries:
         budget: int,
         mode: Literal["sync", "background"],
         api_key: str | None = None,
+        ledger: Sequence[Fact] = (),
+        query: str = "",
     ) -> Checkpoint:
         """Fold `span` (transcript[previous.covers_until:end]) into the summary.
 
         The summary may take at most half of what the window leaves beside the verbatim
-        recent messages (and `max_summary_tokens`), so it always fits."""
+        recent messages (and `max_summary_tokens`), so it always fits. The checkpoint
+        carries the span's recall index and the facts ledger (`ledger`, the previous
+        checkpoint's, with the span's facts merged in); the facts pinned after the
+        summary come from that ledger, ranked by relevance to `query`."""
         context = self._settings.context
+        messages = [stored.message for stored in span]
+        follows = previous.chain_hash if previous else GENESIS
+        work = functools.partial(_archived, messages, end - len(span), follows, ledger)
+        index, facts, said = await off_loop(messages, work)
         summary_model = context.summary_model or model
         counter = counter_for(self._upstream.provider_model(summary_model), context.token_counting)
         room = math.floor(budget * (1 - context.keep_recent_ratio) / 2)
@@ -63,12 +82,16 @@ class Summaries:
         try:
             result = await summarize_span(
                 previous=previous.text if previous else None,
-                span=[stored.message for stored in span],
+                span=messages,
                 complete=functools.partial(self._upstream.complete_text, api_key=api_key),
                 model=summary_model,
                 counter=counter,
                 budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
                 max_summary_tokens=max_summary,
+                pin=pinned(facts, query, counter.count_text, max_summary // 4)
+                if context.pin_facts
+                else lambda _: [],
+                facts=said,
             )
             outcome = "success"
         except asyncio.CancelledError:
@@ -100,6 +123,8 @@ class Summaries:
             model=summary_model,
             created=time.time(),
             before=before,
+            index=index,
+            ledger=facts,
         )
 
     async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
@@ -182,3 +207,17 @@ class Summaries:
         for task in list(self._running.values()):
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+
+def _archived(
+    messages: list[Message], start: int, follows: str, ledger: Sequence[Fact]
+) -> tuple[dict[str, Any], tuple[Fact, ...], list[str]]:
+    """A fold's archive: the recall index of its span, the ledger with its facts, and
+    their values (the summarizer's retention is measured on them)."""
+    now = time.time()
+    facts = [
+        fact
+        for offset, message in enumerate(messages)
+        for fact in facts_in(message_text(message), start + offset, now)
+    ]
+    return segment(start, messages, follows), tuple(merge(ledger, facts)), [f.value for f in facts]

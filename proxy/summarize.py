@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.facts import extract_facts, missing_facts, retention
+from proxy.facts import _normalize, extract_facts, missing_facts, retention
 from proxy.messages import Message
 
 Complete = Callable[[str, list[Message], int], Awaitable[str]]
@@ -99,11 +99,16 @@ async def summarize_span(
     counter: TokenCounting,
     budget_tokens: int,
     max_summary_tokens: int,
+    pin: Callable[[str], list[str]] | None = None,
+    facts: Sequence[str] | None = None,
 ) -> SummaryResult:
     """Fold `span` into `previous`; every prompt stays within `budget_tokens`.
 
     Messages are never split across calls, except one that alone exceeds the budget: it is cut in
-    the middle with a visible marker.
+    the middle with a visible marker. `pin(summary)` picks the facts pinned after it (a
+    session's facts ledger does); by default, the most recent facts of `span` it lacks.
+    `facts`, the span's literal facts when the caller found them already (the ledger
+    does), spares finding them again: on a long paste that is seconds of regex work.
     """
     if not span:
         raise ValueError("nothing to summarize: span is empty")
@@ -117,11 +122,17 @@ async def summarize_span(
         input_tokens += tokens
     assert summary is not None
     # Off the event loop: spans can be large and this is pure regex work.
-    source = f"{previous or ''}{_SEPARATOR}{_SEPARATOR.join(lines)}"
-    facts = await asyncio.to_thread(extract_facts, source)
-    pinned = _cap(missing_facts(facts, summary), counter, max_summary_tokens // 4)
+    if facts is None:
+        source = f"{previous or ''}{_SEPARATOR}{_SEPARATOR.join(lines)}"
+        found = await asyncio.to_thread(extract_facts, source)
+    else:
+        found = _unique([*extract_facts(previous or ""), *facts])
+    if pin is None:
+        pinned = _cap(missing_facts(found, summary), counter, max_summary_tokens // 4)
+    else:
+        pinned = await asyncio.to_thread(pin, summary)  # a ledger of hundreds of facts
     text = f"{summary}{_SEPARATOR}{PINNED_LABEL}{'; '.join(pinned)}" if pinned else summary
-    return SummaryResult(text, summary, pinned, retention(facts, summary), calls, input_tokens)
+    return SummaryResult(text, summary, pinned, retention(found, summary), calls, input_tokens)
 
 
 def _next_prompt(
@@ -178,6 +189,11 @@ async def _complete(complete: Complete, model: str, prompt: list[Message], max_t
     if _ERRORISH.match(text):
         raise SummarizationError(f"summarizer returned an error, not a summary: {text[:200]!r}")
     return text
+
+
+def _unique(facts: list[str]) -> list[str]:
+    """`facts` without repeats (as `extract_facts` compares them), in order."""
+    return list({_normalize(fact): fact for fact in reversed(facts)}.values())[::-1]
 
 
 def _cap(facts: list[str], counter: TokenCounting, max_tokens: int) -> list[str]:

@@ -47,6 +47,7 @@ class RequestContext:
     # The transcript length the request continues from (a Responses API
     # `previous_response_id`): the session must be exactly that long.
     continues: int | None = None
+    memory_id: str | None = None  # the memory shared across sessions (`memory.enabled`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Request:
     provider_key: str | None = None
     secrets: tuple[str, ...] = ()
     continues: int | None = None  # see `RequestContext.continues`
+    memory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,8 +91,8 @@ class TimedStore:
     ) -> list[StoredMessage]:
         return await self._timed("read", self.inner.messages(tenant, session_id, start, end))
 
-    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
-        return await self._timed("read", self.inner.checkpoints(tenant, session_id))
+    async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
+        return await self._timed("read", self.inner.checkpoints(tenant, session_id, start))
 
     async def commit(
         self,
@@ -113,6 +113,15 @@ class TimedStore:
         self, tenant: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[SessionMeta]:
         return await self._timed("list", self.inner.sessions(tenant, after, limit))
+
+    async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
+        return await self._timed("read", self.inner.memory(tenant, memory_id))
+
+    async def put_memory(self, tenant: str, memory_id: str, expected: int, data: bytes) -> bool:
+        return await self._timed("commit", self.inner.put_memory(tenant, memory_id, expected, data))
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        return await self._timed("delete", self.inner.delete_memory(tenant, memory_id))
 
     async def writable(self) -> None:
         await self._timed("ping", self.inner.writable())

@@ -118,11 +118,11 @@ class DiskSessionStore:
             raise LookupError(f"session is missing messages in [{start}, {end})")
         return [StoredMessage.from_dict(orjson.loads(value)) for value in values]
 
-    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
+    async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
         def read(database: Database) -> list[bytes]:
             row = database.session(tenant, session_id)
             count = row[2] if row else 0
-            return database.entries("checkpoints", tenant, session_id, 0, count)
+            return database.entries("checkpoints", tenant, session_id, start, count)
 
         return [Checkpoint.from_dict(orjson.loads(value)) for value in await self._call(read)]
 
@@ -173,6 +173,19 @@ class DiskSessionStore:
         if await self._call(Database.delete, tenant, session_id):
             return True
         return await self._delete_legacy(tenant, session_id)
+
+    async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
+        _check(tenant)
+        row = await self._call(Database.memory, tenant, memory_id)
+        return (row[0], bytes(row[1])) if row else None
+
+    async def put_memory(self, tenant: str, memory_id: str, expected: int, data: bytes) -> bool:
+        _check(tenant)
+        return await self._call(Database.put_memory, tenant, memory_id, expected, data)
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        _check(tenant)
+        return await self._call(Database.delete_memory, tenant, memory_id)
 
     async def writable(self) -> None:
         """Raise unless the directory's filesystem can take a turn: mounted read-write,

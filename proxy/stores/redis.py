@@ -74,6 +74,14 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return existed
 """
 
+# KEYS: the memory. ARGV: expected version (0 = absent), data. 1 stored, 0 conflict.
+_PUT_MEMORY = """
+local stored = redis.call('HGET', KEYS[1], 'version')
+if (stored and tonumber(stored) or 0) ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'version', tonumber(ARGV[1]) + 1, 'data', ARGV[2])
+return 1
+"""
+
 _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -118,6 +126,7 @@ class RedisSessionStore:
         self._delete = self._redis.register_script(_DELETE)
         self._unlock = self._redis.register_script(_UNLOCK)
         self._extend = self._redis.register_script(_EXTEND)
+        self._put_memory = self._redis.register_script(_PUT_MEMORY)
         self._parsed = ParsedMetas()
         self._index = f"{prefix}:index"
 
@@ -138,8 +147,8 @@ class RedisSessionStore:
             raise LookupError(f"session is missing messages in [{start}, {end})")
         return [StoredMessage.from_dict(orjson.loads(entry)) for entry in entries]
 
-    async def checkpoints(self, tenant: str, session_id: str) -> list[Checkpoint]:
-        entries = await self._redis.lrange(self._key(tenant, session_id, "ckpts"), 0, -1)
+    async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
+        entries = await self._redis.lrange(self._key(tenant, session_id, "ckpts"), start, -1)
         return [Checkpoint.from_dict(orjson.loads(entry)) for entry in entries]
 
     async def commit(
@@ -203,6 +212,22 @@ class RedisSessionStore:
                     found.append(self._parsed(data))
             low = b"(" + members[-1]
         return found
+
+    async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
+        version, data = await self._redis.hmget(
+            self._memory_key(tenant, memory_id), ["version", "data"]
+        )
+        return (int(version), data) if version is not None and data is not None else None
+
+    async def put_memory(self, tenant: str, memory_id: str, expected: int, data: bytes) -> bool:
+        key = self._memory_key(tenant, memory_id)
+        return bool(await self._put_memory(keys=[key], args=[expected, data]))
+
+    async def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        return bool(await self._redis.delete(self._memory_key(tenant, memory_id)))
+
+    def _memory_key(self, tenant: str, memory_id: str) -> str:
+        return f"{self._prefix}:memory:{{{tenant}:{memory_id}}}"
 
     async def writable(self) -> None:
         """Nothing to check before a turn: the load before it reached Redis."""

@@ -47,6 +47,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     entry BLOB NOT NULL,
     PRIMARY KEY (tenant, session, position)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memories (
+    tenant TEXT NOT NULL,
+    memory TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (tenant, memory)
+) WITHOUT ROWID;
 DROP TABLE IF EXISTS locks;
 CREATE TABLE IF NOT EXISTS leases (
     tenant TEXT NOT NULL,
@@ -174,6 +181,32 @@ class Database:
             existed = self.session(tenant, session) is not None
             self._remove(tenant, session)
         return existed
+
+    def memory(self, tenant: str, memory: str) -> Row | None:
+        """(version, data) of a memory."""
+        return self._connection.execute(
+            "SELECT version, data FROM memories WHERE tenant = ? AND memory = ?",
+            (tenant, memory),
+        ).fetchone()
+
+    def put_memory(self, tenant: str, memory: str, expected: int, data: bytes) -> bool:
+        """Compare-and-set on the version (0 = absent); the new version is expected + 1."""
+        with self.transaction() as connection:
+            row = self.memory(tenant, memory)
+            if (row[0] if row else 0) != expected:
+                return False
+            connection.execute(
+                "INSERT OR REPLACE INTO memories VALUES (?, ?, ?, ?)",
+                (tenant, memory, expected + 1, data),
+            )
+        return True
+
+    def delete_memory(self, tenant: str, memory: str) -> bool:
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "DELETE FROM memories WHERE tenant = ? AND memory = ?", (tenant, memory)
+            )
+        return cursor.rowcount > 0
 
     def expire(self) -> int:
         """Remove every session whose TTL passed, with its messages and checkpoints."""

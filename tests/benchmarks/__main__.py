@@ -1,4 +1,4 @@
-"""`python -m tests.benchmarks [overhead|history|store|context|all|soak] [--quick]`.
+"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|all|soak] [--quick]`.
 
 Benchmarks print ratios from one run on this machine; they are not part of the test
 suite (timings on shared machines are noisy), but `tests/benchmarks/test_harness.py`
@@ -15,9 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import context, history, overhead, soak, stores
+from tests.benchmarks import context, history, overhead, scorecard, soak, stores
 
-BENCHMARKS = ("overhead", "history", "stores", "context")  # `all`; the soak runs alone
+BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard")  # `all`; the soak runs alone
 
 
 def machine() -> str:
@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "soak":
                 seconds = 8 if args.quick else 600
                 text = asyncio.run(soak.benchmark(Path(directory), seconds))
+            elif name == "scorecard":
+                text = scorecard.benchmark(Path(directory), quick=args.quick)
             else:
                 text = context.benchmark(Path(directory), 40 if args.quick else context.TURNS)
             print(text, flush=True)

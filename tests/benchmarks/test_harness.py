@@ -25,7 +25,7 @@ def test_every_benchmark_prints_its_table() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     sections = dict(re.findall(r"== (\w+) ==\n(.*?)(?=\n== |\Z)", out, re.DOTALL))
-    assert set(sections) == {"overhead", "history", "stores", "context"}, out
+    assert set(sections) == {"overhead", "history", "stores", "context", "scorecard"}, out
 
     rows = re.findall(
         rf"^(no|yes)\s+(1|32)\s+(direct|context-proxy \+ session|context-proxy|litellm proxy)"
@@ -54,6 +54,23 @@ def test_every_benchmark_prints_its_table() -> None:
     assert int(largest[1].replace(",", "")) <= int(budget[1].replace(",", ""))
     assert re.search(r"summarizer: \d+ calls", sections["context"])
     assert re.search(r"prefix stability: \d+\.\d%", sections["context"])
+
+    rows = dict(
+        (name.strip(), [int(v) for v in values])
+        for name, *values in re.findall(
+            r"^\| ([a-z +]+) \| (\d+)% \| (\d+)% \| [\d,]+ \| (\d+)% \| (\d+)% \|$",
+            sections["scorecard"],
+            re.M,
+        )
+    )
+    assert list(rows) == [
+        "full history",
+        "truncation only",
+        "summary",
+        "summary + facts",
+        "summary + facts + recall",
+    ], sections["scorecard"]
+    assert rows["full history"][:3] == [100, 0, 100]  # everything, at full cost
 
 
 def _finite(text: str) -> bool:
