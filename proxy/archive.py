@@ -13,25 +13,38 @@ from proxy.config import Settings
 from proxy.context import Plan
 from proxy.ledger import Fact, facts_in, merge, message_text, recent_text
 from proxy.messages import GENESIS, Message
-from proxy.recall import Hit, RecallIndex, recall_message, segment
+from proxy.recall import Hit, Recalled, RecallIndex, recall_message, segment
 from proxy.sessions import Checkpoint, SessionMeta, SessionStore
 from proxy.turns import Request, SessionKey, State
 
-__all__ = ["Archive", "Archived"]
+__all__ = ["Archive", "Archived", "Shown"]
 
 _SESSIONS = 256  # archives cached per process
 _HITS = 12  # ranked units considered for one recall block
+_FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
 
 
 @dataclass(frozen=True, slots=True)
+class Shown:
+    """The recall block the session's last request carried, and before which transcript
+    message it went."""
+
+    before: int
+    block: Recalled
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Archived:
-    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`."""
+    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`,
+    and the recall block shown under it."""
 
     count: int = 0
     head: str = GENESIS
     index: RecallIndex = field(default_factory=RecallIndex)
     ledger: tuple[Fact, ...] = ()
+    shown: Shown | None = None
 
     def extended(self, checkpoints: Sequence[Checkpoint]) -> Archived:
         if not checkpoints:
@@ -91,10 +104,11 @@ class Archive:
         return archived
 
     async def recalled(self, request: Request, state: State, plan: Plan) -> Plan:
-        """`plan` with a recall block before its last unit: the summarized units most
-        relevant to the latest turns, within `context.recall_ratio` of the budget and
-        what the plan leaves of it. Placed there, everything before it (system, summary,
-        the verbatim turns but the newest) stays the same bytes as the last request's."""
+        """`plan` with a recall block: the summarized units most relevant to the latest
+        turns, within `context.recall_ratio` of the budget and what the plan leaves of it.
+        A new block goes before the newest unit, so everything before it (system,
+        summary, the verbatim turns but the newest) keeps the last request's bytes; the
+        last block stays where it was, bytes and all, while it shows the best hits."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(int(context.recall_ratio * request.budget), request.budget - plan.tokens)
@@ -103,20 +117,33 @@ class Archive:
         archived = await self.of(request.key, state.checkpoints, checkpoint)
         query = recent_text(request.conversation)
         hits = archived.index.search(
-            query, _HITS, context.recall_relevance_weight, context.recall_recency_weight
+            query,
+            _HITS,
+            context.recall_relevance_weight,
+            context.recall_recency_weight,
+            _FLOOR,
         )
         if not hits:
             return plan
+        newest = _last_unit(plan.messages)
+        offset = state.length - len(plan.messages)  # transcript index - position, verbatim
+        first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
+        shown = archived.shown
+        if (
+            shown is not None
+            and all(shown.block.covers(hit) for hit in hits[: len(shown.block.shown)])
+            and shown.tokens <= room
+            and len(plan.messages) - first <= shown.before - offset <= newest
+        ):
+            return _with_block(plan, shown.before - offset, shown.block.message, shown.tokens)
         found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
         ledger = _with_later_values(archived.ledger, found, plan.messages)
         block = recall_message(found, ledger, request.counter, room)
         if block is None:
             return plan
-        at = _last_unit(plan.messages)
-        messages = [*plan.messages[:at], block, *plan.messages[at:]]
-        return replace(
-            plan, messages=messages, tokens=plan.tokens + request.counter.count_message(block)
-        )
+        tokens = request.counter.count_message(block.message)
+        self._remember(request.key, replace(archived, shown=Shown(offset + newest, block, tokens)))
+        return _with_block(plan, newest, block.message, tokens)
 
     async def search(
         self, key: SessionKey, meta: SessionMeta, query: str, limit: int
@@ -175,6 +202,11 @@ def _with_later_values(
     # (which would drop the value just replaced, and with it the note).
     named = [fact for fact in ledger if fact.subject in subjects]
     return merge(named, later) if later else named
+
+
+def _with_block(plan: Plan, at: int, block: Message, tokens: int) -> Plan:
+    messages = [*plan.messages[:at], block, *plan.messages[at:]]
+    return replace(plan, messages=messages, tokens=plan.tokens + tokens)
 
 
 def _last_unit(messages: list[Message]) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "RECALL_PREFIX",
     "Hit",
     "RecallIndex",
+    "Recalled",
     "recall_message",
     "segment",
 ]
@@ -93,13 +94,18 @@ class RecallIndex:
         return RecallIndex(units, postings, length)
 
     def search(
-        self, query: str, limit: int, relevance_weight: float = 0.8, recency_weight: float = 0.2
+        self,
+        query: str,
+        limit: int,
+        relevance_weight: float = 0.8,
+        recency_weight: float = 0.2,
+        floor: float = 0.0,
     ) -> list[Hit]:
         """Units that share a distinctive term with `query` (one in at most 5% of the
         units: chatter that shares only common words is not worth recalling), best
         first: BM25 (normalized to the best hit) times `relevance_weight` plus recency
-        (0 for the first unit, 1 for the last) times `recency_weight`. Work follows the
-        postings of the query's terms."""
+        (0 for the first unit, 1 for the last) times `recency_weight`; none whose BM25 is
+        below `floor` times the best one's. Work follows the postings of the query's terms."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
@@ -123,6 +129,7 @@ class RecallIndex:
         if not scores:
             return []
         best = max(scores.values()) or 1.0
+        scores = {u: v for u, v in scores.items() if v >= floor * best}
         last = max(count - 1, 1)
 
         def blended(unit: int) -> float:
@@ -134,40 +141,58 @@ class RecallIndex:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A recall block and what it shows: each unit's start, with the terms its excerpts
+    are around (None: the whole unit)."""
+
+    message: Message
+    shown: dict[int, frozenset[str] | None]
+
+    def covers(self, hit: Hit) -> bool:
+        """Whether the block already shows what `hit` matched."""
+        if hit.start not in self.shown:
+            return False
+        terms = self.shown[hit.start]
+        return terms is None or terms.issuperset(hit.terms)
+
+
 def recall_message(
     hits: Sequence[tuple[Hit, list[Message]]],
     ledger: Sequence[Fact],
     counter: TokenCounter,
     room: int,
-) -> Message | None:
+) -> Recalled | None:
     """The labelled block of recalled units, best first until `room` tokens are used,
     shown in conversation order. A unit that alone is too big comes as excerpts around
     its matching terms (a single message) or not at all (a tool unit stays whole). A
     value the ledger says was replaced later is followed by a note naming the current one."""
-    chosen: list[tuple[int, str]] = []
+    chosen: list[tuple[int, str, frozenset[str] | None]] = []
     current = {fact.key: fact.value for fact in ledger if fact.current}
     noted: set[str] = set()
     used = counter.count_message({"role": "system", "content": RECALL_PREFIX})
     for hit, messages in hits:
-        text = f"[message {hit.start}] " + render_transcript(messages)
+        text, terms = f"[message {hit.start}] " + render_transcript(messages), None
         if used + counter.count_text(text) + 1 > room and len(messages) == 1:
             text = f"[message {hit.start}, excerpt] " + _excerpt(
                 render_transcript(messages), hit.terms
             )
+            terms = frozenset(hit.terms)
         notes = _later_values(text, ledger, current, noted)
         if notes:
             text += "\n(Since then: " + "; ".join(notes) + ".)"
         cost = counter.count_text(text) + 1
         if used + cost > room:
             continue
-        chosen.append((hit.start, text))
+        chosen.append((hit.start, text, terms))
         noted.update(notes)
         used += cost
     while chosen:
-        chosen.sort()
-        message = {"role": "system", "content": RECALL_PREFIX + "\n\n".join(t for _, t in chosen)}
+        chosen.sort(key=lambda unit: unit[0])
+        content = RECALL_PREFIX + "\n\n".join(text for _, text, _ in chosen)
+        message = {"role": "system", "content": content}
         if counter.count_message(message) <= room:
-            return message
+            return Recalled(message, {start: terms for start, _, terms in chosen})
         chosen.pop()  # our estimate was short
     return None
 

@@ -3,6 +3,7 @@ across sessions, end to end through the openai SDK, on both stores."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import httpx
@@ -100,6 +101,32 @@ def test_summarized_facts_come_back_when_the_conversation_turns_to_them(
         assert http.get(f"/v1/sessions/{session}/search", params={"q": " "}).status_code == 400
     with httpx.Client(base_url=url, headers={"Authorization": "Bearer other"}) as http:
         assert http.get(f"/v1/sessions/{session}/search?q=x").status_code == 404
+
+
+def test_a_recall_block_that_still_shows_the_best_hits_keeps_its_place_and_bytes(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    """A new block goes just before the newest turn; while the best hits stay the ones it
+    shows, the next request carries the same block at the same place, so the whole
+    prompt up to and including it is what a provider's cache has already seen."""
+    url = start(start_proxy, upstream)
+    drive(client(url, "steady"), MODEL, generate(turns=120, facts=12, updates=4))
+    bodies = model_calls(upstream)
+    kept = made = 0
+    for before, after in itertools.pairwise(bodies):
+        block = recall_block(after)
+        if block is None:
+            continue
+        at = next(i for i, m in enumerate(after["messages"]) if m["content"] == block)
+        if block == recall_block(before) and before["messages"][1] == after["messages"][1]:
+            kept += 1
+            assert before["messages"][: at + 1] == after["messages"][: at + 1]
+        else:
+            made += 1
+            newest = after["messages"][at + 1 :]
+            assert newest[0]["role"] in {"user", "assistant"}
+            assert all(m["role"] == "tool" for m in newest[1:])
+    assert kept and made, (kept, made)
 
 
 def test_a_recall_ratio_of_zero_turns_recall_off(upstream: FakeUpstream, start_proxy) -> None:

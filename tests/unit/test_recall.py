@@ -49,8 +49,11 @@ def test_the_block_fits_its_room_and_notes_later_values() -> None:
         (hit, [old if hit.start == 0 else user("x " * 400)])
         for hit in index.search("travel budget x", 5)
     ]
-    block = recall_message(hits, ledger, COUNTER, 120)
-    assert block is not None and block["content"].startswith(RECALL_PREFIX)
+    recalled = recall_message(hits, ledger, COUNTER, 120)
+    assert recalled is not None
+    block = recalled.message
+    assert recalled.shown == {0: None}  # the unit it holds, whole
+    assert block["content"].startswith(RECALL_PREFIX)
     assert "$4,250" in block["content"]
     assert block["content"].endswith("travel budget: $4,250 was replaced by $3,796.)")
     assert COUNTER.count_message(block) <= 120
@@ -60,6 +63,12 @@ def test_the_block_fits_its_room_and_notes_later_values() -> None:
 def test_a_long_message_comes_back_as_excerpts_around_its_matches() -> None:
     paste = user("filler " * 300 + "the deploy key is K-991 " + "filler " * 300)
     index = RecallIndex().extended([segment(0, [paste], "")])
-    block = recall_message([(h, [paste]) for h in index.search("deploy key", 1)], [], COUNTER, 200)
-    assert block is not None and "K-991" in block["content"] and "excerpt" in block["content"]
+    hits = [(hit, [paste]) for hit in index.search("deploy key", 1)]
+    recalled = recall_message(hits, [], COUNTER, 200)
+    assert recalled is not None
+    block = recalled.message
+    assert "K-991" in block["content"] and "excerpt" in block["content"]
+    assert recalled.shown == {0: {"deploy", "key"}}  # excerpts around what was asked
+    assert recalled.covers(index.search("deploy key", 1)[0])
+    assert not recalled.covers(index.search("filler deploy", 1)[0])
     assert COUNTER.count_message(block) <= 200
