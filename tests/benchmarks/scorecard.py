@@ -34,6 +34,7 @@ import yaml
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.context import SUMMARY_PREFIX
+from proxy.local import LOCAL_MODEL, local_model_server
 from proxy.summarize import SYSTEM_PROMPT
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, running_upstream
@@ -236,6 +237,7 @@ class Strategy:
     context: dict[str, Any]
     window: int = WINDOW
     summarizer_fails: bool = False
+    local_summarizer: bool = False  # SmolLM2 on llama.cpp writes the summaries
 
 
 STRATEGIES = [
@@ -244,6 +246,16 @@ STRATEGIES = [
     Strategy("summary", {"recall_ratio": 0, "pin_facts": False}),
     Strategy("summary + facts", {"recall_ratio": 0}),
     Strategy("summary + facts + recall", {}),
+]
+# The short run: SmolLM2 as the summarizer (its window is LOCAL_WINDOW), beside the test's.
+SHORT_TURNS, LOCAL_WINDOW, SHORT_WINDOW = 48, 2048, 2048
+SHORT = [
+    Strategy(name, context, SHORT_WINDOW, local_summarizer=local)
+    for local in (False, True)
+    for name, context in [
+        ("summary", {"recall_ratio": 0, "pin_facts": False}),
+        ("summary + facts + recall", {}),
+    ]
 ]
 
 
@@ -256,6 +268,7 @@ class Score:
     cache_share: float
     requests: int
     segments_bound: float  # the most append-only summary segments could add to the share
+    summaries: int  # folds that reached the model (distinct summaries sent)
 
 
 def drive(client: openai.OpenAI, model: str, script: Script) -> list[int]:
@@ -330,6 +343,7 @@ def score(name: str, script: Script, bodies: list[dict[str, Any]], probes: list[
         cached / max(sum(sizes[1:]), 1),
         len(bodies),
         kept / max(sum(sizes[1:]), 1),
+        len({str(summary["content"]) for body in bodies if (summary := _summary(body))}),
     )
 
 
@@ -344,7 +358,11 @@ def _summary(body: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-def run_strategy(directory: Path, strategy: Strategy, script: Script) -> Score:
+def run_strategy(
+    directory: Path, strategy: Strategy, script: Script, local_url: str | None = None
+) -> Score:
+    """`script` through the proxy with `strategy`; `local_url`, the local model's server,
+    for a strategy whose summaries it writes."""
     with running_upstream() as upstream:
         upstream.default = Reply(
             respond=failing_summarizer if strategy.summarizer_fails else respond
@@ -365,6 +383,24 @@ def run_strategy(directory: Path, strategy: Strategy, script: Script) -> Score:
             "context": strategy.context,
             "session": {"path": str(directory / strategy.name.replace(" ", "-"))},
         }
+        if strategy.local_summarizer:
+            assert local_url is not None
+            config["model_list"].append(
+                {
+                    "model_name": LOCAL_MODEL,
+                    "litellm_params": {
+                        "model": f"openai/{LOCAL_MODEL}",
+                        "api_base": local_url,
+                        "api_key": "local",
+                    },
+                    "model_info": {"max_input_tokens": LOCAL_WINDOW},
+                }
+            )
+            config["context"] = {
+                **strategy.context,
+                "summary_model": LOCAL_MODEL,
+                "summary_timeout_seconds": 600,  # two shared cores: a fold takes a while
+            }
         path = directory / "scorecard.yaml"
         path.write_text(yaml.safe_dump(config))
         with serve(create_app(load_settings(path, environ={}))) as url:
@@ -429,22 +465,46 @@ def cross_session(directory: Path, script: Script) -> tuple[float, float]:
     return found / len(script.facts), stale / len(script.facts)
 
 
-def table(scores: list[Score], full: float) -> str:
+def table(scores: list[Score], full: float | None) -> str:
+    """The scores as a markdown table; `full`, the full history's tokens per probe, adds
+    each strategy's share of it."""
+    share = " of full history |" if full else ""
     lines = [
-        "| strategy | probe recall | stale facts | tokens per probe | of full history"
-        " | prefix-cache share |",
-        "|---|---|---|---|---|---|",
+        f"| strategy | probe recall | stale facts | tokens per probe |{share} prefix-cache share |",
+        "|---|---|---|---|---|" + ("---|" if full else ""),
     ]
     for s in scores:
+        of_full = f" {s.probe_tokens / full:.0%} |" if full else ""
         lines.append(
-            f"| {s.name} | {s.recall:.0%} | {s.stale:.0%} | {s.probe_tokens:,.0f}"
-            f" | {s.probe_tokens / full:.0%} | {s.cache_share:.0%} |"
+            f"| {s.name} | {s.recall:.0%} | {s.stale:.0%} | {s.probe_tokens:,.0f} |{of_full}"
+            f" {s.cache_share:.0%} |"
         )
     return "\n".join(lines)
 
 
+def local_run(directory: Path) -> str:
+    """A short conversation with the test's gist-only summarizer and with SmolLM2 (the
+    local model, on llama.cpp): what a real small model keeps. Reported, not gated."""
+    script = generate(SHORT_TURNS, seed=16, facts=10, updates=3)
+    with local_model_server(LOCAL_WINDOW) as url:
+        scores = [run_strategy(directory, strategy, script, url) for strategy in SHORT]
+    for score_, strategy in zip(scores, SHORT, strict=True):
+        summarizer = "SmolLM2" if strategy.local_summarizer else "test"
+        score_.name = f"{score_.name}, {summarizer} summarizer ({score_.summaries} summaries)"
+    updated = sum(len(fact.values) > 1 for fact in script.facts)
+    return "\n".join(
+        [
+            f"{len(script.turns)} turns, {len(script.facts)} probes ({updated} of updated"
+            f" facts), a {SHORT_WINDOW:,}-token model; SmolLM2-135M summarizes with a"
+            f" {LOCAL_WINDOW:,}-token window",
+            table(scores, None),
+        ]
+    )
+
+
 def benchmark(directory: Path, quick: bool = False) -> str:
-    """The table, for the seeded 300-turn conversation (quick: 100 turns, 12 facts)."""
+    """The table, for the seeded 300-turn conversation (quick: 100 turns, 12 facts), and
+    (not quick) the short run with SmolLM2 as the summarizer."""
     script = generate(100, facts=12, updates=4) if quick else generate(TURNS)
     scores = [run_strategy(directory, strategy, script) for strategy in STRATEGIES]
     updated = sum(len(fact.values) > 1 for fact in script.facts)
@@ -464,5 +524,6 @@ def benchmark(directory: Path, quick: bool = False) -> str:
             "append-only summary segments would add at most "
             + ", ".join(f"{s.segments_bound:.1%} ({s.name})" for s in scores[2:])
             + " to the prefix-cache share: a fold moves the verbatim window too",
+            *([] if quick else ["", local_run(directory)]),
         ]
     )

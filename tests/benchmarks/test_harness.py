@@ -71,6 +71,12 @@ def test_every_benchmark_prints_its_table() -> None:
         "summary + facts + recall",
     ], sections["scorecard"]
     assert rows["full history"][:3] == [100, 0, 100]  # everything, at full cost
+    # The targets, with one probe of 12 as slack: recall finds the current values, never a
+    # replaced one, and the prompt stays a cached prefix; memory carries facts across.
+    recall, stale, _, share = rows["summary + facts + recall"]
+    assert recall >= 90 and stale == 0 and share >= 80, rows
+    across = re.search(r"same memory id: recall (\d+)%, stale (\d+)%", sections["scorecard"])
+    assert across and int(across[1]) >= 90 and int(across[2]) == 0, sections["scorecard"]
 
 
 def _finite(text: str) -> bool:
