@@ -20,7 +20,7 @@ from proxy.errors import ProxyError
 from proxy.history import History, off_loop
 from proxy.ledger import recent_text
 from proxy.messages import Message
-from proxy.sessions import Checkpoint, SessionMeta, SessionStore
+from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.summaries import Summaries
 from proxy.summarize import SummarizationError
 from proxy.tokens import CountCache, TokenCounter
@@ -67,20 +67,35 @@ class Planning:
             return Plan([*request.system, *head, *recent], total, compression, None, 0)
         entries = await self._history.window(request, state, covers)
         await self._history.fill(entries, {name}, request.counter)
-        messages = [s.message for s in entries]
-        fit = functools.partial(
-            self.fit,
-            request,
-            messages,
-            [s.tokens[name] for s in entries],
-            checkpoint,
-            allow_summary=allow_summary,
-        )
-        plan = await off_loop(messages, fit)  # cutting a long paste is seconds of counting
+        plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
         return replace(plan, summarize=(covers + start, covers + end))
+
+    async def _fitted(
+        self,
+        request: Request,
+        entries: list[StoredMessage],
+        checkpoint: Checkpoint | None,
+        *,
+        allow_summary: bool,
+        budget: int | None = None,
+    ) -> Plan:
+        """`fit` for stored entries (counted by the request's tokenizer), off the loop
+        when they are long: cutting a long paste is seconds of counting."""
+        messages = [s.message for s in entries]
+        counts = [s.tokens[request.counter.name] for s in entries]
+        fit = functools.partial(
+            self.fit,
+            request,
+            messages,
+            counts,
+            checkpoint,
+            allow_summary=allow_summary,
+            budget=budget,
+        )
+        return await off_loop(messages, fit)
 
     def fit(
         self,
@@ -199,17 +214,7 @@ class Planning:
         covers = checkpoint.covers_until if checkpoint else 0
         entries = await self._store.messages(*request.key, covers, meta.length)
         await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
-        messages = [s.message for s in entries]
-        fit = functools.partial(
-            self.fit,
-            request,
-            messages,
-            [s.tokens[name] for s in entries],
-            checkpoint,
-            allow_summary=True,
-            budget=budget,
-        )
-        plan = await off_loop(messages, fit)
+        plan = await self._fitted(request, entries, checkpoint, allow_summary=True, budget=budget)
         if plan.summarize is None:
             return
         start, end = plan.summarize
@@ -223,7 +228,7 @@ class Planning:
             "background",
             request.provider_key,
             archived.ledger,
-            recent_text(messages),
+            recent_text([s.message for s in entries]),
         )
         await self._summaries.store(request.key, made)
 
