@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -381,7 +382,8 @@ def run_strategy(
                 }
             ],
             "context": strategy.context,
-            "session": {"path": str(directory / strategy.name.replace(" ", "-"))},
+            # A store of its own: a run never continues another's session.
+            "session": {"path": tempfile.mkdtemp(dir=directory, prefix="sessions-")},
         }
         if strategy.local_summarizer:
             assert local_url is not None
