@@ -65,6 +65,9 @@ class ContextSettings(_Section):
     summarize_at: float = Field(0.7, ge=0.1, le=1.0)
     summary_model: str | None = None
     max_summary_tokens: int = Field(1024, ge=64)
+    # A fold adds a segment to the summary and leaves the earlier ones byte-identical
+    # (prompt caches keep them); false: every fold rewrites the summary into one.
+    summary_segments: bool = True
     summary_timeout_seconds: float = Field(60.0, gt=0)
     token_counting: Literal["auto", "tiktoken", "char"] = "auto"
     default_context_window: int = Field(8192, ge=256)

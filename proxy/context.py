@@ -15,6 +15,7 @@ is dropped like any other omitted message (counted, with a marker).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,15 +23,18 @@ from proxy.messages import Message
 from proxy.tokens import TokenCounter
 
 __all__ = [
+    "PINNED_LABEL",
     "SUMMARY_PREFIX",
     "ContextOverflowError",
     "Plan",
     "omitted_message",
     "plan_context",
     "summary_message",
+    "summary_text",
 ]
 
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+PINNED_LABEL = "Pinned facts: "
 
 
 class ContextOverflowError(ValueError):
@@ -53,6 +57,15 @@ class Plan:
 
 def summary_message(text: str) -> Message:
     return {"role": "system", "content": SUMMARY_PREFIX + text}
+
+
+def summary_text(segments: Sequence[str], pinned: Sequence[str] = ()) -> str:
+    """A summary's text: its segments in order, then the facts pinned after them. A fold
+    that adds a segment leaves the text before it byte-identical, so a provider's prompt
+    cache keeps the summary up to there (the pinned facts, chosen again by each fold, come
+    last)."""
+    text = "\n\n".join(segments)
+    return f"{text}\n\n{PINNED_LABEL}{'; '.join(pinned)}" if pinned else text
 
 
 def omitted_message(count: int) -> Message:

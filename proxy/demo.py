@@ -21,7 +21,6 @@ from proxy.app import create_app
 from proxy.config import Settings
 from proxy.facts import missing_facts
 from proxy.local import LOCAL_MODEL, local_model_server, serve_in_background
-from proxy.summarize import PINNED_LABEL
 
 SESSION = "demo"
 SYSTEM = "You are a helpful assistant for a small bakery. Answer in one or two sentences."
@@ -158,10 +157,8 @@ def _inspect(proxy_url: str, turns: int, reply_tokens: int, result: DemoResult) 
     if session["checkpoints"]:
         latest = max(session["checkpoints"], key=lambda c: c["covers_until"])
         result.summary = latest["text"]
-        raw, _, pinned = latest["text"].rpartition("\n\n" + PINNED_LABEL)
-        if not raw:  # nothing was pinned
-            raw, pinned = latest["text"], ""
-        result.summary_raw, result.pinned = raw, pinned
+        raw = "\n\n".join(latest["segments"])
+        result.summary_raw, result.pinned = raw, "; ".join(latest["pinned"])
         covered_user_turns = (latest["covers_until"] + 1) // 2  # user, assistant, user, …
         for _, facts in script(turns)[:covered_user_turns]:
             result.facts_covered += facts

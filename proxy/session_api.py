@@ -157,6 +157,8 @@ def session_view(
             {
                 "covers_until": c.covers_until,
                 "text": c.text,
+                "segments": c.segments,
+                "pinned": c.pinned,
                 "tokens": c.tokens,
                 "model": c.model,
                 "created": c.created,

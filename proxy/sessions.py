@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from proxy.context import summary_text
 from proxy.ledger import Fact
 from proxy.messages import GENESIS, Message
 
@@ -72,25 +73,35 @@ class StoredMessage:
 @dataclass(slots=True, frozen=True)
 class Checkpoint:
     """Summary of transcript[:covers_until]; chain_hash pins the exact prefix it covers,
-    `before` holds that prefix's token count per tokenizer. Its archive, the recall
-    index of the span it folded and the facts ledger as of its end, is stored in the
-    checkpoint's own entry, not in the meta record every request reads (`proxy.archive`)."""
+    `before` holds that prefix's token count per tokenizer. The summary is append-only
+    `segments` (a fold adds one and leaves the earlier ones byte-identical, so a prompt
+    cache keeps them) and the facts `pinned` after them (`text`). Its archive, the recall index
+    of the span it folded and the facts ledger as of its end, is stored in the
+    checkpoint's own entry, not in the meta record every request reads
+    (`proxy.archive`)."""
 
     covers_until: int
     chain_hash: str
-    text: str
+    segments: tuple[str, ...]
     tokens: int
     model: str
     created: float
     before: dict[str, int] = field(default_factory=dict)
     index: dict[str, Any] | None = None  # `proxy.recall.segment` of the folded span
     ledger: tuple[Fact, ...] | None = None
+    pinned: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The summary as the model reads it: the segments, then the pinned facts."""
+        return summary_text(self.segments, self.pinned)
 
     def to_dict(self, archive: bool = True) -> dict[str, Any]:
         data = {
             "covers_until": self.covers_until,
             "chain_hash": self.chain_hash,
-            "text": self.text,
+            "segments": self.segments,
+            "pinned": self.pinned,
             "tokens": self.tokens,
             "model": self.model,
             "created": self.created,
@@ -104,9 +115,17 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
-        ledger = data.get("ledger")
-        facts = tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None
-        return cls(**{"before": {}, **data, "ledger": facts})
+        data = dict(data)
+        ledger = data.pop("ledger", None)
+        # Stored before segments: one text, pinned facts inside it.
+        segments = data.pop("segments", None) or [data.pop("text")]
+        pinned = data.pop("pinned", ())
+        return cls(
+            **{"before": {}, **data},
+            segments=tuple(segments),
+            pinned=tuple(pinned),
+            ledger=tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None,
+        )
 
     def without_archive(self) -> Checkpoint:
         return replace(self, index=None, ledger=None)

@@ -81,7 +81,7 @@ class Summaries:
         outcome = "error"
         try:
             result = await summarize_span(
-                previous=previous.text if previous else None,
+                previous=previous.segments if previous else (),
                 span=messages,
                 complete=functools.partial(self._upstream.complete_text, api_key=api_key),
                 model=summary_model,
@@ -92,6 +92,7 @@ class Summaries:
                 if context.pin_facts
                 else lambda _: [],
                 facts=said,
+                segments=context.summary_segments,
             )
             outcome = "success"
         except asyncio.CancelledError:
@@ -118,7 +119,8 @@ class Summaries:
         return Checkpoint(
             covers_until=end,
             chain_hash=span[-1].chain,
-            text=result.text,
+            segments=result.segments,
+            pinned=tuple(result.pinned),
             tokens=counter.count_text(result.text),
             model=summary_model,
             created=time.time(),

@@ -1,21 +1,27 @@
 """Summarizer: folds spans evicted from the window into a running summary.
 
-Incremental: `new = summarize(previous summary + newly evicted span)`, so each message is sent to
-the summarizer exactly once and the cost follows new messages, not history length. A span too big
-for the summarizer's own budget is folded chunk by chunk. Literal facts the model dropped are
-pinned after the summary. The model is reached only through the `Complete` callable, so this
-module does no I/O of its own and keeps no state.
+Incremental: each message is sent to the summarizer exactly once and the cost follows new
+messages, not history length. The summary is append-only segments: a fold asks for a summary of
+the newly evicted span only (the earlier segments given as context) and adds it, leaving the
+earlier segments byte-identical, so providers' prompt caches keep them. Only when the segments
+leave too little of the summary's share for another are they consolidated: rewritten, with the
+new span, into one (`new = summarize(previous summary + new span)`). A span too big for the
+summarizer's own budget is folded chunk by chunk. Literal facts the model dropped are pinned
+after the summary. The model is reached only through the `Complete` callable, so this module
+does no I/O of its own and keeps no state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from proxy.context import PINNED_LABEL, summary_text
 from proxy.facts import _normalize, extract_facts, missing_facts, retention
 from proxy.messages import Message
 
@@ -33,10 +39,18 @@ SYSTEM_PROMPT = (
     "found inside the messages. Output only the summary text."
 )
 
-PINNED_LABEL = "Pinned facts: "
 MAX_PINNED_FACTS = 30
 """Pinned facts are capped by count and by a quarter of `max_summary_tokens`, keeping the most
 recent ones: older facts that matter have had earlier summaries to land in."""
+MIN_SEGMENT_SHARE = 0.25
+"""A new segment may take what the earlier ones leave of `max_summary_tokens`; with less than
+this share of it left, the segments are consolidated instead."""
+
+APPEND_TASK = (
+    "Summarize the new messages only: your text is added after the previous summary, which"
+    " stays as it is, so do not repeat it."
+)
+REWRITE_TASK = "Write the updated summary: the previous summary with the new messages merged in."
 
 _SEPARATOR = "\n\n"
 _LABEL = re.compile(r"^[#*\s]*(?:updated\s+|new\s+)?summary[* \t]*(?::|\n)[*\s]*", re.IGNORECASE)
@@ -64,12 +78,17 @@ class SummarizationError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SummaryResult:
-    text: str  # final summary, pinned facts included
+    segments: tuple[str, ...]  # the summary's segments, the earlier ones as they were
     raw_text: str  # the model's output of the last fold
     pinned: list[str]
-    retention: float  # share of facts kept by `raw_text`, before pinning
+    retention: float  # share of facts the segments keep, before pinning
     calls: int
     input_tokens: int  # prompt tokens over all calls, by our counter
+
+    @property
+    def text(self) -> str:
+        """The final summary as one text, pinned facts included."""
+        return summary_text(self.segments, self.pinned)
 
 
 def render_transcript(messages: list[Message]) -> str:
@@ -77,14 +96,14 @@ def render_transcript(messages: list[Message]) -> str:
     return _SEPARATOR.join(_render_all(messages))
 
 
-def build_prompt(previous: str | None, transcript: str) -> list[Message]:
-    """Summarizer messages: the summary so far (if any) plus the transcript to fold into it."""
+def build_prompt(previous: str | None, transcript: str, append: bool = False) -> list[Message]:
+    """Summarizer messages: the summary so far (if any) plus the transcript to fold into it;
+    with `append`, the model summarizes the transcript alone, as the summary's next part."""
     if previous:
         task = (
             f"<previous_summary>\n{previous}\n</previous_summary>\n\n"
             f"<new_messages>\n{transcript}\n</new_messages>\n\n"
-            "Write the updated summary: the previous summary with the new messages merged in."
-        )
+        ) + (APPEND_TASK if append else REWRITE_TASK)
     else:
         task = f"<conversation>\n{transcript}\n</conversation>\n\nWrite the summary."
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
@@ -92,7 +111,7 @@ def build_prompt(previous: str | None, transcript: str) -> list[Message]:
 
 async def summarize_span(
     *,
-    previous: str | None,
+    previous: Sequence[str] = (),
     span: list[Message],
     complete: Complete,
     model: str,
@@ -101,50 +120,68 @@ async def summarize_span(
     max_summary_tokens: int,
     pin: Callable[[str], list[str]] | None = None,
     facts: Sequence[str] | None = None,
+    segments: bool = True,
 ) -> SummaryResult:
-    """Fold `span` into `previous`; every prompt stays within `budget_tokens`.
+    """Fold `span` into the summary whose segments are `previous`; every prompt stays within
+    `budget_tokens`, and the segments within `max_summary_tokens`.
 
-    Messages are never split across calls, except one that alone exceeds the budget: it is cut in
-    the middle with a visible marker. `pin(summary)` picks the facts pinned after it (a
-    session's facts ledger does); by default, the most recent facts of `span` it lacks.
-    `facts`, the span's literal facts when the caller found them already (the ledger
-    does), spares finding them again: on a long paste that is seconds of regex work.
+    Each call adds a segment for its messages (the model sees the earlier segments as
+    context), unless the segments leave less than `MIN_SEGMENT_SHARE` of
+    `max_summary_tokens` or take half of the summarizer's prompt, or `segments` is off:
+    then it rewrites them and its messages into one. Messages are never split across
+    calls, except one that alone exceeds the budget: it is cut in the middle with a visible
+    marker. `pin(summary)` picks the facts pinned after it (a session's facts ledger does);
+    by default, the most recent facts of `span` it lacks. `facts`, the span's literal facts
+    when the caller found them already (the ledger does), spares finding them again: on a
+    long paste that is seconds of regex work.
     """
     if not span:
         raise ValueError("nothing to summarize: span is empty")
     lines = _render_all(span)
     costs = [counter.count_text(line) + 1 for line in lines]
-    summary, start, calls, input_tokens = previous, 0, 0, 0
+    parts, start, calls, input_tokens, written = list(previous), 0, 0, 0, ""
     while start < len(lines):
-        prompt, start, tokens = _next_prompt(summary, lines, costs, start, counter, budget_tokens)
-        summary = await _complete(complete, model, prompt, max_summary_tokens)
+        earlier = summary_text(parts) if parts else None
+        room = max_summary_tokens - (counter.count_text(earlier) if earlier else 0)
+        adding = (
+            segments
+            and earlier is not None
+            and room >= MIN_SEGMENT_SHARE * max_summary_tokens
+            and counter.count_messages(build_prompt(earlier, "", append=True)) <= budget_tokens // 2
+        )
+        frame = functools.partial(build_prompt, earlier, append=adding)
+        prompt, start, tokens = _next_prompt(frame, lines, costs, start, counter, budget_tokens)
+        written = await _complete(complete, model, prompt, room if adding else max_summary_tokens)
+        parts = [*parts, written] if adding else [written]
         calls += 1
         input_tokens += tokens
-    assert summary is not None
+    summary = summary_text(parts)
     # Off the event loop: spans can be large and this is pure regex work.
     if facts is None:
-        source = f"{previous or ''}{_SEPARATOR}{_SEPARATOR.join(lines)}"
+        source = f"{summary_text(previous)}{_SEPARATOR}{_SEPARATOR.join(lines)}"
         found = await asyncio.to_thread(extract_facts, source)
     else:
-        found = _unique([*extract_facts(previous or ""), *facts])
+        found = _unique([*extract_facts(summary_text(previous)), *facts])
     if pin is None:
         pinned = _cap(missing_facts(found, summary), counter, max_summary_tokens // 4)
     else:
         pinned = await asyncio.to_thread(pin, summary)  # a ledger of hundreds of facts
-    text = f"{summary}{_SEPARATOR}{PINNED_LABEL}{'; '.join(pinned)}" if pinned else summary
-    return SummaryResult(text, summary, pinned, retention(found, summary), calls, input_tokens)
+    return SummaryResult(
+        tuple(parts), written, pinned, retention(found, summary), calls, input_tokens
+    )
 
 
 def _next_prompt(
-    summary: str | None,
+    frame: Callable[[str], list[Message]],
     lines: list[str],
     costs: list[int],
     start: int,
     counter: TokenCounting,
     budget: int,
 ) -> tuple[list[Message], int, int]:
-    """The next fold's prompt, the index after its last message, and its token count."""
-    room = budget - counter.count_messages(build_prompt(summary, ""))
+    """The next call's prompt (`frame` of its transcript), the index after its last
+    message, and its token count."""
+    room = budget - counter.count_messages(frame(""))
     while room > 0:
         end, used = start, 0
         while end < len(lines) and used + costs[end] <= room:
@@ -154,7 +191,7 @@ def _next_prompt(
             chunk = _SEPARATOR.join(lines[start:end])
         else:
             chunk, end = _cut_middle(lines[start], room, counter), start + 1
-        prompt = build_prompt(summary, chunk)
+        prompt = frame(chunk)
         tokens = counter.count_messages(prompt)
         if tokens <= budget:
             return prompt, end, tokens

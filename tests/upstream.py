@@ -244,7 +244,12 @@ _ENCODING = _offline_encoding("o200k_base")
 
 def count_text_tokens(text: str) -> int:
     """Tokens of a text by o200k (what the test upstream reports as completion tokens)."""
-    return len(_ENCODING.encode(text))
+    return len(text_tokens(text))
+
+
+def text_tokens(text: str) -> list[int]:
+    """A text's o200k tokens."""
+    return _ENCODING.encode(text)
 
 
 def count_prompt_tokens(body: dict[str, Any]) -> int:

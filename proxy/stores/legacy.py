@@ -42,7 +42,7 @@ def convert(data: dict[str, Any]) -> tuple[SessionMeta, list[StoredMessage], lis
             chain_hash=messages[item["covers_until"] - 1].chain
             if item["covers_until"]
             else GENESIS,
-            text=item["text"],
+            segments=(item["text"],),
             tokens=item["tokens"],
             model=item["model"],
             created=item["created"],

@@ -10,12 +10,16 @@ strategy, and each probe is scored on the exact context the proxy sent upstream 
 - stale rate: of the updated facts, those whose last value in the context is a
   superseded one (an old value offered as current);
 - tokens: the probes' prompt tokens against the full history's at the same point;
-- prefix-cache share: of all prompt tokens sent, those in messages that are a
-  byte-identical prefix of the previous request's (what a provider's cache would bill
-  as cached).
+- prefix-cache share: of all prompt tokens sent, those that are a prefix of the
+  previous request's, token by token (the leading messages that are byte-identical, and
+  the tokens the first changed message starts with): what a provider's prompt cache
+  would bill as cached.
 
 The upstream's summarizer is deterministic and keeps only the gist (which turns it folded
 and the areas they were about), never a value: what survives is what the proxy keeps.
+The summary strategies run twice more with `context.summary_segments: false`, so the run
+shows what append-only summary segments do to the prefix-cache share against one summary
+rewritten by every fold.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.context import SUMMARY_PREFIX
 from proxy.local import LOCAL_MODEL, local_model_server
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.summarize import APPEND_TASK, SYSTEM_PROMPT
 from tests.servers import serve
-from tests.upstream import Reply, count_prompt_tokens, running_upstream
+from tests.upstream import Reply, count_prompt_tokens, running_upstream, text_tokens
 
 TURNS = 300
 WINDOW = 8192
@@ -199,20 +203,29 @@ def generate(turns: int = TURNS, seed: int = 14, facts: int = 36, updates: int =
 
 def respond(body: dict[str, Any]) -> str | Reply:
     """The upstream: a gist-only summarizer, a tool call where the user asks for one,
-    else a short acknowledgement."""
+    else a short acknowledgement.
+
+    The summarizer keeps which areas were discussed, never a value. Asked for the
+    summary's next segment, it writes a line about the new messages; asked to rewrite
+    the summary, it restates the gist from its first words on ("In 4 parts so far, …"),
+    as a model rewriting a summary would, so a rewrite is new bytes to a prompt cache."""
     messages = body["messages"]
     if messages[0].get("content") == SYSTEM_PROMPT:
         prompt = messages[-1]["content"]
         new = prompt.split("</previous_summary>")[-1]
         areas = sorted({a for a in AREAS if a in new})
-        # The gist only: what the proxy pinned after the last summary is not carried on.
-        previous = re.search(
-            r"<previous_summary>\n(.*?)(?:\n\n|\n</previous_summary>)", prompt, re.S
-        )
         line = f"Then the user discussed the {', '.join(areas) or 'project'} work."
-        return (
-            f"{previous.group(1)} {line}" if previous else f"The user discussed the project. {line}"
+        previous = re.search(r"<previous_summary>\n(.*?)\n</previous_summary>", prompt, re.S)
+        if previous is None:
+            return f"The user discussed the project. {line}"
+        if APPEND_TASK in prompt:  # the summary's next segment: the new messages only
+            return line
+        earlier = previous.group(1)
+        parts = earlier.count("Then the user discussed") + sum(
+            int(n) for n in re.findall(r"In (\d+) parts so far", earlier)
         )
+        seen = sorted({a for a in AREAS if a in earlier or a in new})
+        return f"In {parts + 1} parts so far, the user discussed the {', '.join(seen)} work."
     last = messages[-1]
     found = _TOOL_TURN.search(str(last.get("content") or "")) if last["role"] == "user" else None
     if found:
@@ -248,6 +261,12 @@ STRATEGIES = [
     Strategy("summary + facts", {"recall_ratio": 0}),
     Strategy("summary + facts + recall", {}),
 ]
+# The same summary strategies with every fold rewriting one summary, as before segments.
+REWRITTEN = [
+    Strategy(s.name, {**s.context, "summary_segments": False})
+    for s in STRATEGIES
+    if s.name in ("summary", "summary + facts + recall")
+]
 # The short run: SmolLM2 as the summarizer (its window is LOCAL_WINDOW), beside the test's.
 SHORT_TURNS, LOCAL_WINDOW, SHORT_WINDOW = 48, 2048, 2048
 SHORT = [
@@ -268,8 +287,9 @@ class Score:
     probe_tokens: float  # mean prompt tokens of a probe request
     cache_share: float
     requests: int
-    segments_bound: float  # the most append-only summary segments could add to the share
     summaries: int  # folds that reached the model (distinct summaries sent)
+    rewrites: int = 0  # summarizer calls that rewrote the summary so far (not a first one)
+    calls: int = 0  # summarizer calls
 
 
 def drive(client: openai.OpenAI, model: str, script: Script) -> list[int]:
@@ -325,17 +345,17 @@ def score(name: str, script: Script, bodies: list[dict[str, Any]], probes: list[
             last = max(fact.values, key=lambda value: text.rfind(value))
             stale += text.rfind(last) >= 0 and last != fact.answer
     sizes = [count_prompt_tokens(body) for body in bodies]
-    cached = kept = 0
+    cached = 0
     for before, after in itertools.pairwise(bodies):
-        old, new = _summary(before), _summary(after)
-        if old is not None and new is not None and old != new:
-            kept += count_prompt_tokens({"messages": [old]})
         same = 0
         for a, b in zip(before["messages"], after["messages"], strict=False):
             if a != b:
                 break
             same += 1
-        cached += count_prompt_tokens({"messages": after["messages"][:same]}) if same else 0
+        messages = after["messages"]
+        cached += count_prompt_tokens({"messages": messages[:same]}) if same else 0
+        if same < min(len(before["messages"]), len(messages)):
+            cached += _common_tokens(before["messages"][same], messages[same])
     return Score(
         name,
         found / len(script.facts),
@@ -343,20 +363,34 @@ def score(name: str, script: Script, bodies: list[dict[str, Any]], probes: list[
         sum(sizes[at] for at in probes) / len(probes),
         cached / max(sum(sizes[1:]), 1),
         len(bodies),
-        kept / max(sum(sizes[1:]), 1),
-        len({str(summary["content"]) for body in bodies if (summary := _summary(body))}),
+        len({summary for body in bodies if (summary := _summary(body))}),
     )
 
 
-def _summary(body: dict[str, Any]) -> dict[str, Any] | None:
+def _summary(body: dict[str, Any]) -> str | None:
+    """The summary a request carries (none before the first fold)."""
     return next(
         (
-            m
+            str(m["content"])
             for m in body["messages"]
             if m["role"] == "system" and str(m["content"]).startswith(SUMMARY_PREFIX)
         ),
         None,
     )
+
+
+def _common_tokens(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """The tokens a changed message starts with that it had before: a provider's cache
+    keeps a prompt's prefix token by token, into the first message that changed."""
+    old, new = before.get("content"), after.get("content")
+    if before["role"] != after["role"] or not isinstance(old, str) or not isinstance(new, str):
+        return 0
+    same = 0
+    for a, b in zip(text_tokens(old), text_tokens(new), strict=False):
+        if a != b:
+            break
+        same += 1
+    return same
 
 
 def run_strategy(
@@ -413,12 +447,17 @@ def run_strategy(
                 default_headers={"X-Session-Id": "scorecard"},
             )
             probes = drive(client, "scorecard", script)
-        bodies = [
-            r.body
-            for r in upstream.chat_requests()
-            if r.body["messages"][0].get("content") != SYSTEM_PROMPT
-        ]
-    return score(strategy.name, script, bodies, probes)
+        requests = [r.body for r in upstream.chat_requests()]
+    bodies = [b for b in requests if b["messages"][0].get("content") != SYSTEM_PROMPT]
+    prompts = [
+        b["messages"][-1]["content"]
+        for b in requests
+        if b["messages"][0].get("content") == SYSTEM_PROMPT
+    ]
+    result = score(strategy.name, script, bodies, probes)
+    result.calls = len(prompts)
+    result.rewrites = sum("<previous_summary>" in p and APPEND_TASK not in p for p in prompts)
+    return result
 
 
 def cross_session(directory: Path, script: Script) -> tuple[float, float]:
@@ -484,6 +523,25 @@ def table(scores: list[Score], full: float | None) -> str:
     return "\n".join(lines)
 
 
+def segments_table(scores: list[Score], rewritten: list[Score]) -> str:
+    """Append-only summary segments (the default) against one summary that every fold
+    rewrites, strategy by strategy, in the same run."""
+    lines = [
+        "summary segments against one summary rewritten by every fold:",
+        "| strategy | summary | probe recall | tokens per probe | prefix-cache share"
+        " | summarizer calls (rewrites) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for before in rewritten:
+        after = next(s for s in scores if s.name == before.name)
+        for kind, s in (("one rewritten", before), ("append-only segments", after)):
+            lines.append(
+                f"| {s.name} | {kind} | {s.recall:.0%} | {s.probe_tokens:,.0f} |"
+                f" {s.cache_share:.1%} | {s.calls} ({s.rewrites}) |"
+            )
+    return "\n".join(lines)
+
+
 def local_run(directory: Path) -> str:
     """A short conversation with the test's gist-only summarizer and with SmolLM2 (the
     local model, on llama.cpp): what a real small model keeps. Reported, not gated."""
@@ -523,9 +581,8 @@ def benchmark(directory: Path, quick: bool = False) -> str:
             f"memory across sessions: {len(memory.facts)} facts planted in one session "
             f"({sum(len(f.values) > 1 for f in memory.facts)} updated), each probed from a new"
             f" session with the same memory id: recall {recall:.0%}, stale {stale:.0%}",
-            "append-only summary segments would add at most "
-            + ", ".join(f"{s.segments_bound:.1%} ({s.name})" for s in scores[2:])
-            + " to the prefix-cache share: a fold moves the verbatim window too",
+            "",
+            segments_table(scores, [run_strategy(directory, s, script) for s in REWRITTEN]),
             *([] if quick else ["", local_run(directory)]),
         ]
     )

@@ -4,6 +4,7 @@ the README shows a full run."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import subprocess
@@ -77,6 +78,22 @@ def test_every_benchmark_prints_its_table() -> None:
     assert recall >= 90 and stale == 0 and share >= 80, rows
     across = re.search(r"same memory id: recall (\d+)%, stale (\d+)%", sections["scorecard"])
     assert across and int(across[1]) >= 90 and int(across[2]) == 0, sections["scorecard"]
+    # Append-only segments beside one rewritten summary, in the same run: the same folds,
+    # and the segments rewrite the summary less often (only once they outgrow their share).
+    segments = re.findall(
+        rf"^\| ([a-z +]+) \| (one rewritten|append-only segments) \| (\d+)% \| [\d,]+ \|"
+        rf" ({NUMBER})% \| (\d+) \((\d+)\) \|$",
+        sections["scorecard"],
+        re.M,
+    )
+    assert [(name, kind) for name, kind, *_ in segments] == [
+        (name, kind)
+        for name in ("summary", "summary + facts + recall")
+        for kind in ("one rewritten", "append-only segments")
+    ], sections["scorecard"]
+    for rewritten, appended in itertools.pairwise(segments):
+        if rewritten[1] == "one rewritten":
+            assert int(appended[5]) < int(rewritten[5]), (rewritten, appended)
 
 
 def _finite(text: str) -> bool:

@@ -10,9 +10,10 @@ import httpx
 import openai
 import pytest
 
+from proxy.context import PINNED_LABEL
 from proxy.memory import MEMORY_PREFIX
 from proxy.recall import RECALL_PREFIX
-from proxy.summarize import PINNED_LABEL, SYSTEM_PROMPT
+from proxy.summarize import SYSTEM_PROMPT
 from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, respond
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens

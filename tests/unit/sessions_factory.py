@@ -51,5 +51,5 @@ def meta(
 
 def checkpoint(transcript: list[StoredMessage], covers: int, text: str = "summary") -> Checkpoint:
     return Checkpoint(
-        covers, transcript[covers - 1].chain, text, 3, "m", 1.0, {COUNTER: 10 * covers}
+        covers, transcript[covers - 1].chain, (text,), 3, "m", 1.0, {COUNTER: 10 * covers}
     )

@@ -8,6 +8,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.context import SUMMARY_PREFIX, summary_message
 from proxy.messages import GENESIS, chain, message_hash
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
@@ -190,10 +191,23 @@ def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> N
     assert reconcile(meta, [user("u1"), bot("x")], "auto", None) == NEED_STORED_HASHES
 
 
+def test_a_checkpoint_stored_before_segments_sends_the_same_bytes() -> None:
+    """A summary stored as one text (pinned facts inside) loads as one segment, so the
+    model gets the message it got before the upgrade, and the prompt cache keeps it."""
+    text = "The user planned the launch.\n\nPinned facts: PRJ-7"
+    stored = {"covers_until": 2, "chain_hash": "h", "text": text, "tokens": 9}
+    checkpoint = Checkpoint.from_dict(stored | {"model": "m", "created": 1.0})
+    assert checkpoint.segments == (text,) and checkpoint.pinned == ()
+    assert checkpoint.text == text
+    assert summary_message(checkpoint.text) == {"role": "system", "content": SUMMARY_PREFIX + text}
+
+
 def test_meta_json_roundtrip_and_tenant_ids() -> None:
     meta = meta_for(T4, sent=3).evolve(
         totals={"o200k_base": 40},
-        checkpoint=Checkpoint(2, "h", "summary", 5, "m", 1.0, {"o200k_base": 10}),
+        checkpoint=Checkpoint(
+            2, "h", ("summary",), 5, "m", 1.0, {"o200k_base": 10}, pinned=("PRJ-7",)
+        ),
         checkpoints=1,
     )
     assert SessionMeta.from_dict(orjson.loads(orjson.dumps(meta.to_dict()))) == meta

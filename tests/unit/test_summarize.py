@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.context import PINNED_LABEL
 from proxy.summarize import (
     MAX_PINNED_FACTS,
-    PINNED_LABEL,
     SummarizationError,
     SummaryResult,
     build_prompt,
@@ -66,9 +66,10 @@ def tagged(count: int, words: int = 1, offset: int = 0) -> list[dict[str, Any]]:
 async def summarize(
     span: list[dict[str, Any]],
     model: FakeModel,
-    previous: str | None = None,
+    previous: tuple[str, ...] = (),
     budget: int = 10_000,
     max_summary: int = 200,
+    segments: bool = True,
 ) -> SummaryResult:
     return await summarize_span(
         previous=previous,
@@ -78,6 +79,7 @@ async def summarize(
         counter=COUNTER,
         budget_tokens=budget,
         max_summary_tokens=max_summary,
+        segments=segments,
     )
 
 
@@ -99,26 +101,68 @@ async def test_single_call_passes_model_and_max_tokens() -> None:
 async def test_incremental_sends_previous_summary_and_only_the_new_span() -> None:
     model = FakeModel()
     first = await summarize(tagged(3), model)
-    second = await summarize(tagged(2, offset=3), model, previous=first.text)
-    assert first.text.startswith("summary 1\n\nPinned facts: tag0x")
-    assert f"<previous_summary>\n{first.text}\n</previous_summary>" in model.prompt(1)
+    second = await summarize(tagged(2, offset=3), model, previous=first.segments)
+    assert first.text.startswith(f"summary 1\n\n{PINNED_LABEL}tag0x")
+    assert "<previous_summary>\nsummary 1\n</previous_summary>" in model.prompt(1)
     assert second.raw_text == "summary 2"
     for i in range(5):
         assert calls_with(model, f"tag{i}x") == 1
 
 
-async def test_chunking_keeps_every_call_within_budget_and_folds_forward() -> None:
+async def test_a_fold_adds_a_segment_and_leaves_the_earlier_ones_byte_identical() -> None:
+    model = FakeModel("The user then paid INV-7.")
+    earlier = ("The user greeted the assistant.", "They discussed the budget.")
+    result = await summarize([user("I paid INV-7.")], model, previous=earlier, max_summary=200)
+    assert result.segments == (*earlier, "The user then paid INV-7.")
+    prompt = model.prompt(0)
+    assert f"<previous_summary>\n{earlier[0]}\n\n{earlier[1]}\n</previous_summary>" in prompt
+    assert "Summarize the new messages only" in prompt
+    # The new segment may take what the earlier ones leave of the summary's share.
+    assert model.calls[0][2] == 200 - COUNTER.count_text("\n\n".join(earlier))
+
+
+async def test_segments_that_outgrow_their_share_are_consolidated_into_one() -> None:
+    model = FakeModel("All of it, briefly.")
+    earlier = (" ".join(["word"] * 80), " ".join(["more"] * 80))  # 160 of 200 tokens
+    result = await summarize([user("hi")], model, previous=earlier, max_summary=200)
+    assert result.segments == ("All of it, briefly.",)
+    assert "Write the updated summary" in model.prompt(0)
+    assert model.calls[0][2] == 200
+
+
+async def test_segments_that_would_crowd_the_summarizer_prompt_are_consolidated() -> None:
+    model = FakeModel("Short.")
+    earlier = ("Plenty of words here to take half the prompt of a small summarizer.",)
+    await summarize([user("hi")], model, previous=earlier, budget=200, max_summary=1000)
+    assert "Write the updated summary" in model.prompt(0)
+
+
+async def test_without_segments_every_fold_rewrites_the_summary() -> None:
+    model = FakeModel("Both parts.")
+    result = await summarize([user("hi")], model, previous=("One part.",), segments=False)
+    assert result.segments == ("Both parts.",)
+    assert "Write the updated summary" in model.prompt(0)
+
+
+@pytest.mark.parametrize(("segments", "budget"), [(True, 400), (False, 150)])
+async def test_chunking_keeps_every_call_within_budget_and_folds_forward(
+    segments: bool, budget: int
+) -> None:
     model = FakeModel()
-    budget = 150
-    result = await summarize(tagged(20, words=30), model, budget=budget)
+    result = await summarize(tagged(20, words=30), model, budget=budget, segments=segments)
     assert result.calls == len(model.calls) > 1
     for _, messages, _ in model.calls:
         assert COUNTER.count_messages(messages) <= budget
     for i in range(20):
         assert calls_with(model, f"tag{i}x") == 1
     for i in range(1, len(model.calls)):
-        assert f"<previous_summary>\nsummary {i}\n</previous_summary>" in model.prompt(i)
+        # Each chunk sees what the calls before it wrote: all of it, or the one rewrite.
+        earlier = [f"summary {n}" for n in range(1, i + 1)] if segments else [f"summary {i}"]
+        expected = "\n\n".join(earlier)
+        assert f"<previous_summary>\n{expected}\n</previous_summary>" in model.prompt(i)
     assert result.raw_text == f"summary {len(model.calls)}"
+    written = tuple(f"summary {n}" for n in range(1, len(model.calls) + 1))
+    assert result.segments == (written if segments else written[-1:])
     assert result.input_tokens == sum(COUNTER.count_messages(m) for _, m, _ in model.calls)
 
 
@@ -130,7 +174,7 @@ async def test_chunking_keeps_every_call_within_budget_and_folds_forward() -> No
 def test_each_message_in_exactly_one_call_within_budget(sizes: list[int], budget: int) -> None:
     span = [user(" ".join([f"tag{i}x", *["pad"] * (n - 1)])) for i, n in enumerate(sizes)]
     model = FakeModel()
-    asyncio.run(summarize(span, model, previous="earlier", budget=budget, max_summary=50))
+    asyncio.run(summarize(span, model, previous=("earlier",), budget=budget, max_summary=50))
     assert all(COUNTER.count_messages(m) <= budget for _, m, _ in model.calls)
     assert all(calls_with(model, f"tag{i}x") == 1 for i in range(len(span)))
 
@@ -197,9 +241,12 @@ async def test_pins_dropped_facts_only() -> None:
 
 
 async def test_facts_of_previous_summary_are_checked_too() -> None:
-    previous = "The budget is $4,200."
-    result = await summarize([user("ok")], FakeModel("The user agreed."), previous=previous)
-    assert result.pinned == ["$4,200"]
+    previous = ("The budget is $4,200.",)
+    model = FakeModel("The user agreed.")
+    rewritten = await summarize([user("ok")], model, previous=previous, segments=False)
+    assert rewritten.pinned == ["$4,200"]  # the rewrite dropped it
+    added = await summarize([user("ok")], FakeModel("The user agreed."), previous=previous)
+    assert added.pinned == [] and "$4,200" in added.text  # its segment still says it
 
 
 async def test_nothing_pinned_when_all_facts_kept() -> None:
