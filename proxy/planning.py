@@ -24,7 +24,7 @@ from proxy.sessions import Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.summaries import Summaries
 from proxy.summarize import SummarizationError
 from proxy.tokens import CountCache, TokenCounter
-from proxy.turns import Request, State
+from proxy.turns import Request, SessionKey, State
 
 __all__ = ["Planning"]
 
@@ -132,10 +132,13 @@ class Planning:
     async def summarized(
         self, request: Request, state: State, span: tuple[int, int]
     ) -> tuple[State, Plan]:
-        """Fold `span` into the summary, then plan again; truncation if that fails."""
+        """Fold `span` into the summary, then plan again; truncation if that fails. A
+        background summary on its way is waited for, and one that landed since the state
+        was read is used, never made again."""
         assert request.key is not None
         if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
             await self._summaries.wait(request.key)
+        if await self._changed(request.key, state):
             state = await self._history.state(request)
             plan = await self.plan(request, state, allow_summary=True)
             if plan.summarize is None:
@@ -167,6 +170,12 @@ class Planning:
             return state, await self.plan(request, state, allow_summary=False)
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
+
+    async def _changed(self, key: SessionKey, state: State) -> bool:
+        """The stored session changed since `state` was read: under the turn lock, only a
+        background summary (here or in another replica) can have been stored."""
+        meta = await self._store.load(*key)
+        return (meta.version if meta is not None else 0) != state.expected
 
     async def _adopt(self, request: Request, state: State, checkpoint: Checkpoint) -> State:
         """Put a new summary in effect: stored now if it covers stored messages only

@@ -1,0 +1,97 @@
+"""Planning's summary step, with the engine's own parts replaced by fakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.config import load_settings
+from proxy.planning import Planning
+from proxy.reconcile import Match
+from proxy.sessions import Checkpoint
+from proxy.tokens import CountCache, counter_for
+from proxy.turns import Request, State
+from tests.unit.sessions_factory import COUNTER, entries, meta
+
+KEY = ("t1", "s")
+TOKENIZER = counter_for("gpt-4o-mini")
+TRANSCRIPT = entries(*(f"message {i}" for i in range(6)))
+CONVERSATION = [s.message for s in TRANSCRIPT]
+
+
+class Store:
+    """Reads the meta record a background summary just stored."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+    async def load(self, tenant: str, session_id: str) -> Any:
+        return meta(TRANSCRIPT, version=self.version)
+
+
+class History:
+    """Reads the session again: with the summary that landed."""
+
+    def __init__(self, state: State) -> None:
+        self.fresh = state
+        self.reads = 0
+
+    async def state(self, request: Request) -> State:
+        self.reads += 1
+        return self.fresh
+
+
+class Summaries:
+    """No background summary running now; none may be made here."""
+
+    def running(self, key: Any) -> None:
+        return None
+
+    async def make(self, *args: Any, **kwargs: Any) -> Checkpoint:
+        raise AssertionError("summarized again what a background summary had just summarized")
+
+
+def state(version: int, checkpoint: Checkpoint | None) -> State:
+    match = Match("full", len(TRANSCRIPT), len(TRANSCRIPT), [], TRANSCRIPT[-1].chain)
+    return State(
+        base=meta(TRANSCRIPT, version=version),
+        match=match,
+        new=(),
+        totals={COUNTER: 10 * len(TRANSCRIPT)},
+        checkpoint=checkpoint,
+        checkpoints=1 if checkpoint else 0,
+        expected=version,
+        serialized=None,
+    )
+
+
+async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_again() -> None:
+    landed = Checkpoint(4, TRANSCRIPT[3].chain, ("They said hello.",), 5, "m", 1.0, {COUNTER: 40})
+    history = History(state(2, landed))
+    planning = Planning(
+        load_settings(None, environ={}),
+        Store(version=2),  # type: ignore[arg-type]
+        history,  # type: ignore[arg-type]
+        Summaries(),  # type: ignore[arg-type]
+        CountCache(),
+        None,  # type: ignore[arg-type]
+    )
+    request = Request(
+        model="gpt-4o-mini",
+        counter=TOKENIZER,
+        budget=1000,
+        input_limit=1250,
+        messages=CONVERSATION,
+        system=[],
+        conversation=CONVERSATION,
+        system_tokens=3,
+        tools_tokens=0,
+        mode="auto",
+        key=KEY,
+        size=None,
+    )
+    read_before = state(1, None)  # version 1: before the background summary was stored
+    after, plan = await planning.summarized(request, read_before, (0, 4))
+    assert history.reads == 1 and after.checkpoint == landed
+    assert plan.compression == "summary" and plan.summarize is None
+    assert plan.messages[0]["content"].endswith("They said hello.")
+    assert plan.messages[1:] == CONVERSATION[4:]
