@@ -90,11 +90,12 @@ class Checkpoint:
     index: dict[str, Any] | None = None  # `proxy.recall.segment` of the folded span
     ledger: tuple[Fact, ...] | None = None
     pinned: tuple[str, ...] = ()
+    # The summary as the model reads it (segments, then pinned facts): joined once, as
+    # every request of the session sends it.
+    text: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def text(self) -> str:
-        """The summary as the model reads it: the segments, then the pinned facts."""
-        return summary_text(self.segments, self.pinned)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", summary_text(self.segments, self.pinned))
 
     def to_dict(self, archive: bool = True) -> dict[str, Any]:
         data = {
@@ -118,7 +119,8 @@ class Checkpoint:
         data = dict(data)
         ledger = data.pop("ledger", None)
         # Stored before segments: one text, pinned facts inside it.
-        segments = data.pop("segments", None) or [data.pop("text")]
+        text = data.pop("text", None)
+        segments = data.pop("segments", None) or [text]
         pinned = data.pop("pinned", ())
         return cls(
             **{"before": {}, **data},

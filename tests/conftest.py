@@ -92,6 +92,14 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(params=["disk", "redis"])
+def store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The `session` config section of each store: the disk default, or a test Redis."""
+    if request.param == "disk":
+        return {}
+    return {"store": "redis", "redis_url": request.getfixturevalue("redis_url")}
+
+
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
     """A three-node Redis Cluster on loopback, for the whole test session."""

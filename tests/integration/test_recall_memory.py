@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 
 from proxy.context import PINNED_LABEL
 from proxy.memory import MEMORY_PREFIX
@@ -19,13 +18,6 @@ from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
 WINDOW = 4096
-
-
-@pytest.fixture(params=["disk", "redis"])
-def store(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "disk":
-        return {}
-    return {"store": "redis", "redis_url": request.getfixturevalue("redis_url")}
 
 
 def start(start_proxy, upstream: FakeUpstream, **sections: dict[str, Any]) -> str:

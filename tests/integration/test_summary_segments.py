@@ -15,10 +15,8 @@ from proxy.summarize import MIN_SEGMENT_SHARE, REWRITE_TASK, SYSTEM_PROMPT
 from proxy.tokens import counter_for
 from tests.benchmarks.scorecard import generate, respond
 from tests.conftest import MODEL
-from tests.integration.test_recall_memory import client, drive, model_calls, start, store
+from tests.integration.test_recall_memory import client, drive, model_calls, start
 from tests.upstream import FakeUpstream, Reply
-
-__all__ = ["store"]  # the fixture, shared
 
 SHARE = 100  # context.max_summary_tokens: small, so the segments outgrow it within the test
 
