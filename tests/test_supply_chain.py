@@ -60,6 +60,8 @@ def test_the_locks_pin_and_hash_everything() -> None:
     runtime = locked(LOCKS[1])
     everything = locked(LOCKS[0])
     assert runtime["litellm"][0] == everything["litellm"][0] == "1.102.4"
+    # The pip every test virtualenv upgrades to first is the one the test lock pins.
+    assert locked(ROOT / "tests" / "pip.lock") == {"pip": everything["pip"]}
     for name, (version, _) in runtime.items():
         assert everything.get(name, (version,))[0] == version, f"{name}: the locks disagree"
 

@@ -23,11 +23,14 @@ import yaml
 from proxy.local import held_port, running_server
 from tests.benchmarks.conversations import MODEL
 
+_ROOT = Path(__file__).resolve().parents[2]
+# LiteLLM's proxy's virtualenv and pip's cache: in the checkout, never in `~`.
+CACHE = _ROOT / ".cache" / "benchmarks"
+PIP_LOCK = _ROOT / "tests" / "pip.lock"
 UPSTREAM_KEY = "sk-bench-upstream"
 # Large enough that no benchmark body is ever compressed: proxy and direct calls then
 # carry the same messages, and the difference is the proxy's own time.
 HUGE_WINDOW = 4_000_000
-CACHE_ENV = "BENCHMARK_CACHE"
 
 
 def model_list(upstream_url: str, max_input_tokens: int = HUGE_WINDOW) -> list[dict[str, Any]]:
@@ -98,29 +101,31 @@ def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
 
 def litellm_proxy_executable() -> Path:
     """`litellm` from a virtualenv holding `litellm[proxy]` at our pinned version, every
-    package as `litellm-proxy.lock` pins and hashes it (a changed lock installs anew)."""
+    package as `litellm-proxy.lock` pins and hashes it (a changed lock installs anew).
+    The virtualenv and pip's cache live in the checkout's `.cache/`, never in `~`."""
     version = importlib.metadata.version("litellm")
     lock = Path(__file__).with_name("litellm-proxy.lock")
     if f"\nlitellm=={version} " not in lock.read_text():
         raise RuntimeError(f"{lock.name} does not pin litellm=={version}, as pyproject does")
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
-    cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "context-proxy-bench")
-    home = cache / f"litellm-proxy-{version}-{digest}"
+    home = CACHE / f"litellm-proxy-{version}-{digest}"
     executable = home / "bin" / "litellm"
     if executable.is_file():
         return executable
     print(f"installing litellm[proxy]=={version} into {home} (once)", file=sys.stderr)
     venv.create(home, with_pip=True, clear=True)
     pip = [str(home / "bin" / "python"), "-m", "pip", "install", "-q", "--require-hashes"]
-    done = subprocess.run([*pip, "-r", str(lock)], capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"installing litellm[proxy] failed:\n{done.stderr[-3000:]}")
+    env = {**os.environ, "PIP_CACHE_DIR": str(CACHE / "pip")}
+    # The venv's own pip first: the one Python ships may refuse the lock's extras.
+    for requirements in (PIP_LOCK, lock):
+        done = subprocess.run(
+            [*pip, "-r", str(requirements)], capture_output=True, text=True, env=env
+        )
+        if done.returncode:
+            raise RuntimeError(f"installing {requirements.name} failed:\n{done.stderr[-3000:]}")
     return executable
 
 
 def _quiet_env() -> dict[str, str]:
     """No network at start-up for either proxy (LiteLLM's bundled model map)."""
     return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-
-
-_ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,33 @@
+#!/bin/sh
+# Everything the test suite needs, from nothing, into .venv: the Debian packages the
+# tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp),
+# a pinned pip, the locked packages, and the project itself. Nothing is started here,
+# and nothing is written outside this checkout and the system temp dir.
+set -eu
+cd "$(dirname "$0")/.."
+
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
+command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
+command -v c++ >/dev/null 2>&1 || missing="$missing g++"
+if [ -n "$missing" ]; then
+  as_root=""
+  [ "$(id -u)" -eq 0 ] || as_root="sudo"
+  echo "installing:$missing" >&2
+  $as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# pip's cache stays in the checkout, not in ~/.cache.
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PWD/.cache/pip}"
+# llama-cpp-python compiles llama.cpp for the local-model test. Its default build tunes
+# for the build machine's CPU, and on VMs that advertise AVX-512/AMX it crashed in the
+# first batched decode; this portable AVX2 build works everywhere here.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
+
+python3 -m venv .venv
+# An older pip (23.2 ships with Python 3.11.7) refuses some hashed locks: upgrade first.
+.venv/bin/python -m pip install -q --require-hashes -r tests/pip.lock
+.venv/bin/python -m pip install -q --require-hashes -r tests/requirements.lock
+.venv/bin/python -m pip install -q --no-deps -e .
