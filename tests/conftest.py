@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +19,41 @@ from tests.upstream import FakeUpstream, Reply, running_upstream
 
 UPSTREAM_KEY = "sk-test-upstream-secret-0123456789"
 MODEL = "gpt-4o-mini"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite and everything it starts see an empty home of their own, which must still
+    be empty at the end: nothing is written outside the checkout and the temp dir. Caches
+    (pip's, pip-tools') go to the checkout's `.cache/`. What the user's home holds for
+    tools to read keeps its place: pip's config, and the rustup toolchain that pip asks
+    for its version (rustup writes its settings into a home that has none)."""
+    home = Path.home()
+    for pip_config in (home / ".config" / "pip" / "pip.conf", home / ".pip" / "pip.conf"):
+        if pip_config.is_file():
+            os.environ.setdefault("PIP_CONFIG_FILE", str(pip_config))
+    for variable, directory in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):
+        if (home / directory).is_dir():
+            os.environ.setdefault(variable, str(home / directory))
+    os.environ["XDG_CACHE_HOME"] = str(ROOT / ".cache")
+    config.stash[_home_key] = tempfile.mkdtemp(prefix="context-proxy-tests-home-")
+    os.environ["HOME"] = config.stash[_home_key]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    home = session.config.stash.get(_home_key, None)
+    if home is None:
+        return
+    written = sorted(str(path.relative_to(home)) for path in Path(home).rglob("*"))
+    shutil.rmtree(home, ignore_errors=True)
+    if written:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"FAILED: the tests wrote into the home directory: {written[:20]}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_home_key = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
