@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from proxy import headers
 from proxy.auth import Auth, AuthMiddleware, Principal
 from proxy.config import Settings, load_settings
-from proxy.doors import Door, Framer, Inbound
+from proxy.doors import Door, Framer, Inbound, field_label
 from proxy.doors.chat import ChatDoor
 from proxy.doors.messages import MessagesDoor, anthropic_error
 from proxy.doors.responses import ResponseIds, ResponsesDoor
@@ -34,7 +36,7 @@ from proxy.http import (
     read_body,
     unless_disconnected,
 )
-from proxy.metrics import OTHER_MODEL, exposition
+from proxy.metrics import DROPPED_FIELDS, OTHER_MODEL, exposition
 from proxy.redaction import Redactor
 from proxy.session_api import SessionApi, model_not_allowed
 from proxy.sessions import Mode, SessionStore
@@ -46,6 +48,11 @@ from proxy.validation import session_id
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
+
+logger = logging.getLogger("context_proxy.doors")
+# The dropped fields an `X-Context-Dropped` header names (more are counted, not named).
+_NAMED = 16
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def _ratio(value: str | None) -> float | None:
@@ -159,6 +166,9 @@ class Proxy:
         self.upstream.check_model(model)
         context = self._request_context(request, caller, raw, inbound)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
+        dropped = self._dropped(door, inbound)
+        if dropped:
+            response_headers[headers.DROPPED] = ", ".join(dropped)
         if inbound.stream:
             events = await unless_disconnected(
                 request, self.engine.stream(inbound.body, context, telemetry)
@@ -181,6 +191,29 @@ class Proxy:
             request, self.engine.complete(inbound.body, context, telemetry)
         )
         return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
+
+    def _dropped(self, door: Door, inbound: Inbound) -> list[str]:
+        """What the request carries that will not reach the provider: what the door could
+        not carry, and the optional parameters this model does not take (removed here)."""
+        body, model = inbound.body, inbound.body["model"]
+        dropped = list(inbound.dropped)
+        for group in inbound.optional:
+            present = [name for name in group if name in body]
+            kept = next((n for n in present if self.upstream.supports(model, n)), None)
+            for name in present:
+                if name != kept:
+                    del body[name]
+            if kept is None:
+                dropped += present
+        for name in dropped:
+            DROPPED_FIELDS.labels(door.api, field_label(name)).inc()
+        # Named as the client named them, where that is a plain name: a header value
+        # of bounded length, and nothing a client could smuggle into it.
+        named = [n if _PLAIN_NAME.fullmatch(n) else "other" for n in dropped[:_NAMED]]
+        named += ["..."] if len(dropped) > _NAMED else []
+        if named:
+            logger.debug("%s request: not sent to %s: %s", door.api, model, ", ".join(named))
+        return named
 
     async def _sse(
         self,

@@ -11,4 +11,6 @@ REQUEST_ID = "X-Request-Id"
 TOKENS_ORIGINAL = "X-Context-Tokens-Original"
 TOKENS_SENT = "X-Context-Tokens-Sent"
 COMPRESSION = "X-Context-Compression"
+# What the request carried that did not reach the provider (fields, server tools).
+DROPPED = "X-Context-Dropped"
 SUMMARY_AGE = "X-Context-Summary-Age"

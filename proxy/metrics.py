@@ -116,6 +116,12 @@ TOKEN_ESTIMATE_RATIO = Gauge(
     ["model"],
     multiprocess_mode="mostrecent",
 )
+DROPPED_FIELDS = Counter(
+    "context_proxy_dropped_fields",
+    "Request fields (vendor fields, server tools, parameters the provider does not take)"
+    " a door did not carry to the provider.",
+    ["api", "field"],
+)
 MODEL_LIMIT_DEFAULTED = Counter(
     "context_proxy_model_limit_defaulted",
     "Requests whose budget used context.default_context_window: no limit was known.",

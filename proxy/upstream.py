@@ -118,6 +118,25 @@ class Upstream:
                 return str(entry.litellm_params["model"])
         return model
 
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
+    def supports(self, model: str, parameter: str) -> bool:
+        """Whether every deployment of `model` takes the chat parameter `parameter`, by
+        LiteLLM's own list for its provider and model."""
+        deployments = [
+            entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
+        ] or [{"model": model}]
+        for params in deployments:
+            try:
+                name, provider, _, _ = litellm.get_llm_provider(
+                    model=str(params["model"]), api_base=params.get("api_base")
+                )
+                supported = litellm.get_supported_openai_params(name, provider) or ()
+            except Exception:  # a provider LiteLLM cannot name: take nothing optional
+                return False
+            if parameter not in supported:
+                return False
+        return True
+
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
     def limits(self, model: str) -> ModelLimits:
         """What `model` accepts (see `proxy.limits.model_limits`)."""

@@ -18,7 +18,16 @@ from proxy.openai_compatible import Completion
 from proxy.turns import Turn
 from proxy.validation import session_id
 
-__all__ = ["Api", "Door", "Framer", "Inbound", "body_session_id", "text_of"]
+__all__ = [
+    "Api",
+    "Door",
+    "Framer",
+    "Inbound",
+    "body_session_id",
+    "field_label",
+    "text_of",
+    "unknown_fields",
+]
 
 Api = Literal["chat", "messages", "responses"]
 
@@ -34,6 +43,13 @@ class Inbound:
     continues: int | None = None
     # The door's own facts, handed back to its `reply` and `framer`.
     extra: dict[str, Any] = field(default_factory=dict)
+    # What the client sent that this door does not carry (vendor fields, server tools):
+    # dropped, never refused, and said in a header and a metric.
+    dropped: tuple[str, ...] = ()
+    # Parameters the door translated that not every provider takes, in groups of
+    # alternatives: of each group, the first the model takes (every deployment, by
+    # LiteLLM's own list) is sent, the rest are not; if it takes none, they are dropped.
+    optional: tuple[tuple[str, ...], ...] = ()
 
     @property
     def stream(self) -> bool:
@@ -60,6 +76,37 @@ class Door(Protocol):
     ) -> Response: ...
 
     def framer(self, inbound: Inbound, turn: Turn) -> Framer: ...
+
+
+# Dropped fields counted under their own name; any other is counted as `other`, so a
+# client cannot grow the metric's label set.
+_LABELLED = frozenset(
+    {
+        "client_metadata",
+        "container",
+        "context_management",
+        "mcp_servers",
+        "reasoning_effort",
+        "response_format",
+        "thinking",
+        "thinking.adaptive",
+        "top_k",
+    }
+)
+
+
+def field_label(name: str) -> str:
+    """A dropped field's metric label: `tools` for any tool, `output_config` for any of
+    its keys, a known field's own name, else `other`."""
+    head = name.split(".", 1)[0]
+    if head in ("tools", "output_config"):
+        return head
+    return name if name in _LABELLED else "other"
+
+
+def unknown_fields(body: dict[str, Any], known: frozenset[str]) -> list[str]:
+    """The body's top-level fields a door does not know, in the order they came."""
+    return [key for key in body if key not in known]
 
 
 def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:

@@ -8,6 +8,12 @@ and `thinking`/`redacted_thinking` blocks ride along as the message's
 `thinking_blocks`, byte for byte with their signatures. The engine puts its summary
 after the client's own system message, so the client's cache breakpoints keep their
 place.
+
+Agents send more than the published API (Claude Code: `context_management`,
+`output_config`, a `system` message mid-conversation). What maps onto a chat parameter
+is translated (`output_config.effort` and `thinking` to the provider's reasoning
+setting, `output_config.format` to `response_format`, `context_management` for a
+provider that takes it); what does not, and server tools, are dropped and said.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id, text_of
+from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
 from proxy.doors.messages_stream import MessagesFramer, error_body, message_id, stop_reason
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
@@ -44,8 +50,22 @@ _PARAMETERS = frozenset(
         "tool_choice",
         "thinking",
         "service_tier",
+        "output_config",
     }
 )
+_ROLES = ("user", "assistant", "system")
+# Chat parameters this door may produce that not every provider takes: the client's
+# own thinking budget, where a model takes it, else its effort level.
+OPTIONAL = (
+    ("top_k",),
+    ("thinking", "reasoning_effort"),
+    ("response_format",),
+    ("context_management",),
+)
+# Vendor fields carried as they are, to a provider that takes them.
+_CARRIED = ("context_management",)
+# `thinking.budget_tokens` as an effort, for a provider whose reasoning is a level.
+_EFFORTS = ((2048, "low"), (16384, "medium"))
 
 
 _KINDS = {
@@ -58,6 +78,7 @@ _KINDS = {
     "thinking": "object",
     "tools": "array",
     "tool_choice": "object",
+    "output_config": "object",
 }
 
 
@@ -68,13 +89,13 @@ class MessagesDoor:
         self._id_fields = id_fields
 
     def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        chat = to_chat(body)
+        chat, dropped = to_chat(body)
         named = body_session_id(body, self._id_fields)
-        return Inbound(chat, session_id=named)
+        return Inbound(chat, session_id=named, dropped=dropped, optional=OPTIONAL)
 
     def counted(self, body: dict[str, Any]) -> Inbound:
         """A `count_tokens` request (no `max_tokens`) as the engine sees it."""
-        chat = to_chat(body | {"max_tokens": 1})
+        chat, _ = to_chat(body | {"max_tokens": 1})
         del chat["max_tokens"]
         return Inbound(chat, session_id=body_session_id(body, self._id_fields))
 
@@ -99,11 +120,10 @@ def anthropic_error(exc: ProxyError) -> Response:
 # -- the request -----------------------------------------------------------------------
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """A Messages request as a chat-completions body, or a 400 naming the field."""
-    for key in body:
-        if key not in _PARAMETERS:
-            raise ProxyError(400, f"{key}: Extra inputs are not permitted", param=key)
+def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A Messages request as a chat-completions body and what it could not carry, or a
+    400 naming the field."""
+    dropped = [key for key in unknown_fields(body, _PARAMETERS) if key not in _CARRIED]
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "model: Field required (a non-empty string).")
@@ -119,19 +139,53 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat.append(_system(body["system"]))
     for index, message in enumerate(messages):
         chat.extend(_message(message, f"messages.{index}"))
+    if all(message["role"] == "system" for message in chat):
+        raise invalid("messages", "messages: at least one user or assistant message.")
     out: dict[str, Any] = {"model": model, "messages": chat, "max_tokens": max_tokens}
-    for name in ("temperature", "top_p", "top_k", "thinking"):
+    for name in ("temperature", "top_p", "top_k", *_CARRIED):
         if body.get(name) is not None:
             out[name] = body[name]
+    out |= _reasoning(body.get("thinking"), body.get("output_config") or {}, dropped)
     if body.get("stop_sequences"):
         out["stop"] = body["stop_sequences"]
-    if body.get("tools"):
-        out["tools"] = [_tool(tool, f"tools.{n}") for n, tool in enumerate(body["tools"])]
+    tools = []
+    for number, tool in enumerate(body.get("tools") or ()):
+        if isinstance(tool, dict) and "input_schema" not in tool and tool.get("type"):
+            dropped.append(f"tools.{tool.get('name') or tool['type']}")  # a server tool
+        else:
+            tools.append(_tool(tool, f"tools.{number}"))
+    if tools:
+        out["tools"] = tools
     if body.get("tool_choice") is not None:
-        out |= _tool_choice(body["tool_choice"])
+        choice = _tool_choice(body["tool_choice"])
+        out |= choice if tools else {}  # a choice among server tools only: none left
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
+    return out, tuple(dropped)
+
+
+def _reasoning(thinking: Any, config: dict[str, Any], dropped: list[str]) -> dict[str, Any]:
+    """`thinking` and `output_config` as chat parameters: `thinking` as it is (for
+    Anthropic), the effort as `reasoning_effort` (for every provider that has one), the
+    output format as `response_format`."""
+    out: dict[str, Any] = {}
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "enabled":
+        out["thinking"] = thinking
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            out["reasoning_effort"] = next((e for n, e in _EFFORTS if budget < n), "high")
+    elif kind is not None and kind != "disabled":
+        dropped.append(f"thinking.{kind}")  # e.g. `adaptive`: the effort says how much
+    effort = config.get("effort")
+    if isinstance(effort, str) and kind != "disabled":
+        out["reasoning_effort"] = effort
+    form = config.get("format")
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        schema = {"name": "output", "schema": form.get("schema") or {}}
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    dropped.extend(f"output_config.{key}" for key in config if key not in ("effort", "format"))
     return out
 
 
@@ -149,9 +203,13 @@ def _system(system: Any) -> dict[str, Any]:
 
 
 def _message(message: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise invalid(f"{where}.role", f"{where}.role: `user` or `assistant`.")
+    """A message as chat messages. A `system` message mid-conversation (Claude Code
+    sends them) is a system message where it stands."""
+    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        raise invalid(f"{where}.role", f"{where}.role: `user`, `assistant` or `system`.")
     content = message.get("content")
+    if message["role"] == "system":
+        return [_system(content)] if content else []
     if isinstance(content, str):
         return [{"role": message["role"], "content": content}]
     if not isinstance(content, list):

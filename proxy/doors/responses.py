@@ -6,6 +6,10 @@ a `function_call_output` is a tool message). `previous_response_id` is served by
 the proxy itself, for any backend: a response id names its session and the
 transcript length it left, signed for the tenant that made it, so it continues
 exactly that conversation for that caller and nobody else.
+
+Fields the door does not carry (Codex's `client_metadata`, say) and tools other than
+functions (`web_search`, `namespace`, …) are dropped and said, never refused;
+`reasoning.effort` becomes the provider's reasoning setting where it has one.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from proxy.doors import Api, Inbound, body_session_id, text_of
+from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
-from proxy.errors import ProxyError, previous_response_not_found
+from proxy.errors import previous_response_not_found
 from proxy.http import ORJSONResponse
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
@@ -55,6 +59,8 @@ _PARAMETERS = frozenset(
         "stream_options",
     }
 )
+# Chat parameters this door may produce that not every provider takes.
+OPTIONAL = (("reasoning_effort",), ("response_format",))
 # Echoed in the response object, as OpenAI does.
 ECHOED = (
     "instructions",
@@ -124,16 +130,16 @@ class ResponsesDoor:
         self._id_fields = id_fields
 
     def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        chat = to_chat(body)
+        chat, dropped = to_chat(body)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
         if previous is not None:
-            session, length = self._ids.read(tenant, previous)
-            return Inbound(chat, session, length, {"echo": echo})
-        session_id = body_session_id(body, self._id_fields)
-        if session_id is None and body.get("store") is not False:
-            session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable by id
-        return Inbound(chat, session_id, None, {"echo": echo})
+            session_id, length = self._ids.read(tenant, previous)
+        else:
+            session_id, length = body_session_id(body, self._id_fields), None
+            if session_id is None and body.get("store") is not False:
+                session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable
+        return Inbound(chat, session_id, length, {"echo": echo}, dropped, OPTIONAL)
 
     def response_id(self, turn: Turn) -> str:
         if turn.key is None or turn.state is None:
@@ -164,16 +170,12 @@ class ResponsesDoor:
 # -- the request ----------------------------------------------------------------------
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """A Responses request as a chat-completions body, or a 400 naming the field."""
-    for key in body:
-        if key not in _PARAMETERS:
-            raise ProxyError(
-                400,
-                f"Unrecognized request argument supplied: {key}",
-                code="unknown_parameter",
-                param=key,
-            )
+def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A Responses request as a chat-completions body and what it could not carry, or a
+    400 naming the field."""
+    dropped = unknown_fields(body, _PARAMETERS)
+    if body.get("background") is True:
+        raise invalid("background", "Background responses are not served by this proxy.")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "`model` is required and must be a non-empty string.")
@@ -200,10 +202,19 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             out[name] = body[name]
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
-    if body.get("tools"):
-        out["tools"] = [_tool(tool, f"tools[{n}]") for n, tool in enumerate(body["tools"])]
+    tools = []
+    for number, tool in enumerate(body.get("tools") or ()):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if isinstance(kind, str) and kind != "function":
+            dropped.append(f"tools.{tool.get('name') or kind}")  # a hosted or namespace tool
+        else:
+            tools.append(_tool(tool, f"tools[{number}]"))
+    if tools:
+        out["tools"] = tools
     if body.get("tool_choice") is not None:
-        out["tool_choice"] = _tool_choice(body["tool_choice"])
+        choice = _tool_choice(body["tool_choice"])
+        if tools:  # a choice among hosted tools only: none left
+            out["tool_choice"] = choice
     if isinstance(body.get("reasoning"), dict) and body["reasoning"].get("effort"):
         out["reasoning_effort"] = body["reasoning"]["effort"]
     text = body.get("text")
@@ -212,7 +223,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
-    return out
+    return out, tuple(dropped)
 
 
 def _item(item: Any, where: str, messages: list[dict[str, Any]]) -> None:
@@ -284,7 +295,7 @@ def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _tool(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict) or tool.get("type") != "function":
-        raise invalid(where, f"`{where}`: only function tools are supported.")
+        raise invalid(where, f"`{where}`: a tool needs a `type` (`function` and its `name`).")
     if not isinstance(tool.get("name"), str):
         raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
     function = {"name": tool["name"]}

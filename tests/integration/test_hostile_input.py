@@ -420,6 +420,7 @@ bad_messages_bodies = st.one_of(
     st.sampled_from(
         [
             [{"role": "system", "content": "x"}],
+            [{"role": "tool", "content": "x"}],
             user(7),
             user([{"text": "no type"}]),
             user([{"type": "tool_result", "content": "no id"}]),
@@ -436,9 +437,10 @@ bad_messages_bodies = st.one_of(
         [
             {"system": 5},
             {"system": [{"type": "image"}]},
-            {"tools": [{"name": "web_search", "type": "web_search_20250305"}]},
+            {"tools": [{"name": 5, "input_schema": {}}]},
+            {"tools": ["web_search"]},
             {"tool_choice": {"type": "anything"}},
-            {"container": "c1"},
+            {"output_config": "high"},
             {"stream": "yes"},
         ]
     ).flatmap(lambda extra: texts.map(lambda t: messages_body(user(t), **extra))),
@@ -473,7 +475,7 @@ bad_responses_bodies = st.one_of(
     st.sampled_from(
         [
             {"instructions": 5},
-            {"tools": [{"type": "web_search"}]},
+            {"tools": [{"type": 5}]},
             {"tool_choice": {"type": "nope"}},
             {"previous_response_id": "resp_forged.3.c2VlZC1hMQ"},
             {"previous_response_id": 12},
