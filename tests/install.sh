@@ -1,7 +1,8 @@
 #!/bin/sh
 # Everything the test suite needs, from nothing, into .venv: the Debian packages the
-# tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp),
-# a pinned pip, the locked packages, and the project itself. Nothing is started here,
+# tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp,
+# npm), a pinned pip, the locked packages, the project itself, and the coding agents the
+# tests drive (Claude Code and Codex, pinned in tests/agents/package-lock.json). Nothing is started here,
 # and nothing is written outside this checkout and the system temp dir.
 set -eu
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v c++ >/dev/null 2>&1 || missing="$missing g++"
+command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 if [ -n "$missing" ]; then
   as_root=""
   [ "$(id -u)" -eq 0 ] || as_root="sudo"
@@ -31,3 +33,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --require-hashes -r tests/pip.lock
 .venv/bin/python -m pip install -q --require-hashes -r tests/requirements.lock
 .venv/bin/python -m pip install -q --no-deps -e .
+
+# Each agent's npm package carries its own native binary; npm's cache stays here too.
+npm_config_cache="$PWD/.cache/npm" npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
