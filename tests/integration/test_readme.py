@@ -32,9 +32,8 @@ import pytest
 
 from proxy.local import held_port
 from tests.readme import RUN, Snippet, on_port, snippet, snippets
-from tests.servers import guarded_env
+from tests.servers import guarded_env, wait_ready
 from tests.upstream import FakeUpstream, Reply
-from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
@@ -167,7 +166,7 @@ def quickstart(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        eventually(lambda: _ready(url, process), "the README's serve command", seconds=60)
+        wait_ready(url, process, limit=60)
         key = _environment_value(process.pid, "PROXY_API_KEY")
         assert key and re.fullmatch(r"[0-9a-f]{64}", key), "the serve block sets no key"
         yield Quickstart(url, port, key, directory, _shared_upstream)
@@ -177,14 +176,6 @@ def quickstart(
     attempts = netlog.read_text() if netlog.exists() else ""
     assert attempts == "", f"the proxy tried to reach the network:\n{attempts}"
     assert b"Traceback" not in output, output.decode()[-3000:]
-
-
-def _ready(url: str, process: subprocess.Popen[bytes]) -> bool:
-    assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-    try:
-        return httpx.get(url + "/health/ready", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @pytest.fixture
@@ -265,7 +256,7 @@ def test_install_and_run_command(tmp_path: Path, _shared_upstream: FakeUpstream)
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        eventually(lambda: _ready(url, process), "the install-and-run command", seconds=600)
+        wait_ready(url, process, limit=600)
         reply = httpx.post(
             url + "/v1/chat/completions",
             json={"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
