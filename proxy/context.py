@@ -55,8 +55,12 @@ class Plan:
     """Transcript messages omitted without a summary."""
 
 
-def summary_message(text: str) -> Message:
-    return {"role": "system", "content": SUMMARY_PREFIX + text}
+def summary_message(text: str, kept: Sequence[str] = ()) -> Message:
+    """The summary as one system message, after the agent context it keeps (`kept`: the
+    agent's blocks in the first user message, such as Claude Code's `<system-reminder>`,
+    which the summary folded)."""
+    context = "".join(f"{block}\n\n" for block in kept)
+    return {"role": "system", "content": context + SUMMARY_PREFIX + text}
 
 
 def summary_text(segments: Sequence[str], pinned: Sequence[str] = ()) -> str:
@@ -86,6 +90,7 @@ def plan_context(
     keep_recent_ratio: float = 0.5,
     allow_summary: bool = True,
     system_tokens: int | None = None,
+    kept: Sequence[str] = (),
 ) -> Plan:
     """Plan system + summary + recent transcript within `budget` tokens.
 
@@ -93,10 +98,11 @@ def plan_context(
     once when the message arrived; only messages that must be cut are
     tokenized here.  In order of preference: send everything; ask to
     summarize up to a split that leaves the verbatim suffix at most
-    `keep_recent_ratio` of the budget (big steps keep the prefix stable for
-    prompt caches); drop the oldest units after the summary; cut the largest
-    messages of the last user turn in the middle.  The last user turn is
-    always sent.  With `summary=None`, `summary_covers` is ignored.
+    `keep_recent_ratio` of what system and tools leave of the budget (big steps
+    keep the prefix stable for prompt caches); drop the oldest units after the
+    summary; cut the largest messages of the last user turn in the middle.  The
+    last user turn is always sent.  With `summary=None`, `summary_covers` and
+    `kept` (agent context sent with the summary) are ignored.
     """
     if len(transcript_tokens) != len(transcript):
         raise ValueError("transcript_tokens needs one count per transcript message")
@@ -106,7 +112,7 @@ def plan_context(
     if base > budget:
         raise ContextOverflowError(f"system messages and tools need {base} tokens of {budget}")
     covers = min(summary_covers, len(transcript)) if summary is not None else 0
-    head = [summary_message(summary)] if summary is not None else []
+    head = [summary_message(summary, kept)] if summary is not None else []
     head_tokens = [counter.count_message(message) for message in head]
     head_total = sum(head_tokens)
 
@@ -124,7 +130,7 @@ def plan_context(
     def total(start: int) -> int:
         return base + head_total + marker_tokens(start) + suffix[start]
 
-    recent_limit = keep_recent_ratio * budget
+    recent_limit = keep_recent_ratio * (budget - base)  # of what can be compressed
     if (
         total(candidates[0]) > budget
         and allow_summary

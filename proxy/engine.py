@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from proxy.archive import Archive
@@ -27,11 +28,12 @@ from proxy.messages import Message, split_system
 from proxy.metrics import ModelLabels
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
+from proxy.reconcile import frame_of
 from proxy.replies import StreamedReply, reply_message
 from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessage
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
-from proxy.turn_locks import TurnLocks
+from proxy.turn_locks import Lease, TurnLocks
 from proxy.turns import Observer, Request, RequestContext, State, Turn, planned_turn
 from proxy.upstream import Upstream
 from proxy.validation import validate_messages
@@ -118,18 +120,26 @@ class Engine:
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)
-            if request.continues is not None and _length(state.base) != request.continues:
-                raise _not_latest(state.base, request.continues)
-            if lease.contended and _drops_stored(state):
-                raise _conflict()  # it would undo a turn it raced and never saw
-            plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
-            if plan.summarize is not None:
-                state, plan = await self._planning.summarized(request, state, plan.summarize)
-            plan = await self._extended(request, state, plan)
-            return planned_turn(body, request, state, plan, lease)
+            if state.match.kind != "side":
+                return await self._planned(body, request, state, lease)
         except BaseException:
             await self._locks.release(lease)
             raise
+        await self._locks.release(lease)  # a side request, not a turn: never stored
+        return await self._stateless(body, request, context)
+
+    async def _planned(
+        self, body: dict[str, Any], request: Request, state: State, lease: Lease
+    ) -> Turn:
+        if request.continues is not None and _length(state.base) != request.continues:
+            raise _not_latest(state.base, request.continues)
+        if lease.contended and _drops_stored(state):
+            raise _conflict()  # it would undo a turn it raced and never saw
+        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+        if plan.summarize is not None:
+            state, plan = await self._planning.summarized(request, state, plan.summarize)
+        plan = await self._extended(request, state, plan)
+        return planned_turn(body, request, state, plan, lease)
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
         """The plan with what the window alone lacks: remembered facts after the system
@@ -147,12 +157,16 @@ class Engine:
         the span is reported and the messages shown are the truncation fallback."""
         request = self._request(body, context)
         state = await self._history.state(request)
-        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
-        due = plan.summarize
-        if due is not None:
-            plan = await self._planning.plan(request, state, allow_summary=False)
-        plan = await self._extended(request, state, plan)
-        turn = planned_turn(body, request, state, plan)
+        due = None
+        if state.match.kind == "side":  # as it would be sent: beside the session, counted
+            turn = await self._stateless(body, request, replace(context, body=b""))
+        else:
+            plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+            due = plan.summarize
+            if due is not None:
+                plan = await self._planning.plan(request, state, allow_summary=False)
+            plan = await self._extended(request, state, plan)
+            turn = planned_turn(body, request, state, plan)
         return {
             "object": "session.preview",
             "model": request.model,
@@ -259,6 +273,7 @@ class Engine:
             secrets=context.secrets,
             continues=context.continues,
             memory_id=context.memory_id,
+            frame=frame_of(system, body.get("tools")) if key is not None else "",
         )
 
     async def _stateless(

@@ -59,7 +59,7 @@ class History:
 
         def reconciled(stored: list[str] | None = None) -> Match | str:
             validate_messages(conversation, trusted, offset=offset, continues=True)
-            return reconcile(meta, conversation, request.mode, serialized, stored)
+            return reconcile(meta, conversation, request.mode, serialized, stored, request.frame)
 
         stored: list[StoredMessage] | None = None
         match = await off_loop(unseen, reconciled, request.size)
@@ -71,6 +71,9 @@ class History:
             hashes = [s.hash for s in stored]
             match = await off_loop(unseen, lambda: reconciled(hashes), request.size)
         assert isinstance(match, Match)
+        if match.kind == "side":  # answered beside the session: nothing to count or store
+            assert meta is not None
+            return State(meta, match, (), {}, None, 0, meta.version, serialized)
         if match.kind != "append" and serialized is None and conversation:
             serialized = Serialized(request.messages, len(request.system))
             await pause(len(serialized))
@@ -232,6 +235,7 @@ class History:
             checkpoints=state.checkpoints,
             fingerprint=fingerprint,
             tail=(reply.hash,) if fingerprint is not None else (),
+            frame=request.frame,
             created=base.created if base is not None and base.created else now,
             updated=now,
         )

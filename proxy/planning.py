@@ -54,7 +54,7 @@ class Planning:
         checkpoint = state.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
-        head = [summary_message(checkpoint.text)] if checkpoint else []
+        head = [summary_message(checkpoint.text, checkpoint.kept)] if checkpoint else []
         head_tokens = self.summary_tokens(request.counter, checkpoint)
         window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
         total = request.system_tokens + request.tools_tokens + head_tokens + window
@@ -120,6 +120,7 @@ class Planning:
                 keep_recent_ratio=self._settings.context.keep_recent_ratio,
                 allow_summary=allow_summary,
                 system_tokens=request.system_tokens,
+                kept=checkpoint.kept if checkpoint else (),
             )
         except ContextOverflowError as exc:
             raise ProxyError(
@@ -156,7 +157,7 @@ class Planning:
                     end,
                     state.checkpoint,
                     request.model,
-                    request.budget,
+                    request.budget - request.system_tokens - request.tools_tokens,
                     "sync",
                     request.provider_key,
                     archived.ledger,
@@ -199,16 +200,18 @@ class Planning:
         """After a reply: once the session passes `summarize_at` of its budget, make the
         next summary in the background so the next request finds it ready.
 
-        The plan is made as if the budget were `summarize_at` of it: the fold leaves
-        `keep_recent_ratio` of that smaller budget, so the summary plus what stays
-        verbatim lands well under the trigger and the next fold is several turns away
-        (keeping the prefix stable for prompt caches)."""
+        Only what can be compressed counts: the trigger is `summarize_at` of what system
+        messages and tools leave of the budget. The plan is made as if the budget ended
+        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
+        summary plus what stays verbatim lands well under the trigger and the next fold
+        is several turns away (keeping the prefix stable for prompt caches)."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         head = self.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
-        trigger = self._settings.context.summarize_at * request.budget
-        if request.system_tokens + request.tools_tokens + head + window <= trigger:
+        base = request.system_tokens + request.tools_tokens
+        trigger = base + self._settings.context.summarize_at * (request.budget - base)
+        if base + head + window <= trigger:
             return
         job = functools.partial(self._background, request, int(trigger))
         self._summaries.schedule(request.key, job, request.secrets)
@@ -223,7 +226,13 @@ class Planning:
         covers = checkpoint.covers_until if checkpoint else 0
         entries = await self._store.messages(*request.key, covers, meta.length)
         await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
-        plan = await self._fitted(request, entries, checkpoint, allow_summary=True, budget=budget)
+        try:
+            plan = await self._fitted(
+                request, entries, checkpoint, allow_summary=True, budget=budget
+            )
+        except ProxyError:  # no plan at all: a summary that failed before it began
+            self._summaries.failed(request.model, "background")
+            raise
         if plan.summarize is None:
             return
         start, end = plan.summarize
@@ -233,7 +242,7 @@ class Planning:
             covers + end,
             checkpoint,
             request.model,
-            request.budget,
+            request.budget - request.system_tokens - request.tools_tokens,
             "background",
             request.provider_key,
             archived.ledger,
@@ -246,4 +255,4 @@ class Planning:
         if checkpoint is None:
             return 0
         key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
-        return self._counts.message(counter, summary_message(checkpoint.text), key)
+        return self._counts.message(counter, summary_message(checkpoint.text, checkpoint.kept), key)

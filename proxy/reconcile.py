@@ -19,9 +19,9 @@ import orjson
 from proxy.messages import GENESIS, Message, chain, message_hash
 from proxy.sessions import Fingerprint, Mode, SessionMeta
 
-__all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "reconcile"]
+__all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "frame_of", "reconcile"]
 
-Kind = Literal["new", "full", "append", "fork"]
+Kind = Literal["new", "full", "append", "fork", "side"]
 NEED_STORED_HASHES: Final = "need stored hashes"
 _COMMA, _CLOSE = ord(","), ord("]")
 
@@ -69,6 +69,14 @@ class Serialized:
         return self.digest(end) == fingerprint.digest
 
 
+def frame_of(system: list[Message], tools: Any) -> str:
+    """A turn's frame: the digest of its system messages and tools, which an agent keeps
+    for its conversation and changes for its side requests."""
+    digest = hashlib.sha256(orjson.dumps(system))
+    digest.update(orjson.dumps(tools or []))
+    return digest.hexdigest()[:32]
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     """The transcript becomes stored[:keep] + conversation[start:]."""
@@ -82,7 +90,7 @@ class Match:
     @property
     def whole(self) -> bool:
         """The client sent the whole conversation (so transcript[i] == conversation[i])."""
-        return self.kind != "append"
+        return self.kind not in ("append", "side")
 
 
 def reconcile(
@@ -91,6 +99,7 @@ def reconcile(
     mode: Mode,
     serialized: Serialized | None,
     stored_hashes: list[str] | None = None,
+    frame: str = "",
 ) -> Match | str:
     """Merge the conversation (system messages already split off) into the session.
 
@@ -100,6 +109,10 @@ def reconcile(
     append: always append all of C.
     full:   C is the whole conversation: append the tail if T is a prefix of C, else
             fork at the common prefix (which may be empty).
+    side:   (auto and full) C shares no first message with T, comes with other system
+            messages or tools than T's latest turn (`frame`), and T is known to be a
+            full-resend conversation: an agent's side request (a title, a quota check)
+            under the same session id. It is answered and never stored.
     An empty C never changes the session. `stored_hashes` (T's hashes, up to len(C)) is
     needed only to tell an edit from a new turn; without it that case returns
     `NEED_STORED_HASHES`.
@@ -122,6 +135,8 @@ def reconcile(
     running = chain(hashes)
     if len(hashes) >= meta.length and running[meta.length - 1] == meta.head:
         return Match("full", meta.length, meta.length, hashes[meta.length :], meta.head)
+    if hashes[0] != meta.first and _side(meta, mode, frame):
+        return Match("side", meta.length, len(conversation), [], meta.head)
     if mode != "full" and hashes[0] != meta.first:
         return Match("append", meta.length, 0, hashes, meta.head)
     if stored_hashes is None:
@@ -130,6 +145,12 @@ def reconcile(
     if k == 0 and mode != "full":
         return Match("append", meta.length, 0, hashes, meta.head)
     return Match("fork", k, k, hashes[k:], running[k - 1] if k else GENESIS)
+
+
+def _side(meta: SessionMeta, mode: Mode, frame: str) -> bool:
+    """A request beside the session's conversation, not a turn of it."""
+    resends = mode == "full" or meta.fingerprint is not None
+    return resends and bool(meta.frame) and bool(frame) and frame != meta.frame
 
 
 def _after_fingerprint(

@@ -90,6 +90,10 @@ class Checkpoint:
     index: dict[str, Any] | None = None  # `proxy.recall.segment` of the folded span
     ledger: tuple[Fact, ...] | None = None
     pinned: tuple[str, ...] = ()
+    # The agent's context that rode in the folded first user message (Claude Code's
+    # `<system-reminder>`, Codex's AGENTS.md and environment blocks): sent with the
+    # summary, like the system prompt.
+    kept: tuple[str, ...] = ()
     # The summary as the model reads it (segments, then pinned facts): joined once, as
     # every request of the session sends it.
     text: str = field(init=False, repr=False, compare=False)
@@ -108,6 +112,8 @@ class Checkpoint:
             "created": self.created,
             "before": self.before,
         }
+        if self.kept:
+            data["kept"] = self.kept
         if archive and self.index is not None:
             data["index"] = self.index
         if archive and self.ledger is not None:
@@ -122,10 +128,12 @@ class Checkpoint:
         text = data.pop("text", None)
         segments = data.pop("segments", None) or [text]
         pinned = data.pop("pinned", ())
+        kept = data.pop("kept", ())
         return cls(
             **{"before": {}, **data},
             segments=tuple(segments),
             pinned=tuple(pinned),
+            kept=tuple(kept),
             ledger=tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None,
         )
 
@@ -172,6 +180,7 @@ class SessionMeta:
     checkpoints: int = 0  # how many summaries are stored, the latest included
     fingerprint: Fingerprint | None = None
     tail: tuple[str, ...] = ()  # hashes of transcript[fingerprint.count:length]
+    frame: str = ""  # digest of the latest turn's system messages and tools (`frame`)
     created: float = 0.0
     updated: float = 0.0
 
@@ -191,6 +200,7 @@ class SessionMeta:
             "checkpoints": self.checkpoints,
             "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
             "tail": list(self.tail),
+            "frame": self.frame,
             "created": self.created,
             "updated": self.updated,
         }
@@ -210,6 +220,7 @@ class SessionMeta:
             checkpoints=data["checkpoints"],
             fingerprint=Fingerprint.from_dict(fingerprint) if fingerprint else None,
             tail=tuple(data["tail"]),
+            frame=data.get("frame", ""),
             created=data["created"],
             updated=data["updated"],
         )

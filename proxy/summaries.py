@@ -9,6 +9,7 @@ import contextlib
 import functools
 import logging
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
@@ -36,6 +37,16 @@ __all__ = ["Summaries"]
 
 logger = logging.getLogger("context_proxy.summaries")
 
+_AGENT_CONTEXT = re.compile(
+    r"<system-reminder>.*?</system-reminder>"  # Claude Code: CLAUDE.md, the date
+    r"|<environment_context>.*?</environment_context>"  # Codex: cwd, shell, date
+    r"|# AGENTS\.md instructions for [^\n]*\n\n<INSTRUCTIONS>.*?</INSTRUCTIONS>"  # Codex
+    r"|<user_instructions>.*?</user_instructions>",  # older Codex: AGENTS.md
+    re.DOTALL,
+)
+"""Context an agent sends inside its first user message: not said by anyone, and read by
+the model as standing instructions, like the system prompt."""
+
 
 class Summaries:
     def __init__(
@@ -53,7 +64,7 @@ class Summaries:
         end: int,
         previous: Checkpoint | None,
         model: str,
-        budget: int,
+        room: int,
         mode: Literal["sync", "background"],
         api_key: str | None = None,
         ledger: Sequence[Fact] = (),
@@ -61,8 +72,10 @@ class Summaries:
     ) -> Checkpoint:
         """Fold `span` (transcript[previous.covers_until:end]) into the summary.
 
-        The summary may take at most half of what the window leaves beside the verbatim
-        recent messages (and `max_summary_tokens`), so it always fits. The checkpoint
+        `room` is what system messages and tools leave of the budget: the summary may
+        take at most half of what it leaves beside the verbatim recent messages (and
+        `max_summary_tokens`), so it always fits. The agent context in the first user
+        message is kept beside the summary (`Checkpoint.kept`). The checkpoint
         carries the span's recall index and the facts ledger (`ledger`, the previous
         checkpoint's, with the span's facts merged in); the facts pinned after the
         summary come from that ledger, ranked by relevance to `query`."""
@@ -73,8 +86,8 @@ class Summaries:
         index, facts, said = await off_loop(messages, work)
         summary_model = context.summary_model or model
         counter = counter_for(self._upstream.provider_model(summary_model), context.token_counting)
-        room = math.floor(budget * (1 - context.keep_recent_ratio) / 2)
-        max_summary = max(32, min(context.max_summary_tokens, room))
+        share = math.floor(room * (1 - context.keep_recent_ratio) / 2)
+        max_summary = max(32, min(context.max_summary_tokens, share))
         limit = self._upstream.limits(summary_model).max_input_tokens
         label = self._label(summary_model)
         started = time.perf_counter()
@@ -121,6 +134,7 @@ class Summaries:
             chain_hash=span[-1].chain,
             segments=result.segments,
             pinned=tuple(result.pinned),
+            kept=previous.kept if previous else _kept(messages[0] if end == len(span) else None),
             tokens=counter.count_text(result.text),
             model=summary_model,
             created=time.time(),
@@ -128,6 +142,11 @@ class Summaries:
             index=index,
             ledger=facts,
         )
+
+    def failed(self, model: str, mode: Literal["sync", "background"]) -> None:
+        """Count a summary that failed before its model was called."""
+        summary_model = self._settings.context.summary_model or model
+        metrics.SUMMARIZATIONS.labels(self._label(summary_model), "error", mode).inc()
 
     async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
         """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
@@ -209,6 +228,13 @@ class Summaries:
         for task in list(self._running.values()):
             task.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+
+def _kept(first: Message | None) -> tuple[str, ...]:
+    """The agent context blocks of the conversation's first message, if a user's."""
+    if first is None or first.get("role") != "user":
+        return ()
+    return tuple(_AGENT_CONTEXT.findall(message_text(first)))
 
 
 def _archived(

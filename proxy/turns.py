@@ -73,6 +73,7 @@ class Request:
     secrets: tuple[str, ...] = ()
     continues: int | None = None  # see `RequestContext.continues`
     memory_id: str | None = None
+    frame: str = ""  # `proxy.reconcile.frame_of` its system messages and tools
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,45 @@ def test_too_long_asks_for_a_summary_in_one_big_step_then_fits() -> None:
     assert second.tokens <= budget
 
 
+def test_the_verbatim_share_is_of_what_system_and_tools_leave() -> None:
+    """An agent's system prompt and tools are most of the budget: the summary's split
+    leaves half of the rest verbatim, so summary plus recent messages fit beside them."""
+    transcript = []
+    for i in range(20):
+        transcript += [user(text(100, i)), assistant(text(100, i + 1))]
+    transcript.append(user("and now?"))
+    system = [{"role": "system", "content": text(2500)}]
+    budget, tools = 2000, 700
+    base = CHAR.count_messages(system) + tools
+    first = plan(transcript, budget=budget, system=system, tools_tokens=tools)
+    assert first.summarize is not None
+    _, split = first.summarize
+    recent = sum(map(CHAR.count_message, transcript[split:]))
+    assert recent <= 0.5 * (budget - base) < recent + CHAR.count_message(transcript[split - 1])
+    second = plan(
+        transcript,
+        budget=budget,
+        system=system,
+        tools_tokens=tools,
+        summary="S",
+        summary_covers=split,
+    )
+    assert second.compression == "summary" and second.tokens <= budget
+
+
+def test_the_agent_context_of_the_first_message_rides_with_the_summary() -> None:
+    """Claude Code's `<system-reminder>` blocks (CLAUDE.md, the date) came in the first
+    user message; once it is summarized they stand before the summary, counted."""
+    kept = ("<system-reminder>Use tabs, not spaces.</system-reminder>",)
+    transcript = [user(text(300, i)) for i in range(6)]
+    result = plan(transcript, budget=2000, summary="They chatted.", summary_covers=4, kept=kept)
+    head = result.messages[1]
+    assert head == summary_message("They chatted.", kept)
+    assert head["content"].startswith(kept[0]) and "They chatted." in head["content"]
+    assert result.tokens == CHAR.count_messages(result.messages)
+    assert plan(transcript, budget=2000, kept=kept).messages[1:] == transcript  # no summary
+
+
 def test_without_summary_the_oldest_units_are_dropped_with_a_marker() -> None:
     transcript = [user(text(400)), assistant(text(400)), user(text(400)), user("last")]
     result = plan(transcript, budget=60, allow_summary=False)

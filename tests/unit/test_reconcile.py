@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from proxy.context import SUMMARY_PREFIX, summary_message
 from proxy.messages import GENESIS, chain, message_hash
-from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, frame_of, reconcile
 from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
 
 
@@ -185,6 +185,43 @@ def test_full_mode_replaces_unrelated_history() -> None:
     assert full == [user("x")]
 
 
+AGENT = frame_of([{"role": "system", "content": "You are a coding agent."}], [{"name": "Read"}])
+TITLE = frame_of([{"role": "system", "content": "Write a title for this chat."}], None)
+
+
+def test_an_agents_side_request_is_beside_the_session_never_stored() -> None:
+    """Claude Code asks for a title and checks its quota under the session id of the
+    conversation it is in: other system messages and tools, another first message."""
+    meta = meta_for(T4, sent=3).evolve(frame=AGENT)
+    for mode in ("auto", "full"):
+        match = reconcile(meta, [user("Title for: u1")], mode, Serialized([user("t")]), None, TITLE)
+        assert isinstance(match, Match) and match.kind == "side" and not match.whole
+        assert (match.keep, match.hashes, match.head) == (4, [], meta.head)  # T stands
+
+
+def test_only_a_known_resend_conversation_in_another_frame_has_side_requests() -> None:
+    """A client that sends only its new turns, or one whose frame is unchanged (it
+    started its conversation over: Claude Code's own compaction), is not beside it."""
+    new_turn = [user("u3")]
+    appended = reconcile(meta_for(T4).evolve(frame=AGENT), new_turn, "auto", None, None, TITLE)
+    assert isinstance(appended, Match) and appended.kind == "append"
+    same_frame = reconcile(
+        meta_for(T4, sent=3).evolve(frame=AGENT), new_turn, "auto", None, None, AGENT
+    )
+    assert isinstance(same_frame, Match) and same_frame.kind == "append"
+    unknown = reconcile(meta_for(T4, sent=3), new_turn, "auto", None, None, TITLE)
+    assert isinstance(unknown, Match) and unknown.kind == "append"  # stored before frames
+    turn = reconcile(
+        meta_for(T4, sent=3).evolve(frame=AGENT),
+        [*T4, user("u3")],
+        "auto",
+        Serialized([*T4, user("u3")]),
+        None,
+        TITLE,
+    )
+    assert isinstance(turn, Match) and turn.kind == "full"  # new tools, same conversation
+
+
 def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> None:
     meta = meta_for(T4)
     assert reconcile(meta, [user("u3")], "auto", None).kind == "append"  # type: ignore[union-attr]
@@ -206,9 +243,18 @@ def test_meta_json_roundtrip_and_tenant_ids() -> None:
     meta = meta_for(T4, sent=3).evolve(
         totals={"o200k_base": 40},
         checkpoint=Checkpoint(
-            2, "h", ("summary",), 5, "m", 1.0, {"o200k_base": 10}, pinned=("PRJ-7",)
+            2,
+            "h",
+            ("summary",),
+            5,
+            "m",
+            1.0,
+            {"o200k_base": 10},
+            pinned=("PRJ-7",),
+            kept=("<system-reminder>CLAUDE.md</system-reminder>",),
         ),
         checkpoints=1,
+        frame=AGENT,
     )
     assert SessionMeta.from_dict(orjson.loads(orjson.dumps(meta.to_dict()))) == meta
     stored = StoredMessage(user("x"), "h", "c", {"o200k_base": 4})

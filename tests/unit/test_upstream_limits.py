@@ -45,6 +45,19 @@ def test_litellm_model_map_is_the_fallback() -> None:
     assert (limits.max_input_tokens, limits.source) == (128000, "litellm")
 
 
+def test_claude_windows_come_from_the_model_map() -> None:
+    """Claude Code's models have 200k-token windows: an agent's 35k-token system prompt
+    and tools then leave room for the conversation, with no `model_info` needed."""
+    for model in (
+        "anthropic/claude-sonnet-4-5",
+        "anthropic/claude-sonnet-4-5-20250929",
+        "anthropic/claude-opus-4-1",
+        "anthropic/claude-haiku-4-5",
+    ):
+        limits = upstream_for(entry("claude", model)).limits("claude")
+        assert (limits.max_input_tokens, limits.source) == (200_000, "litellm"), model
+
+
 def test_unknown_model_uses_the_default_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     upstream = upstream_for(entry("mystery", "openai/not-a-known-model"))
     with caplog.at_level(logging.WARNING):
