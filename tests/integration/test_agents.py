@@ -1,30 +1,71 @@
-"""The real coding agents through the proxy: Claude Code (`claude -p`, then `--continue`)
-on the Messages door and Codex (`codex exec`, then `exec resume --last`) on the
-Responses door, as installed by the test command (tests/agents), against the loopback
-test upstream. Each runs with a home of its own, and with no proxy workaround: what
-they send beyond the published APIs is the doors' business."""
+"""The real coding agents through the proxy, at full length: Claude Code (`claude -p`,
+then `--continue`, 32 turns with a tool round trip) on the Messages door and Codex
+(`codex exec`, then `exec resume --last`, 16 turns) on the Responses door, as installed
+by the test command (tests/agents), against the loopback test upstream. Each runs with
+a home of its own and the README's own setup (its Claude Code exports and its Codex
+config.toml, only the port changed), and no proxy workaround: what they send beyond
+the published APIs is the doors' business. Their replies are long, so each
+conversation outgrows its budget beside the agent's own large system prompt and tools:
+compression must reach a summary and never truncate."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
 from tests.conftest import MODEL
-from tests.integration.test_messages import CLAUDE, claude_config
-from tests.upstream import FakeUpstream
+from tests.integration.test_messages import claude_config
+from tests.integration.test_metrics import Samples, delta, scrape
+from tests.integration.test_sessions import is_summarizer
+from tests.readme import on_port, snippet
+from tests.upstream import FakeUpstream, Reply
+from tests.upstream_messages import last_user_text
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
 KEY = "agent-key-0123456789abcdef"
+CLAUDE = "claude-sonnet"  # the README's model names
+CLAUDE_SETUP = snippet("export ANTHROPIC_BASE_URL=")
+CODEX_SETUP = snippet('wire_api = "responses"')
 
 
 @pytest.fixture
 def url(upstream: FakeUpstream, start_proxy: Any) -> str:
-    return start_proxy(claude_config(upstream, auth={"keys": [{"key": KEY}]}))
+    config = claude_config(upstream, auth={"keys": [{"key": KEY}]})
+    config["model_list"][-1]["model_name"] = CLAUDE
+    return start_proxy(config)
+
+
+def claude_env(url: str, home: Path) -> dict[str, str]:
+    """The environment the README's Claude Code block leaves: its exports, run by sh
+    (its last line starts the interactive `claude`; the test runs `claude -p`)."""
+    *exports, command = CLAUDE_SETUP.text.strip().splitlines()
+    assert command == "claude"
+    script = on_port("\n".join(exports), port(url)) + "\nenv -0"
+    base = {**os.environ, "HOME": str(home), "PROXY_API_KEY": KEY}
+    done = subprocess.run(["sh", "-c", script], env=base, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    env = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
+    assert env["ANTHROPIC_BASE_URL"] == url and env["ANTHROPIC_MODEL"] == CLAUDE
+    return env
+
+
+def codex_home(url: str, home: Path) -> None:
+    """The README's Codex config.toml, as `~/.codex/config.toml`."""
+    (home / ".codex").mkdir(parents=True)
+    config = on_port(CODEX_SETUP.text, port(url))
+    assert f'model = "{MODEL}"' in config and f'base_url = "{url}/v1"' in config
+    (home / ".codex" / "config.toml").write_text(config)
+
+
+def port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
 
 
 def agent(name: str) -> str:
@@ -62,49 +103,180 @@ def user_texts(messages: list[dict[str, Any]]) -> list[str]:
     return texts
 
 
-def test_claude_code_print_mode_then_continue(url: str, tmp_path: Path) -> None:
+SUMMARY = "The user sent numbered turns; the assistant answered each at length."
+NOTES = "The release is on Thursday; the codename is HERON."
+
+
+def long_reply(text: str, tokens: int) -> str:
+    """About `tokens` tokens of distinct filler, then the echo the agent prints last."""
+    filler = " ".join(f"w{i}" for i in range(tokens // 2))
+    return f"{filler}\n\necho: {text}"
+
+
+def agent_upstream(upstream: FakeUpstream, reply_tokens: int, notes: Path | None = None) -> None:
+    """Summaries for the summarizer; for the agent, a long answer to each turn, and for
+    "read the notes" a Read tool call whose result comes back in the next request."""
+
+    def respond(body: dict[str, Any]) -> str | Reply:
+        system = body.get("system")
+        if is_summarizer(body) or (
+            isinstance(system, list) and "You maintain the summary" in json.dumps(system)
+        ):
+            return SUMMARY
+        last = body["messages"][-1]
+        results = (
+            [
+                b
+                for b in last.get("content") or []
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
+            if isinstance(last.get("content"), list)
+            else []
+        )
+        if results:
+            return long_reply(f"read: {json.dumps(results[0].get('content'))}", 200)
+        text = last_user_text(body).rsplit("</system-reminder>", 1)[-1].strip()
+        if notes is not None and text.endswith("read the notes"):
+            arguments = json.dumps({"file_path": str(notes)})
+            call = {
+                "id": "toolu_notes",
+                "type": "function",
+                "function": {"name": "Read", "arguments": arguments},
+            }
+            return Reply(tool_calls=[call])
+        return long_reply(text, reply_tokens)
+
+    upstream.default = Reply(respond=respond)
+
+
+def within_budget(before: Samples, after: Samples, model: str, api: str) -> dict[str, float]:
+    """How the agent's requests were fitted; every one answered 2xx (whatever its model:
+    an agent's side requests may name another) and within the 0.8 budget."""
+    answered = {
+        labels: value - before.get((name, labels), 0.0)
+        for (name, labels), value in after.items()
+        if name == "context_proxy_requests_total"
+    }
+    failed = {labels: n for labels, n in answered.items() if n and dict(labels)["status"][0] != "2"}
+    assert not failed and sum(answered.values()) > 0, failed
+    methods = {
+        method: delta(
+            before, after, "context_proxy_compressions_total", model=model, api=api, method=method
+        )
+        for method in ("none", "summary", "truncated")
+    }
+    sent = delta(before, after, "context_proxy_context_utilization_ratio_count", model=model)
+    under = delta(
+        before, after, "context_proxy_context_utilization_ratio_bucket", model=model, le="0.8"
+    )
+    assert sent > 0 and under == sent, (under, sent)
+    return methods
+
+
+def test_claude_code_thirty_turns_with_a_tool_round_trip(
+    url: str, upstream: FakeUpstream, tmp_path: Path
+) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": url,
-        "ANTHROPIC_AUTH_TOKEN": KEY,
-        "ANTHROPIC_MODEL": CLAUDE,
-        # Its own telemetry and update checks: this machine has no way out.
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
+    notes = work / "notes.txt"
+    notes.write_text(NOTES + "\n")
+    agent_upstream(upstream, reply_tokens=5000, notes=notes)
+    env = claude_env(url, home)
     claude = agent("claude")
-    assert run([claude, "-p", "turn 1"], env, work).strip().endswith("turn 1")
-    for turn in range(2, 5):
-        out = run([claude, "-p", "--continue", f"turn {turn}"], env, work)
-        assert out.strip().endswith(f"turn {turn}"), out
-    # One proxy session holds the whole conversation, in order.
+    before = scrape(url)
+    turns = [f"turn {n}" for n in range(1, 33)]
+    turns[9] = "turn 10: read the notes"
+    for n, text in enumerate(turns):
+        command = [claude, "-p", text] if n == 0 else [claude, "-p", "--continue", text]
+        out = run(command, env, work).strip()
+        if "read the notes" in text:
+            assert "HERON" in out, out  # the file's text came back as the tool's result
+        else:
+            assert out.endswith(f"echo: {text}"), out[-300:]
+    after = scrape(url)
+
     [session] = sessions(url)
-    asked = user_texts(transcript(url, session["id"]))
-    assert asked[-4:] == ["turn 1", "turn 2", "turn 3", "turn 4"], asked
-
-
-def test_codex_exec_then_resume(url: str, tmp_path: Path) -> None:
-    home, work = tmp_path / "home", tmp_path / "work"
-    (home / ".codex").mkdir(parents=True)
-    work.mkdir()
-    (home / ".codex" / "config.toml").write_text(
-        f'model = "{MODEL}"\n'
-        'model_provider = "context-proxy"\n\n'
-        "[model_providers.context-proxy]\n"
-        'name = "context-proxy"\n'
-        f'base_url = "{url}/v1"\n'
-        'env_key = "PROXY_API_KEY"\n'
-        'wire_api = "responses"\n'
+    stored = transcript(url, session["id"])
+    asked = [t for t in user_texts(stored) if t.startswith("turn")]
+    assert asked == turns, asked  # one session, every turn once, in order
+    uses = [b for m in stored if isinstance(m.get("tool_calls"), list) for b in m["tool_calls"]]
+    assert [u["function"]["name"] for u in uses] == ["Read"]
+    result = next(m for m in stored if m["role"] == "tool")
+    assert "HERON" in json.dumps(result["content"])
+    methods = within_budget(before, after, CLAUDE, "messages")
+    assert methods["summary"] > 0 and methods["truncated"] == 0, methods
+    summarized = [
+        r.body
+        for r in upstream.messages_requests()
+        if "Summary of the earlier" in json.dumps(r.body.get("system"))
+    ]
+    assert summarized, "no request carried the summary"
+    assert "<system-reminder>" in json.dumps(summarized[-1]["system"])  # the agent's context kept
+    errors = delta(
+        before,
+        after,
+        "context_proxy_summarizations_total",
+        model=CLAUDE,
+        outcome="error",
+        mode="background",
     )
+    assert errors == 0
+    side_requests_leave_the_session_as_it_was(url, session["id"])
+
+
+def side_requests_leave_the_session_as_it_was(url: str, session_id: str) -> None:
+    """Claude Code's title and quota requests, under its conversation's session: answered,
+    and the 32-turn session stays byte for byte what it was."""
+    path = f"{url}/v1/sessions/{session_id}"
+    auth = {"Authorization": f"Bearer {KEY}"}
+    stored = httpx.get(path, headers=auth).content
+    sdk = anthropic.Anthropic(
+        base_url=url, api_key=KEY, max_retries=0, default_headers={"X-Session-Id": session_id}
+    )
+    title_format = {
+        "type": "json_schema",
+        "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+    }
+    for n in range(10):
+        title = sdk.messages.create(
+            model=CLAUDE,
+            max_tokens=512,
+            system="Generate a concise title for this coding session, as JSON.",
+            messages=[{"role": "user", "content": f"turn {n}: what we did"}],
+            extra_body={"output_config": {"format": title_format}},
+        )
+        quota = sdk.messages.create(
+            model=CLAUDE, max_tokens=1, messages=[{"role": "user", "content": "quota"}]
+        )
+        assert title.content and quota.content
+    assert httpx.get(path, headers=auth).content == stored
+
+
+def test_codex_sixteen_turns(url: str, upstream: FakeUpstream, tmp_path: Path) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    codex_home(url, home)
+    agent_upstream(upstream, reply_tokens=9000)
     env = {**os.environ, "HOME": str(home), "PROXY_API_KEY": KEY}
     codex = [agent("codex"), "exec", "--skip-git-repo-check"]
-    assert "echo: turn 1" in run([*codex, "turn 1"], env, work)
-    for turn in range(2, 4):
-        out = run([*codex, "resume", "--last", f"turn {turn}"], env, work)
-        assert f"echo: turn {turn}" in out, out
+    before = scrape(url)
+    turns = [f"turn {n}" for n in range(1, 17)]
+    for n, text in enumerate(turns):
+        command = [*codex, text] if n == 0 else [*codex, "resume", "--last", text]
+        out = run(command, env, work)
+        assert f"echo: {text}" in out, out[-300:]
+    after = scrape(url)
     [session] = sessions(url)
     asked = user_texts(transcript(url, session["id"]))
-    assert asked[-3:] == ["turn 1", "turn 2", "turn 3"], asked
+    assert [t for t in asked if t.startswith("turn")] == turns, asked
+    methods = within_budget(before, after, MODEL, "responses")
+    assert methods["summary"] > 0 and methods["truncated"] == 0, methods
+    summarized = [
+        r.body["messages"]
+        for r in upstream.chat_requests()
+        if "Summary of the earlier" in json.dumps(r.body["messages"][:4])
+    ]
+    assert summarized, "no request carried the summary"
+    context = [m for m in summarized[-1] if m["role"] in ("system", "developer")]
+    assert "<environment_context>" in json.dumps(context)  # Codex's context kept

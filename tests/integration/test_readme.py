@@ -1,13 +1,13 @@
 """The README's snippets work when pasted: every Python and shell block is run here, as
-written, against the loopback test upstream.
+written, against the loopback test upstream (the Claude Code and Codex setups are run
+with the real agents, in `test_agents.py`).
 
 The README's own config file and serve command start the proxy (`OPENAI_BASE_URL` and
 `ANTHROPIC_BASE_URL` point LiteLLM at the test upstream; the key the serve command
 generates is read from the proxy's environment), and every client block then runs as a
-script of its own. Only the port is changed, 4000 to a free one. Two programs do not
-exist here and are stood in for, each checking what the real one would need: `claude`
-(sends one Messages request the way Claude Code reads its environment) and `docker`
-(no Docker engine runs on this machine: it checks that the compose file's required
+script of its own. Only the port is changed, 4000 to a free one. One program does not
+exist here and is stood in for, checking what the real one would need: `docker` (no
+Docker engine runs on this machine: it checks that the compose file's required
 variables are set and that the proxy's config loads with them). The test command is
 the one block not run here: `.ci/run` runs it.
 """
@@ -41,25 +41,6 @@ SESSION = "support-ticket-4711"
 
 # Claude Code, for what the README's block gives it: its base URL, its bearer token, its
 # model and its extra headers ("Name: value" lines).
-CLAUDE_STAND_IN = """
-    import os
-    import anthropic
-
-    lines = os.environ["ANTHROPIC_CUSTOM_HEADERS"].splitlines()
-    headers = dict(line.split(": ", 1) for line in lines)
-    client = anthropic.Anthropic(
-        base_url=os.environ["ANTHROPIC_BASE_URL"],
-        auth_token=os.environ["ANTHROPIC_AUTH_TOKEN"],
-        default_headers=headers,
-    )
-    reply = client.messages.create(
-        model=os.environ["ANTHROPIC_MODEL"],
-        max_tokens=256,
-        messages=[{"role": "user", "content": "say hi"}],
-    )
-    print(reply.content[0].text)
-"""
-
 # `docker compose -f FILE up -d --build`, up to where an engine would take over: every
 # `${NAME:?…}` the compose file requires is set, and the proxy's config loads with them.
 DOCKER_STAND_IN = r"""
@@ -304,16 +285,6 @@ def test_anthropic_block(quickstart: Quickstart, upstream: FakeUpstream) -> None
     # claude-sonnet is an anthropic/ deployment: LiteLLM spoke the Messages API upstream.
     assert len(upstream.messages_requests()) == 2
     assert upstream.messages_requests()[0].body["model"] == "claude-sonnet-4-5"
-
-
-def test_claude_code_block(quickstart: Quickstart, upstream: FakeUpstream, tmp_path: Path) -> None:
-    """The environment the block exports is what Claude Code reads: `claude` here is a
-    stand-in that sends one request the way Claude Code does with it."""
-    _executable(tmp_path / "claude", CLAUDE_STAND_IN)
-    out = quickstart.run(snippet("export ANTHROPIC_BASE_URL="), path=tmp_path)
-    assert out == "echo: say hi\n", out
-    stored = quickstart.session("my-feature-branch").json()
-    assert [m["content"] for m in stored["messages"]] == ["say hi", "echo: say hi"], stored
 
 
 def test_responses_block(quickstart: Quickstart, upstream: FakeUpstream) -> None:
