@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from proxy.config import load_settings
+from proxy.errors import ProxyError
 from proxy.planning import Planning
 from proxy.reconcile import Match
 from proxy.sessions import Checkpoint
@@ -95,3 +98,52 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
     assert plan.compression == "summary" and plan.summarize is None
     assert plan.messages[0]["content"].endswith("They said hello.")
     assert plan.messages[1:] == CONVERSATION[4:]
+
+
+class FailingPlanStore(Store):
+    async def messages(self, tenant: str, session_id: str, start: int, end: int) -> Any:
+        return TRANSCRIPT[start:end]
+
+
+class CountingSummaries(Summaries):
+    def __init__(self) -> None:
+        self.failures: list[tuple[str, str]] = []
+
+    def failed(self, model: str, mode: str) -> None:
+        self.failures.append((model, mode))
+
+
+class FilledHistory(History):
+    async def fill(self, *args: Any) -> None:
+        return None
+
+
+async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed() -> None:
+    """No plan fits (the request's last turn alone is over the trigger): the summary
+    fails before its model is called, and `summarizations_total{outcome="error"}` says so."""
+    summaries = CountingSummaries()
+    planning = Planning(
+        load_settings(None, environ={}),
+        FailingPlanStore(version=1),  # type: ignore[arg-type]
+        FilledHistory(state(1, None)),  # type: ignore[arg-type]
+        summaries,  # type: ignore[arg-type]
+        CountCache(),
+        None,  # type: ignore[arg-type]
+    )
+    request = Request(
+        model="gpt-4o-mini",
+        counter=TOKENIZER,
+        budget=30,
+        input_limit=40,
+        messages=CONVERSATION,
+        system=[],
+        conversation=CONVERSATION,
+        system_tokens=40,  # more than the budget: no plan can fit
+        tools_tokens=0,
+        mode="auto",
+        key=KEY,
+        size=None,
+    )
+    with pytest.raises(ProxyError):
+        await planning._background(request, 30)
+    assert summaries.failures == [("gpt-4o-mini", "background")]
