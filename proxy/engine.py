@@ -126,7 +126,8 @@ class Engine:
             await self._locks.release(lease)
             raise
         await self._locks.release(lease)  # a side request, not a turn: never stored
-        return await self._stateless(body, request, context)
+        logger.debug("a side request beside its session: answered, not stored")
+        return replace(await self._stateless(body, request, context), side=True)
 
     async def _planned(
         self, body: dict[str, Any], request: Request, state: State, lease: Lease

@@ -14,3 +14,5 @@ COMPRESSION = "X-Context-Compression"
 # What the request carried that did not reach the provider (fields, server tools).
 DROPPED = "X-Context-Dropped"
 SUMMARY_AGE = "X-Context-Summary-Age"
+# "side": a request beside its session (an agent's title or quota check), not stored.
+SESSION_TURN = "X-Context-Session-Turn"

@@ -117,6 +117,7 @@ class Turn:
     state: State | None = None
     messages_json: bytes | None = None  # body["messages"], already serialized
     lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
+    side: bool = False  # named a session but is not a turn of it: answered, not stored
 
     def response_headers(self) -> dict[str, str]:
         if not self.managed:
@@ -127,6 +128,8 @@ class Turn:
             values[headers.TOKENS_SENT] = str(self.tokens_sent)
         if self.summary_created is not None:
             values[headers.SUMMARY_AGE] = str(max(0, int(time.time() - self.summary_created)))
+        if self.side:
+            values[headers.SESSION_TURN] = "side"
         return values
 
 

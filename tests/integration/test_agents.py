@@ -239,17 +239,18 @@ def side_requests_leave_the_session_as_it_was(url: str, session_id: str) -> None
         "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
     }
     for n in range(10):
-        title = sdk.messages.create(
+        title = sdk.messages.with_raw_response.create(
             model=CLAUDE,
             max_tokens=512,
             system="Generate a concise title for this coding session, as JSON.",
             messages=[{"role": "user", "content": f"turn {n}: what we did"}],
             extra_body={"output_config": {"format": title_format}},
         )
-        quota = sdk.messages.create(
+        quota = sdk.messages.with_raw_response.create(
             model=CLAUDE, max_tokens=1, messages=[{"role": "user", "content": "quota"}]
         )
-        assert title.content and quota.content
+        for reply in (title, quota):
+            assert reply.parse().content and reply.headers["x-context-session-turn"] == "side"
     assert httpx.get(path, headers=auth).content == stored
 
 
