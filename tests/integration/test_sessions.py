@@ -82,6 +82,34 @@ def test_full_resend_client_stores_each_message_once(
     assert all(m["role"] != "system" for m in session["messages"])
 
 
+def test_a_side_request_is_answered_beside_the_session(
+    proxy_url: str, upstream: FakeUpstream
+) -> None:
+    """A full-resend client's own title request, under the same session id: answered
+    (with the header that says so), never stored; the conversation then goes on."""
+    client = sdk(proxy_url, "with-side")
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for text in ("one", "two"):
+        messages.append({"role": "user", "content": text})
+        messages.append(chat(client, messages).parse().choices[0].message.model_dump())
+    before = stored(proxy_url, "with-side").content
+    title = chat(
+        client,
+        [
+            {"role": "system", "content": "Write a title for this chat."},
+            {"role": "user", "content": "one, two"},
+        ],
+    )
+    assert title.headers["x-context-session-turn"] == "side"
+    assert title.parse().choices[0].message.content == "echo: one, two"
+    assert stored(proxy_url, "with-side").content == before
+    messages.append({"role": "user", "content": "three"})
+    turn = chat(client, messages)
+    assert "x-context-session-turn" not in turn.headers
+    contents = [m["content"] for m in stored(proxy_url, "with-side").json()["messages"]]
+    assert contents == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
+
+
 def test_append_only_client_gets_history_restored(proxy_url: str, upstream: FakeUpstream) -> None:
     client = sdk(proxy_url, "append-only")
     chat(client, [{"role": "user", "content": "My name is Ada."}])
