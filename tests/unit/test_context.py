@@ -367,7 +367,8 @@ def test_plan_properties(case: Case) -> None:
     last_user = max(i for i, m in enumerate(case.transcript) if m["role"] == "user")
     assert split <= last_user
     tokens = [case.counter.count_message(m) for m in case.transcript]
-    limit = case.ratio * case.budget
+    base = case.counter.count_messages(case.system) + case.tools_tokens
+    limit = case.ratio * (case.budget - base)  # of what can be compressed
     assert sum(tokens[split:]) <= limit or split == last_user
     for s in range(start + 1, split):  # smallest such split: no earlier boundary qualifies
         if case.transcript[s]["role"] != "tool":
