@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from proxy.archive import Archive
 from proxy.budget import Budgets
 from proxy.config import Settings
@@ -254,6 +256,8 @@ class Engine:
         )
         system, conversation = split_system(body["messages"])
         validate_messages(system)
+        tools = body.get("tools")
+        system_json, tools_json = orjson.dumps(system), orjson.dumps(tools or [])  # once
         ratio = context.budget_ratio or self.settings.context.budget_ratio
         key = (context.tenant, context.session_id) if context.session_id else None
         return Request(
@@ -264,8 +268,8 @@ class Engine:
             messages=body["messages"],
             system=system,
             conversation=conversation,
-            system_tokens=self._counts.messages(counter, system),
-            tools_tokens=self._counts.tools(counter, body.get("tools")),
+            system_tokens=self._counts.messages(counter, system, system_json),
+            tools_tokens=self._counts.tools(counter, tools, tools_json),
             mode=context.mode,
             key=key,
             size=len(context.body) if context.body else None,
@@ -274,7 +278,7 @@ class Engine:
             secrets=context.secrets,
             continues=context.continues,
             memory_id=context.memory_id,
-            frame=frame_of(system, body.get("tools")) if key is not None else "",
+            frame=frame_of(system_json, tools_json) if key is not None else "",
         )
 
     async def _stateless(

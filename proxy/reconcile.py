@@ -69,11 +69,11 @@ class Serialized:
         return self.digest(end) == fingerprint.digest
 
 
-def frame_of(system: list[Message], tools: Any) -> str:
-    """A turn's frame: the digest of its system messages and tools, which an agent keeps
-    for its conversation and changes for its side requests."""
-    digest = hashlib.sha256(orjson.dumps(system))
-    digest.update(orjson.dumps(tools or []))
+def frame_of(system_json: bytes, tools_json: bytes) -> str:
+    """A turn's frame: the digest of its system messages and tools (their orjson bytes),
+    which an agent keeps for its conversation and changes for its side requests."""
+    digest = hashlib.sha256(system_json)
+    digest.update(tools_json)
     return digest.hexdigest()[:32]
 
 

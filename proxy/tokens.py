@@ -286,9 +286,12 @@ class CountCache:
         self._size = size
         self._counts: OrderedDict[tuple[str, bytes | str], int] = OrderedDict()
 
-    def messages(self, counter: TokenCounter, messages: list[Message]) -> int:
-        """`counter.count_messages(messages)`: reply priming included."""
-        key = (counter.name, orjson.dumps(messages))
+    def messages(
+        self, counter: TokenCounter, messages: list[Message], serialized: bytes | None = None
+    ) -> int:
+        """`counter.count_messages(messages)`: reply priming included. `serialized` (their
+        orjson bytes, where the caller has them) saves serializing them again."""
+        key = (counter.name, orjson.dumps(messages) if serialized is None else serialized)
         return self._get(key, lambda: counter.count_messages(messages))
 
     def message(self, counter: TokenCounter, message: Message, key: str = "") -> int:
@@ -296,10 +299,18 @@ class CountCache:
         cache_key = (counter.name, key or orjson.dumps(message))
         return self._get(cache_key, lambda: counter.count_message(message))
 
-    def tools(self, counter: TokenCounter, tools: list[dict[str, Any]] | None) -> int:
+    def tools(
+        self,
+        counter: TokenCounter,
+        tools: list[dict[str, Any]] | None,
+        serialized: bytes | None = None,
+    ) -> int:
         if not tools:
             return 0
-        key = (counter.name, b"tools:" + orjson.dumps(tools))
+        key = (
+            counter.name,
+            b"tools:" + (orjson.dumps(tools) if serialized is None else serialized),
+        )
         return self._get(key, lambda: counter.count_tools(tools))
 
     def _get(self, key: tuple[str, bytes | str], count: Callable[[], int]) -> int:

@@ -185,8 +185,8 @@ def test_full_mode_replaces_unrelated_history() -> None:
     assert full == [user("x")]
 
 
-AGENT = frame_of([{"role": "system", "content": "You are a coding agent."}], [{"name": "Read"}])
-TITLE = frame_of([{"role": "system", "content": "Write a title for this chat."}], None)
+AGENT = frame_of(b'[{"role":"system","content":"You are a coding agent."}]', b'[{"name":"Read"}]')
+TITLE = frame_of(b'[{"role":"system","content":"Write a title for this chat."}]', b"[]")
 
 
 def test_an_agents_side_request_is_beside_the_session_never_stored() -> None:
