@@ -166,12 +166,15 @@ class Proxy:
         self.upstream.check_model(model)
         context = self._request_context(request, caller, raw, inbound)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
-        dropped = self._dropped(door, inbound)
+        native = inbound.native
+        if native is not None and not self.upstream.native(model, native.api):
+            native = None  # the chat translation, for any other provider
+        dropped = self._dropped(door, inbound, native is not None)
         if dropped:
             response_headers[headers.DROPPED] = ", ".join(dropped)
         if inbound.stream:
             events = await unless_disconnected(
-                request, self.engine.stream(inbound.body, context, telemetry)
+                request, self.engine.stream(inbound.body, context, telemetry, native)
             )
             try:
                 framer = door.framer(inbound, events.turn)
@@ -188,16 +191,17 @@ class Proxy:
                 | {"Cache-Control": "no-cache"},
             )
         turn, completion = await unless_disconnected(
-            request, self.engine.complete(inbound.body, context, telemetry)
+            request, self.engine.complete(inbound.body, context, telemetry, native)
         )
         return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
 
-    def _dropped(self, door: Door, inbound: Inbound) -> list[str]:
+    def _dropped(self, door: Door, inbound: Inbound, native: bool) -> list[str]:
         """What the request carries that will not reach the provider: what the door could
-        not carry, and the optional parameters this model does not take (removed here)."""
+        not carry, and the optional parameters this model does not take (removed here).
+        In the door's own API (`native`), only what that API does not have."""
         body, model = inbound.body, inbound.body["model"]
-        dropped = list(inbound.dropped)
-        for group in inbound.optional:
+        dropped = list(inbound.native_dropped if native else inbound.dropped)
+        for group in () if native else inbound.optional:
             present = [name for name in group if name in body]
             kept = next((n for n in present if self.upstream.supports(model, n)), None)
             for name in present:
@@ -227,9 +231,11 @@ class Proxy:
         can tell a cut-off reply from a finished one. A client that disconnects cancels
         this generator, and with it the upstream call."""
         status = CLIENT_CLOSED_REQUEST
+        native = False  # the provider's own events, its end of stream included
         try:
             async for batch in events:
-                yield framer.chunks(batch.chunks, batch.raw)
+                native = batch.native
+                yield (batch.raw or b"") if native else framer.chunks(batch.chunks, batch.raw)
             status = 200
         except ProxyError as exc:
             status = exc.status_code
@@ -239,7 +245,8 @@ class Proxy:
             return
         finally:
             telemetry.finish(status)
-        yield framer.end()
+        if not native:
+            yield framer.end()
 
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's `count_tokens`: what this proxy would send for the request, by its

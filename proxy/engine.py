@@ -28,6 +28,7 @@ from proxy.history import History, off_loop
 from proxy.memories import Memories
 from proxy.messages import Message, split_system
 from proxy.metrics import ModelLabels
+from proxy.native import Native
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
 from proxy.reconcile import frame_of
@@ -75,16 +76,28 @@ class Engine:
     # -- a turn: the one operation a door calls -----------------------------------------
 
     async def complete(
-        self, body: dict[str, Any], context: RequestContext, observer: Observer
+        self,
+        body: dict[str, Any],
+        context: RequestContext,
+        observer: Observer,
+        native: Native | None = None,
     ) -> tuple[Turn, Completion]:
-        """One turn answered whole: planned, sent, its reply stored, its session freed."""
+        """One turn answered whole: planned, sent, its reply stored, its session freed.
+        With `native`, the turn goes in the door's own API (`proxy.native`)."""
         turn = await self._prepare(body, context)
         try:
             observer.planned(turn)
             observer.upstream_started()
-            completion = await self.upstream.complete(
-                turn.body, turn.messages_json, context.provider_key
-            )
+            if native is not None:
+                request = native.request(turn.body, turn.compression == "summary")
+                reply = await self.upstream.native_complete(
+                    native.api, request, context.provider_key
+                )
+                completion = Completion(native.completion(reply), native=reply)
+            else:
+                completion = await self.upstream.complete(
+                    turn.body, turn.messages_json, context.provider_key
+                )
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
@@ -94,15 +107,26 @@ class Engine:
         return turn, completion
 
     async def stream(
-        self, body: dict[str, Any], context: RequestContext, observer: Observer
+        self,
+        body: dict[str, Any],
+        context: RequestContext,
+        observer: Observer,
+        native: Native | None = None,
     ) -> TurnEvents:
         """One turn answered as a stream: planned and opened here; the reply is stored
         once the stream is complete, and the caller ends the turn (`TurnEvents.aclose`)."""
         turn = await self._prepare(body, context)
+        key = context.provider_key
         try:
             observer.planned(turn)
             observer.upstream_started()
-            events = await self.upstream.stream(turn.body, turn.messages_json, context.provider_key)
+            if native is not None:
+                request = native.request(turn.body, turn.compression == "summary")
+                events = await self.upstream.native_stream(
+                    native.api, request, native.stream(), key
+                )
+            else:
+                events = await self.upstream.stream(turn.body, turn.messages_json, key)
         except BaseException:
             await self._finish(turn)
             raise

@@ -80,6 +80,7 @@ class Completion:
 
     data: dict[str, Any]
     raw: bytes | None = None
+    native: dict[str, Any] | None = None  # the reply in the door's own API (`proxy.native`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,7 @@ class Events:
 
     chunks: list[dict[str, Any]]
     raw: bytes | None = None
+    native: bool = False  # `raw` is in the door's own API (`proxy.native`), not chat's
 
 
 class DirectClient:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import litellm
 from litellm import Router
 
 from proxy.config import ConfigError, Settings
 
-__all__ = ["ProxyRouter", "router_for"]
+__all__ = ["ProxyRouter", "native_models", "router_for"]
 
 _KEY_REJECTED = frozenset({401, 403})
 
@@ -42,3 +43,40 @@ def router_for(settings: Settings) -> ProxyRouter | None:
 
 def _key_rejected(kwargs: dict[str, Any]) -> bool:
     return getattr(kwargs.get("exception"), "status_code", None) in _KEY_REJECTED
+
+
+# The provider that speaks each door's own API, and where it speaks it by default.
+_NATIVE_PROVIDERS = {"anthropic_messages": "anthropic", "responses": "openai"}
+_OPENAI_HOSTS = ("https://api.openai.com",)
+
+
+def native_models(settings: Settings) -> dict[str, frozenset[str]]:
+    """For each native API (`proxy.native`), the model names whose every deployment
+    speaks it: an `anthropic/…` deployment speaks the Messages API; an `openai/…` one
+    the Responses API at OpenAI's own address, elsewhere only when its `model_info` says
+    `native_api: true` (an OpenAI-compatible server may not serve `/responses`).
+    `native_api: false` keeps a deployment on the chat translation."""
+    routes: dict[str, frozenset[str]] = {}
+    for api, wanted in _NATIVE_PROVIDERS.items():
+        speaks: dict[str, bool] = {}
+        for entry in settings.model_list:
+            ok = _speaks(entry.litellm_params, entry.model_info, wanted)
+            speaks[entry.model_name] = speaks.get(entry.model_name, True) and ok
+        routes[api] = frozenset(name for name, ok in speaks.items() if ok)
+    return routes
+
+
+def _speaks(params: dict[str, Any], info: dict[str, Any], wanted: str) -> bool:
+    declared = info.get("native_api")
+    if declared is False:
+        return False
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(
+            model=str(params["model"]), api_base=params.get("api_base")
+        )
+    except Exception:  # a provider LiteLLM cannot name
+        return False
+    if provider != wanted:
+        return False
+    base = str(params.get("api_base") or "")
+    return declared is True or wanted == "anthropic" or base.startswith(_OPENAI_HOSTS) or not base

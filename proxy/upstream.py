@@ -25,9 +25,10 @@ from litellm import Router
 from proxy.config import Settings
 from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
+from proxy.native import NativeApi, NativeStream, sse_events
 from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
 from proxy.redaction import Redactor
-from proxy.router import router_for
+from proxy.router import native_models, router_for
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
@@ -105,6 +106,7 @@ class Upstream:
         self._router: Router | None = router_for(settings)
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
+        self._native = native_models(settings)
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
 
@@ -228,6 +230,53 @@ class Upstream:
         except Exception as exc:
             raise self.error(exc, api_key) from None
         return self._relayed(first, events, api_key)
+
+    def native(self, model: str, api: NativeApi) -> bool:
+        """Whether `model`'s every deployment speaks `api` (`proxy.router.native_models`)."""
+        return model in self._native[api]
+
+    async def native_complete(
+        self, api: NativeApi, request: dict[str, Any], api_key: str | None = None
+    ) -> dict[str, Any]:
+        """One reply of the provider's own API, through LiteLLM's route for it."""
+        call = self._native_call(api, request | {"stream": False}, api_key)
+        try:
+            response = await _within(self._settings.server.request_timeout_seconds, call)
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        return response if isinstance(response, dict) else _plain(response, exclude_none=True)
+
+    async def native_stream(
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        reader: NativeStream,
+        api_key: str | None = None,
+    ) -> AsyncIterator[Events]:
+        """The provider's own events, read by the door's `reader`; opened (its first
+        event read) before this returns, as `stream` is."""
+
+        async def opened() -> tuple[Events, AsyncIterator[Events]]:
+            response = await self._native_call(api, request | {"stream": True}, api_key)
+            events = _native_events(api, response, reader)
+            return await anext(events), events
+
+        try:
+            timeout = self._settings.server.request_timeout_seconds
+            first, events = await _within(timeout, opened())
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        return self._relayed(first, events, api_key)
+
+    async def _native_call(
+        self, api: NativeApi, request: dict[str, Any], api_key: str | None
+    ) -> Any:
+        assert self._router is not None  # native models are configured models
+        options = {"timeout": self._settings.server.request_timeout_seconds}
+        options |= _credentials(api_key)
+        if api == "anthropic_messages":
+            return await self._router.aanthropic_messages(**request, **options)
+        return await self._router.aresponses(**request, **options)
 
     async def _routed(
         self, call: Any, params: dict[str, Any], messages: bytes | None, api_key: str | None
@@ -393,10 +442,35 @@ def _retry_after(exc: BaseException) -> dict[str, str] | None:
     return None
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+def _plain(obj: Any, exclude_none: bool = False) -> dict[str, Any]:
     """A LiteLLM response object as OpenAI JSON (no LiteLLM-private fields)."""
-    data = obj.model_dump(exclude_none=False) if hasattr(obj, "model_dump") else dict(obj)
+    data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else dict(obj)
     return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+async def _native_events(
+    api: NativeApi, response: Any, reader: NativeStream
+) -> AsyncIterator[Events]:
+    """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
+    Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
+    objects (serialized here as OpenAI sends them)."""
+    events = sse_events(response) if api == "anthropic_messages" else _serialized(response)
+    try:
+        async for kind, data, raw in events:
+            relayed, chunks = reader.event(kind, data, raw)
+            yield Events(chunks, relayed, native=True)
+    finally:
+        close = getattr(response, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # must not mask the real failure
+                await close()
+
+
+async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any], bytes]]:
+    async for item in response:
+        data = _plain(item, exclude_none=True)
+        kind = str(data.get("type") or "")
+        yield kind, data, b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 # Fields LiteLLM adds to OpenAI's objects; clients of an OpenAI-compatible API never see them.

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from starlette.responses import Response
 
 from proxy.errors import ProxyError
+from proxy.native import Native
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
 from proxy.validation import session_id
@@ -50,6 +51,10 @@ class Inbound:
     # alternatives: of each group, the first the model takes (every deployment, by
     # LiteLLM's own list) is sent, the rest are not; if it takes none, they are dropped.
     optional: tuple[tuple[str, ...], ...] = ()
+    # The request in the door's own API, for a model whose deployments speak it
+    # (`proxy.native`), and what that route does not carry.
+    native: Native | None = None
+    native_dropped: tuple[str, ...] = ()
 
     @property
     def stream(self) -> bool:

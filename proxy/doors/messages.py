@@ -24,6 +24,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
+from proxy.doors.messages_native import MessagesNative, arguments
 from proxy.doors.messages_stream import MessagesFramer, error_body, message_id, stop_reason
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
@@ -91,7 +92,15 @@ class MessagesDoor:
     def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         chat, dropped = to_chat(body)
         named = body_session_id(body, self._id_fields)
-        return Inbound(chat, session_id=named, dropped=dropped, optional=OPTIONAL)
+        own = tuple(key for key in unknown_fields(body, _PARAMETERS) if key not in _CARRIED)
+        return Inbound(
+            chat,
+            session_id=named,
+            dropped=dropped,
+            optional=OPTIONAL,
+            native=MessagesNative(body),
+            native_dropped=own,
+        )
 
     def counted(self, body: dict[str, Any]) -> Inbound:
         """A `count_tokens` request (no `max_tokens`) as the engine sees it."""
@@ -102,7 +111,10 @@ class MessagesDoor:
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
     ) -> Response:
-        return ORJSONResponse(to_message(completion.data, inbound.body["model"]), headers=headers)
+        model = inbound.body["model"]
+        if completion.native is not None:  # the provider's own message, as it came
+            return ORJSONResponse(completion.native | {"model": model}, headers=headers)
+        return ORJSONResponse(to_message(completion.data, model), headers=headers)
 
     def framer(self, inbound: Inbound, turn: Turn) -> MessagesFramer:
         return MessagesFramer(inbound.body["model"], turn.tokens_sent or 0)
@@ -403,12 +415,3 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return blocks
-
-
-def arguments(text: Any) -> Any:
-    """A tool call's arguments as the object Anthropic's `input` is."""
-    try:
-        value = orjson.loads(text or "{}")
-    except orjson.JSONDecodeError:
-        return {"arguments": text}
-    return value if isinstance(value, dict) else {"arguments": value}

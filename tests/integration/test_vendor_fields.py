@@ -31,7 +31,11 @@ WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3
 
 @pytest.fixture
 def url(upstream: FakeUpstream, start_proxy: Any) -> str:
-    return start_proxy(claude_config(upstream))
+    config = claude_config(upstream)
+    # Claude Code's default model family: adaptive thinking and an effort level (by
+    # LiteLLM's model map, which translates them down for an older Claude).
+    config["model_list"][-1]["litellm_params"]["model"] = "anthropic/claude-sonnet-4-6"
+    return start_proxy(config)
 
 
 def post(url: str, path: str, body: dict[str, Any], session: str = "vendor-1") -> httpx.Response:
@@ -63,17 +67,17 @@ def messages_body(model: str, **more: Any) -> dict[str, Any]:
 def test_claude_codes_request_reaches_an_anthropic_deployment(
     url: str, upstream: FakeUpstream
 ) -> None:
+    """In Anthropic's own API (LiteLLM's Messages route): every field as Claude Code sent
+    it, the server tool too; nothing dropped."""
     response = post(url, "/v1/messages", messages_body(CLAUDE))
     assert response.status_code == 200, response.text
     sent = upstream.messages_requests()[-1].body
-    # Carried: Anthropic takes context management and thinking settings.
-    assert sent["context_management"] == CLAUDE_CODE_EXTRAS["context_management"]
-    assert [tool["name"] for tool in sent["tools"]] == ["Read"]
+    for name in ("context_management", "output_config", "thinking"):
+        assert sent[name] == CLAUDE_CODE_EXTRAS[name], name
+    assert sent["tools"] == [READ_TOOL, WEB_SEARCH]
     # The mid-conversation system message is kept, in its place among the turns.
-    texts = [str(m["content"]) for m in sent["messages"]] + [str(sent.get("system"))]
-    assert any("main branch" in text for text in texts), sent
-    # Not carried, and said: the server tool and the `adaptive` thinking type.
-    assert dropped(response) == ["thinking.adaptive", "tools.web_search"]
+    assert sent["messages"][2] == {"role": "system", "content": "The user is on the main branch."}
+    assert dropped(response) == []
 
 
 def test_the_same_request_to_an_openai_deployment(url: str, upstream: FakeUpstream) -> None:
