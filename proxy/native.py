@@ -19,9 +19,22 @@ import orjson
 
 from proxy.errors import ProxyError
 
-__all__ = ["Native", "NativeApi", "NativeStream", "sse_events"]
+__all__ = [
+    "ANTHROPIC_CONTENT",
+    "NATIVE_FIELDS",
+    "Native",
+    "NativeApi",
+    "NativeStream",
+    "sse_events",
+]
 
 NativeApi = Literal["anthropic_messages", "responses"]
+
+# A chat message's field that keeps an assistant turn's blocks as they came, where the
+# chat form cannot hold them all (a server tool's call and result, citations).
+ANTHROPIC_CONTENT = "anthropic_content"
+# The fields a stored reply keeps of what only its door's own API can say.
+NATIVE_FIELDS = (ANTHROPIC_CONTENT,)
 
 
 class NativeStream(Protocol):

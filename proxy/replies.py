@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.messages import Message
+from proxy.native import NATIVE_FIELDS
 
 
 def reply_message(completion: dict[str, Any]) -> Message | None:
@@ -13,9 +14,10 @@ def reply_message(completion: dict[str, Any]) -> Message | None:
     if not choices:
         return None
     message = choices[0].get("message") or {}
-    return _assistant(
+    reply = _assistant(
         message.get("content"), message.get("tool_calls"), message.get("thinking_blocks")
     )
+    return reply | {key: message[key] for key in NATIVE_FIELDS if message.get(key)}
 
 
 class StreamedReply:
@@ -30,6 +32,7 @@ class StreamedReply:
         self._calls: dict[int, dict[str, Any]] = {}
         self._thinking: list[dict[str, Any]] = []
         self._thought: list[str] = []  # the open thinking block's text so far
+        self._fields: dict[str, Any] = {}  # the message's own fields, from a native stream
         self.finished = False
 
     def add(self, chunk: dict[str, Any]) -> None:
@@ -41,6 +44,7 @@ class StreamedReply:
                 self._content.append(delta["content"])
             for block in delta.get("thinking_blocks") or ():
                 self._think(block)
+            self._fields |= delta.get("message_fields") or {}
             for call in delta.get("tool_calls") or []:
                 entry = self._calls.setdefault(
                     call.get("index", 0),
@@ -71,7 +75,8 @@ class StreamedReply:
         if not self.finished:
             return None
         calls = [self._calls[index] for index in sorted(self._calls)]
-        return _assistant("".join(self._content) or None, calls or None, self._thinking)
+        message = _assistant("".join(self._content) or None, calls or None, self._thinking)
+        return message | self._fields
 
 
 def _assistant(content: Any, tool_calls: Any, thinking: Any = None) -> Message:

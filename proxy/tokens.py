@@ -22,6 +22,7 @@ from typing import Any, Literal
 import orjson
 
 from proxy.messages import Message
+from proxy.native import ANTHROPIC_CONTENT
 
 __all__ = [
     "CountCache",
@@ -55,6 +56,8 @@ TOOLS_OVERHEAD = 12  # namespace wrapper around the tool schemas
 # usage-based calibration absorb the difference.
 IMAGE_LOW_TOKENS = 85
 IMAGE_TOKENS = 765
+# An assistant turn's Anthropic blocks that its chat fields hold, and are counted there.
+_COUNTED_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,9 @@ class TokenCounter:
         for block in message.get("thinking_blocks") or ():  # Anthropic's, sent back
             if isinstance(block, dict):
                 total += self.count_text(str(block.get("thinking") or block.get("data") or ""))
+        for block in message.get(ANTHROPIC_CONTENT) or ():  # what the fields above lack
+            if isinstance(block, dict) and block.get("type") not in _COUNTED_BLOCKS:
+                total += self.count_text(_dumps(block))
         return total
 
     def count_messages(self, messages: Iterable[Message]) -> int:

@@ -51,8 +51,10 @@ class Reply:
     stall_after_chunks: int | None = None  # streaming: stall (stall_seconds) after N chunks
     # Computes the answer from the request body: the content, or a whole Reply.
     respond: Callable[[dict[str, Any]], str | Reply] | None = None
-    # Messages API: thinking blocks the reply starts with (signatures and all).
+    # Messages API: thinking blocks the reply starts with (signatures and all), then
+    # any other blocks before its text (a server tool's call and result, say).
     thinking: list[dict[str, Any]] = field(default_factory=list)
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -126,7 +128,9 @@ class FakeUpstream:
         content = reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {messages_api.last_user_text(body)}"
-        blocks = messages_api.message_blocks(content, reply.tool_calls, reply.thinking)
+        blocks = messages_api.message_blocks(
+            content, reply.tool_calls, [*reply.thinking, *reply.blocks]
+        )
         usage = {
             "input_tokens": count_text_tokens(json.dumps(body)),
             "output_tokens": count_text_tokens(json.dumps(blocks)),

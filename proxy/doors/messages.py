@@ -24,7 +24,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
-from proxy.doors.messages_native import MessagesNative, arguments
+from proxy.doors.messages_native import MessagesNative, arguments, native_content
 from proxy.doors.messages_stream import MessagesFramer, error_body, message_id, stop_reason
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
@@ -254,6 +254,9 @@ def _user(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    """An assistant turn as one chat message. Blocks the chat form cannot hold (a server
+    tool's call and result, a text's citations) keep the whole turn as it came, in
+    `anthropic_content`, for a provider that speaks the Messages API."""
     message: dict[str, Any] = {"role": "assistant", "content": None}
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -267,18 +270,13 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> dict[str, Any]:
             calls.append(_tool_use(block, here))
         elif kind == "text":
             parts.append(_text(block, here))
-        else:
-            raise invalid(
-                f"{here}.type",
-                f"{here}: an assistant block of type `{kind}` is not supported here.",
-            )
     if parts:
         message["content"] = parts
     if calls:
         message["tool_calls"] = calls
     if thinking:
         message["thinking_blocks"] = thinking
-    return message
+    return message | native_content(blocks)
 
 
 def _text(block: dict[str, Any], where: str) -> dict[str, Any]:

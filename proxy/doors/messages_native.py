@@ -19,9 +19,16 @@ from typing import Any
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.native import NativeApi
+from proxy.native import ANTHROPIC_CONTENT, NativeApi
 
-__all__ = ["MessagesNative", "arguments"]
+__all__ = ["MessagesNative", "arguments", "native_content"]
+
+_CHAT_BLOCKS = {
+    "text": frozenset({"type", "text", "cache_control"}),
+    "tool_use": frozenset({"type", "id", "name", "input", "cache_control"}),
+    "thinking": frozenset({"type", "thinking", "signature"}),
+    "redacted_thinking": frozenset({"type", "data"}),
+}
 
 # What of the client's body goes to the provider besides the planned window: the
 # Messages API's own parameters (never LiteLLM's call arguments, such as `api_base`).
@@ -85,6 +92,7 @@ class MessagesNative:
             message["tool_calls"] = calls
         if thinking:
             message["thinking_blocks"] = thinking
+        message |= native_content(reply.get("content") or [])
         choice = {"index": 0, "message": message, "finish_reason": _finish(reply)}
         return {"id": reply.get("id"), "choices": [choice], "usage": usage(reply.get("usage"))}
 
@@ -94,13 +102,16 @@ class MessagesNative:
 
 class MessagesEvents:
     """Anthropic's stream read as chat chunks: text, thinking pieces then the signature,
-    tool calls by their order; the finish only on `message_stop`, the stream's own end."""
+    tool calls by their order; the finish only on `message_stop`, the stream's own end.
+    The blocks are kept whole too, for a turn the chat form cannot hold."""
 
     def __init__(self, model: str) -> None:
         self._model = model
         self._calls = 0
         self._input: dict[str, Any] = {}
         self._stop: str | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}  # a block's input, in pieces
 
     def event(self, kind: str, data: dict[str, Any], raw: bytes) -> tuple[bytes, list[dict]]:
         delta: dict[str, Any] = {}
@@ -114,6 +125,7 @@ class MessagesEvents:
             raw = event(kind, data | {"message": message})
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
+            self._blocks[data.get("index", len(self._blocks))] = dict(block)
             if block.get("type") == "tool_use":
                 call = _call(block.get("id"), block.get("name"), None) | {"index": self._calls}
                 call["function"]["arguments"] = ""
@@ -124,17 +136,46 @@ class MessagesEvents:
             elif block.get("type") == "text" and block.get("text"):
                 delta = {"content": block["text"]}
         elif kind == "content_block_delta":
-            delta = _delta(data.get("delta") or {}, self._calls - 1)
+            change = data.get("delta") or {}
+            self._grow(data.get("index"), change)
+            delta = _delta(change, self._calls - 1)
         elif kind == "message_delta":
             self._stop = (data.get("delta") or {}).get("stop_reason")
             used = usage(self._input | (data.get("usage") or {}))
             chunks.append({"choices": [], "usage": used})
         elif kind == "message_stop":
             finish = _FINISH.get(str(self._stop), "stop")
-            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+            fields = native_content(self._whole())
+            end = {"message_fields": fields} if fields else {}
+            chunks.append({"choices": [{"index": 0, "delta": end, "finish_reason": finish}]})
         if delta:
             chunks.insert(0, {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         return raw, chunks
+
+    def _grow(self, index: Any, change: dict[str, Any]) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            return
+        kind = change.get("type")
+        if kind == "text_delta":
+            block["text"] = (block.get("text") or "") + (change.get("text") or "")
+        elif kind == "input_json_delta":
+            self._json.setdefault(index, []).append(change.get("partial_json") or "")
+        elif kind == "thinking_delta":
+            block["thinking"] = (block.get("thinking") or "") + (change.get("thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = change.get("signature")
+        elif kind == "citations_delta":
+            block["citations"] = [*(block.get("citations") or ()), change.get("citation")]
+
+    def _whole(self) -> list[dict[str, Any]]:
+        blocks = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if index in self._json:
+                block["input"] = arguments("".join(self._json[index]))
+            blocks.append(block)
+        return blocks
 
 
 def _delta(delta: dict[str, Any], call: int) -> dict[str, Any]:
@@ -169,6 +210,16 @@ def usage(used: Any) -> dict[str, int]:
 
 def _finish(reply: dict[str, Any]) -> str:
     return _FINISH.get(str(reply.get("stop_reason")), "stop")
+
+
+def native_content(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """`{ANTHROPIC_CONTENT: blocks}` where the chat form cannot hold every block (a server
+    tool's call or result, a text's citations), else nothing."""
+    for block in blocks:
+        known = _CHAT_BLOCKS.get(block.get("type"))
+        if known is None or any(v not in (None, []) for k, v in block.items() if k not in known):
+            return {ANTHROPIC_CONTENT: blocks}
+    return {}
 
 
 def arguments(text: Any) -> Any:
@@ -228,6 +279,8 @@ def _system(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _assistant(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get(ANTHROPIC_CONTENT):
+        return {"role": "assistant", "content": message[ANTHROPIC_CONTENT]}
     blocks = [dict(block) for block in message.get("thinking_blocks") or ()]
     blocks += _blocks(message.get("content"))
     for call in message.get("tool_calls") or ():

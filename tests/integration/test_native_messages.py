@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.test_messages import (
     CLAUDE,
     SIGNATURE,
@@ -119,3 +121,55 @@ def test_native_api_false_keeps_the_chat_translation(upstream: FakeUpstream, sta
     sent = upstream.messages_requests()[-1].body
     # LiteLLM's chat translation writes a user message's text as blocks.
     assert sent["messages"][0]["content"] == [{"type": "text", "text": "hello"}]
+
+
+SEARCH_CALL = {
+    "type": "server_tool_use",
+    "id": "srvtoolu_1",
+    "name": "web_search",
+    "input": {"query": "tide tables Brest"},
+}
+SEARCH_RESULT = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_1",
+    "content": [
+        {
+            "type": "web_search_result",
+            "url": "https://example.org/tides",
+            "title": "Tides",
+            "encrypted_content": "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5",
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_server_tools_turn_goes_back_as_it_came(
+    upstream: FakeUpstream, start_proxy: Any, stream: bool
+) -> None:
+    """A server tool (web search) is forwarded; the turn it makes (the call, its result,
+    then text) is answered, stored, and sent back whole on the next turn."""
+    url = start_proxy(claude_config(upstream))
+    upstream.queue(Reply(content="High tide is at six.", blocks=[SEARCH_CALL, SEARCH_RESULT]))
+    sdk = client(url, f"server-tool-{stream}")
+    tools = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "When is high tide in Brest?"}]
+    if stream:
+        with sdk.messages.stream(
+            model=CLAUDE, max_tokens=200, tools=tools, messages=messages
+        ) as events:
+            first = events.get_final_message()
+    else:
+        first = sdk.messages.create(model=CLAUDE, max_tokens=200, tools=tools, messages=messages)
+    assert upstream.messages_requests()[-1].body["tools"] == tools
+    turn = [block.model_dump(exclude_none=True) for block in first.content]
+    assert turn[:2] == [SEARCH_CALL, SEARCH_RESULT]
+    stored = stored_session(url, f"/v1/sessions/server-tool-{stream}").json()["messages"]
+    assert stored[1]["anthropic_content"] == turn
+    messages += [
+        {"role": "assistant", "content": turn},
+        {"role": "user", "content": "And low tide?"},
+    ]
+    second = sdk.messages.create(model=CLAUDE, max_tokens=200, tools=tools, messages=messages)
+    assert second.content[-1].text == "echo: And low tide?"
+    assert upstream.messages_requests()[-1].body["messages"][1] == messages[1]
