@@ -37,6 +37,7 @@ from proxy.http import (
     unless_disconnected,
 )
 from proxy.metrics import DROPPED_FIELDS, OTHER_MODEL, exposition
+from proxy.native import Native
 from proxy.redaction import Redactor
 from proxy.session_api import SessionApi, model_not_allowed
 from proxy.sessions import Mode, SessionStore
@@ -169,7 +170,7 @@ class Proxy:
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):
             native = None  # the chat translation, for any other provider
-        dropped = self._dropped(door, inbound, native is not None)
+        dropped = self._dropped(door, inbound, native)
         if dropped:
             response_headers[headers.DROPPED] = ", ".join(dropped)
         if inbound.stream:
@@ -195,12 +196,16 @@ class Proxy:
         )
         return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
 
-    def _dropped(self, door: Door, inbound: Inbound, native: bool) -> list[str]:
+    def _dropped(self, door: Door, inbound: Inbound, native: Native | None) -> list[str]:
         """What the request carries that will not reach the provider: what the door could
         not carry, and the optional parameters this model does not take (removed here).
-        In the door's own API (`native`), only what that API does not have."""
+        In the door's own API (`native`), what that API does not have, and its optional
+        fields this model does not take."""
         body, model = inbound.body, inbound.body["model"]
         dropped = list(inbound.native_dropped if native else inbound.dropped)
+        for name, parameter in native.optional if native else ():
+            if not self.upstream.supports(model, parameter) and native.drop(name):
+                dropped.append(name)
         for group in () if native else inbound.optional:
             present = [name for name in group if name in body]
             kept = next((n for n in present if self.upstream.supports(model, n)), None)
@@ -235,7 +240,10 @@ class Proxy:
         try:
             async for batch in events:
                 native = batch.native
-                yield (batch.raw or b"") if native else framer.chunks(batch.chunks, batch.raw)
+                if native:
+                    yield framer.relay(batch.raw or b"")
+                else:
+                    yield framer.chunks(batch.chunks, batch.raw)
             status = 200
         except ProxyError as exc:
             status = exc.status_code

@@ -22,6 +22,7 @@ from proxy.errors import ProxyError
 __all__ = [
     "ANTHROPIC_CONTENT",
     "NATIVE_FIELDS",
+    "RESPONSES_OUTPUT",
     "Native",
     "NativeApi",
     "NativeStream",
@@ -33,8 +34,11 @@ NativeApi = Literal["anthropic_messages", "responses"]
 # A chat message's field that keeps an assistant turn's blocks as they came, where the
 # chat form cannot hold them all (a server tool's call and result, citations).
 ANTHROPIC_CONTENT = "anthropic_content"
+# A chat message's field that keeps a model's turn of Responses output items as they
+# came, where the chat form cannot hold them all (reasoning, a hosted tool's call).
+RESPONSES_OUTPUT = "responses_output"
 # The fields a stored reply keeps of what only its door's own API can say.
-NATIVE_FIELDS = (ANTHROPIC_CONTENT,)
+NATIVE_FIELDS = (ANTHROPIC_CONTENT, RESPONSES_OUTPUT)
 
 
 class NativeStream(Protocol):
@@ -48,6 +52,13 @@ class Native(Protocol):
     """A request in its door's own API, and how to read the provider's answer."""
 
     api: NativeApi
+    # Fields of the door's API a model may not take, each with the chat parameter that
+    # says whether it does (by LiteLLM's list): dropped, and said, where it does not.
+    optional: tuple[tuple[str, str], ...]
+
+    def drop(self, name: str) -> bool:
+        """Leave the client's field `name` out; whether it was there."""
+        ...
 
     def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
         """The planned chat body as this API's call arguments (`model` the model group)."""

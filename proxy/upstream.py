@@ -244,7 +244,7 @@ class Upstream:
             response = await _within(self._settings.server.request_timeout_seconds, call)
         except Exception as exc:
             raise self.error(exc, api_key) from None
-        return response if isinstance(response, dict) else _plain(response, exclude_none=True)
+        return _native_json(response)
 
     async def native_stream(
         self,
@@ -442,10 +442,18 @@ def _retry_after(exc: BaseException) -> dict[str, str] | None:
     return None
 
 
-def _plain(obj: Any, exclude_none: bool = False) -> dict[str, Any]:
+def _plain(obj: Any) -> dict[str, Any]:
     """A LiteLLM response object as OpenAI JSON (no LiteLLM-private fields)."""
-    data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else dict(obj)
+    data = obj.model_dump(exclude_none=False) if hasattr(obj, "model_dump") else dict(obj)
     return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def _native_json(obj: Any) -> dict[str, Any]:
+    """A LiteLLM object of a provider's own API as its JSON (enums as their values,
+    fields it did not send left out)."""
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json", exclude_none=True)
+    return {k: v for k, v in dict(obj).items() if not k.startswith("_")}
 
 
 async def _native_events(
@@ -468,7 +476,7 @@ async def _native_events(
 
 async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any], bytes]]:
     async for item in response:
-        data = _plain(item, exclude_none=True)
+        data = _native_json(item)
         kind = str(data.get("type") or "")
         yield kind, data, b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests import upstream_messages as messages_api
+from tests import upstream_responses as responses_api
 from tests.servers import serve
 
 
@@ -90,6 +91,9 @@ class FakeUpstream:
     def messages_requests(self) -> list[Received]:
         return [r for r in self.requests if r.path.endswith("/messages")]
 
+    def responses_requests(self) -> list[Received]:
+        return [r for r in self.requests if r.path.endswith("/responses")]
+
     def _next(self) -> Reply:
         with self._lock:
             return self.replies.popleft() if self.replies else self.default
@@ -99,6 +103,7 @@ class FakeUpstream:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
@@ -138,6 +143,39 @@ class FakeUpstream:
         answer = messages_api.message(f"msg_test_{next(self._ids)}", body["model"], blocks, usage)
         if body.get("stream"):
             events = messages_api.message_events(answer, reply.fail_after_chunks)
+            return StreamingResponse(events, media_type="text/event-stream")
+        return JSONResponse(answer)
+
+    async def _responses(self, request: Request) -> Response:
+        """OpenAI's Responses API: the same scripted replies, in its shapes (`blocks` are
+        output items before the text: reasoning, say)."""
+        body = orjson.loads(await request.body())
+        if self.record:
+            self.requests.append(Received(request.url.path, dict(request.headers), body))
+        reply = self._next()
+        if reply.respond is not None:
+            answer = reply.respond(body)
+            reply = answer if isinstance(answer, Reply) else Reply(content=answer)
+        if reply.status != 200:
+            error = {"message": reply.error_message, "type": "server_error", "code": None}
+            return JSONResponse({"error": error}, status_code=reply.status)
+        content = reply.content
+        if content is None and not reply.tool_calls:
+            content = f"echo: {responses_api.last_user_text(body)}"
+        number = next(self._ids)
+        items = responses_api.output(number, content, reply.tool_calls, reply.blocks)
+        prompt = count_text_tokens(json.dumps(body))
+        completion = count_text_tokens(json.dumps(items))
+        usage = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        }
+        answer = responses_api.response(number, body, items, usage)
+        if body.get("stream"):
+            events = responses_api.response_events(answer, reply.fail_after_chunks)
             return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(answer)
 

@@ -66,6 +66,10 @@ class Framer(Protocol):
 
     def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes: ...
 
+    def relay(self, raw: bytes) -> bytes:
+        """An event of the provider's own stream in the door's API (`proxy.native`)."""
+        ...
+
     def end(self) -> bytes: ...
 
     def error(self, exc: ProxyError) -> bytes: ...
@@ -91,6 +95,7 @@ _LABELLED = frozenset(
         "container",
         "context_management",
         "mcp_servers",
+        "reasoning",
         "reasoning_effort",
         "response_format",
         "thinking",

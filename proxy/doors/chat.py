@@ -42,6 +42,9 @@ class ChatFramer:
     def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
         return raw or b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks)
 
+    def relay(self, raw: bytes) -> bytes:
+        return raw  # chat is no door's own API beside the chat translation
+
     def end(self) -> bytes:
         return b"data: [DONE]\n\n"
 

@@ -53,9 +53,13 @@ _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 class MessagesNative:
     api: NativeApi = "anthropic_messages"
+    optional: tuple[tuple[str, str], ...] = ()  # LiteLLM fits Claude's to the model
 
     def __init__(self, body: dict[str, Any]) -> None:
         self._body = body
+
+    def drop(self, name: str) -> bool:
+        return self._body.pop(name, None) is not None
 
     def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
         messages = chat["messages"]

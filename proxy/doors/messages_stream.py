@@ -83,6 +83,9 @@ class MessagesFramer:
                     self._stop = stop_reason(choice["finish_reason"])
         return b"".join(out)
 
+    def relay(self, raw: bytes) -> bytes:
+        return raw  # Anthropic's own events (their model name set as asked for)
+
     def end(self) -> bytes:
         out = [self._close()]
         usage = {"output_tokens": self._usage.get("completion_tokens") or 0}

@@ -23,9 +23,11 @@ from typing import Any
 from starlette.responses import Response
 
 from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
+from proxy.doors.responses_native import CARRIED, ResponsesNative
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
 from proxy.errors import previous_response_not_found
 from proxy.http import ORJSONResponse
+from proxy.native import RESPONSES_OUTPUT
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
 from proxy.validation import check_types, invalid
@@ -139,7 +141,17 @@ class ResponsesDoor:
             session_id, length = body_session_id(body, self._id_fields), None
             if session_id is None and body.get("store") is not False:
                 session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable
-        return Inbound(chat, session_id, length, {"echo": echo}, dropped, OPTIONAL)
+        own = unknown_fields(body, _PARAMETERS)
+        return Inbound(
+            chat,
+            session_id,
+            length,
+            {"echo": echo},
+            dropped,
+            OPTIONAL,
+            native=ResponsesNative(body),
+            native_dropped=tuple(key for key in own if key not in CARRIED),
+        )
 
     def response_id(self, turn: Turn) -> str:
         if turn.key is None or turn.state is None:
@@ -150,9 +162,12 @@ class ResponsesDoor:
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
     ) -> Response:
+        rid = self.response_id(turn)
+        if completion.native is not None:  # the provider's own response, as it came
+            own = completion.native | {"id": rid, "model": inbound.body["model"]}
+            return ORJSONResponse(own, headers=headers)
         data = completion.data
         message = ((data.get("choices") or [{}])[0]).get("message") or {}
-        rid = self.response_id(turn)
         body = response_object(
             rid,
             inbound.body["model"],
@@ -190,8 +205,10 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     if isinstance(source, str):
         messages.append({"role": "user", "content": source})
     elif isinstance(source, list) and source:
+        items = _Items(messages)
         for index, item in enumerate(source):
-            _item(item, f"input[{index}]", messages)
+            items.add(item, f"input[{index}]")
+        items.close()
     else:
         raise invalid("input", "`input` is required: a string or a non-empty array of items.")
     if len(messages) == (1 if instructions is not None else 0):
@@ -226,32 +243,71 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     return out, tuple(dropped)
 
 
-def _item(item: Any, where: str, messages: list[dict[str, Any]]) -> None:
-    if not isinstance(item, dict):
-        raise invalid(where, f"`{where}` must be an object.")
-    kind = item.get("type", "message")
-    if kind == "message":
-        messages.append(_message(item, where))
-    elif kind == "function_call":
-        call = _function_call(item, where)
-        last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant":
-            last.setdefault("tool_calls", []).append(call)  # the same turn's output
-        else:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    elif kind == "function_call_output":
-        if not isinstance(item.get("call_id"), str):
-            raise invalid(f"{where}.call_id", f"`{where}.call_id` must be a string.")
-        output = item.get("output")
-        if isinstance(output, list):
-            output = text_of(output)
-        if not isinstance(output, str):
-            raise invalid(f"{where}.output", f"`{where}.output` must be a string.")
-        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
-    elif kind == "reasoning":
-        pass  # a model's own reasoning: no chat model takes it back
-    else:
-        raise invalid(f"{where}.type", f"`{where}`: items of type `{kind}` are not supported.")
+class _Items:
+    """Input items as chat messages. A model's turn (its reasoning, text and calls, and
+    items of other kinds, such as a hosted tool's call) is one assistant message; where
+    the chat form cannot hold all its items, they are kept as they came, in
+    `responses_output`, for a provider that speaks the Responses API."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self._messages = messages
+        self._turn: list[dict[str, Any]] = []  # the open assistant turn's items
+        self._pending: list[dict[str, Any]] = []  # its items before its message or call
+
+    def add(self, item: Any, where: str) -> None:
+        if not isinstance(item, dict):
+            raise invalid(where, f"`{where}` must be an object.")
+        kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise invalid(f"{where}.type", f"`{where}.type` must be a string.")
+        if kind == "message" and item.get("role") == "assistant":
+            self._assistant(_message(item, where), item)
+        elif kind == "message":
+            self.close()
+            self._messages.append(_message(item, where))
+        elif kind == "function_call":
+            call = _function_call(item, where)
+            last = self._messages[-1] if self._messages else None
+            if self._turn and last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)  # the same turn's output
+                self._turn += [*self._pending, item]
+                self._pending = []
+            else:
+                self._assistant({"role": "assistant", "content": None, "tool_calls": [call]}, item)
+        elif kind == "function_call_output":
+            self.close()
+            self._messages.append(_function_output(item, where))
+        else:  # reasoning, a hosted tool's call, …: part of the model's turn
+            self._pending.append(item)
+
+    def close(self) -> None:
+        """The open turn is over: it keeps its items, if the chat form lacks any."""
+        if self._pending:  # a turn of items the chat form has no message for
+            self._assistant({"role": "assistant", "content": None}, None)
+        if self._turn and any(i.get("type", "message") not in _CHAT_ITEMS for i in self._turn):
+            self._messages[-1][RESPONSES_OUTPUT] = self._turn
+        self._turn = []
+
+    def _assistant(self, message: dict[str, Any], item: dict[str, Any] | None) -> None:
+        pending = self._pending
+        self._pending = []
+        self.close()
+        self._messages.append(message)
+        self._turn = [*pending, *([item] if item is not None else [])]
+
+
+_CHAT_ITEMS = frozenset({"message", "function_call"})
+
+
+def _function_output(item: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(item.get("call_id"), str):
+        raise invalid(f"{where}.call_id", f"`{where}.call_id` must be a string.")
+    output = item.get("output")
+    if isinstance(output, list):
+        output = text_of(output)
+    if not isinstance(output, str):
+        raise invalid(f"{where}.output", f"`{where}.output` must be a string.")
+    return {"role": "tool", "tool_call_id": item["call_id"], "content": output}
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:

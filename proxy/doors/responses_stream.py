@@ -131,6 +131,18 @@ class ResponsesFramer:
                     out.extend(self._delta(choice.get("delta") or {}))
         return b"".join(out)
 
+    def relay(self, raw: bytes) -> bytes:
+        """OpenAI's own event, its response under this proxy's id (which continues it)
+        and the model name asked for."""
+        if b'"response"' not in raw:
+            return raw
+        kind, _, data = raw.partition(b"\ndata: ")
+        event = orjson.loads(data)
+        if not isinstance(event.get("response"), dict):
+            return raw
+        event["response"] |= {"id": self._id, "model": self._model}
+        return kind + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
     def end(self) -> bytes:
         out = [self._close()]
         response = self._response("completed", self._output, self._usage)
