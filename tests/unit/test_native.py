@@ -1,0 +1,169 @@
+"""The doors' own APIs (`proxy.native`): a window rendered back into a door's shape is
+what the client sent, and the routes go only where a deployment speaks the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import Settings
+from proxy.doors import messages, responses
+from proxy.doors.messages_native import MessagesNative
+from proxy.doors.responses_native import ResponsesNative
+from proxy.router import native_models
+
+SIGNED = {"type": "thinking", "thinking": "Check the file.", "signature": "c2lnbmVk"}
+EPHEMERAL = {"type": "ephemeral"}
+
+MESSAGES_BODIES: list[dict[str, Any]] = [
+    {"messages": [{"role": "user", "content": "hello"}]},
+    {
+        "system": [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a", "cache_control": EPHEMERAL}],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    SIGNED,
+                    {"type": "redacted_thinking", "data": "b3BhcXVl"},
+                    {"type": "text", "text": "Reading."},
+                    {"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "a"}},
+                    {"type": "tool_use", "id": "t2", "name": "Read", "input": {"p": "b"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "x", "is_error": True},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t2",
+                        "content": [{"type": "text", "text": "y"}],
+                        "cache_control": EPHEMERAL,
+                    },
+                    {"type": "text", "text": "So?"},
+                ],
+            },
+            {"role": "system", "content": "On branch main."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                    {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
+                    {"type": "text", "text": "Found.", "citations": [{"url": "u"}]},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
+                    },
+                    {
+                        "type": "document",
+                        "source": {"type": "url", "url": "https://example.org/a.pdf"},
+                    },
+                ],
+            },
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("body", MESSAGES_BODIES)
+def test_a_messages_window_goes_back_as_it_came(body: dict[str, Any]) -> None:
+    body = {"model": "claude", "max_tokens": 10, **body}
+    chat, _ = messages.to_chat(body)
+    sent = MessagesNative(body).request(chat, summarized=False)
+    assert sent["messages"] == body["messages"]
+    assert sent.get("system") == (body.get("system") or None)
+
+
+def test_a_summary_takes_a_breakpoint_only_where_one_is_left() -> None:
+    body = {"model": "claude", "max_tokens": 10, "messages": [{"role": "user", "content": "q"}]}
+    summary = {"role": "system", "content": "Summary of the earlier conversation: …"}
+    chat = {"model": "claude", "max_tokens": 10, "messages": [summary, *body["messages"]]}
+    sent = MessagesNative(body).request(chat, summarized=True)
+    assert sent["system"] == [
+        {"type": "text", "text": summary["content"], "cache_control": EPHEMERAL}
+    ]
+    crowded = [{"type": "text", "text": f"r{n}", "cache_control": EPHEMERAL} for n in range(4)]
+    chat["messages"] = [{"role": "system", "content": crowded}, summary, *body["messages"]]
+    sent = MessagesNative(body).request(chat, summarized=True)
+    assert "cache_control" not in sent["system"][-1]
+
+
+REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "Z0FB"}
+RESPONSES_INPUT: list[dict[str, Any]] = [
+    {"type": "message", "role": "developer", "content": "Be careful."},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List."}]},
+    REASONING,
+    {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+    },
+    {"type": "message", "role": "user", "content": "Thanks."},
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Bye.", "annotations": []}],
+    },
+]
+
+
+def test_a_responses_window_goes_back_as_it_came() -> None:
+    body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
+    chat, _ = responses.to_chat(body)
+    sent = ResponsesNative(body).request(chat, summarized=False)
+    assert sent["instructions"] == "You are Codex."
+    assert sent["input"] == RESPONSES_INPUT
+
+
+def test_a_responses_reply_keeps_what_chat_cannot_hold() -> None:
+    reply = {
+        "id": "resp_1",
+        "status": "completed",
+        "output": [
+            REASONING,
+            {"type": "function_call", "call_id": "c9", "name": "ls", "arguments": "{}"},
+        ],
+        "usage": {"input_tokens": 7, "output_tokens": 3},
+    }
+    completion = ResponsesNative({"model": "gpt"}).completion(reply)
+    message = completion["choices"][0]["message"]
+    assert message["tool_calls"][0]["id"] == "c9"
+    assert message["responses_output"] == reply["output"]
+    assert completion["choices"][0]["finish_reason"] == "tool_calls"
+    assert completion["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+def test_native_routes_go_only_where_the_api_is_spoken() -> None:
+    def entry(name: str, model: str, base: str | None = None, **info: Any) -> dict[str, Any]:
+        params = {"model": model} | ({"api_base": base} if base else {})
+        return {"model_name": name, "litellm_params": params, "model_info": info}
+
+    settings = Settings.model_validate(
+        {
+            "model_list": [
+                entry("claude", "anthropic/claude-sonnet-4-5", "http://127.0.0.1:9"),
+                entry("claude-chat", "anthropic/claude-sonnet-4-5", native_api=False),
+                entry("gpt", "openai/gpt-4o"),
+                entry("compatible", "openai/llama", "http://127.0.0.1:9/v1"),
+                entry("declared", "openai/llama", "http://127.0.0.1:9/v1", native_api=True),
+                entry("mixed", "openai/gpt-4o"),
+                entry("mixed", "anthropic/claude-sonnet-4-5"),
+            ]
+        }
+    )
+    routes = native_models(settings)
+    assert routes["anthropic_messages"] == {"claude"}
+    assert routes["responses"] == {"gpt", "declared"}
