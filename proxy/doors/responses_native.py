@@ -125,8 +125,8 @@ class ResponsesEvents:
         elif kind in ("response.completed", "response.incomplete"):
             whole = self._native.completion(data.get("response") or {})
             choice = whole["choices"][0]
-            fields = {RESPONSES_OUTPUT: choice["message"][RESPONSES_OUTPUT]}
-            end = {"message_fields": fields} if RESPONSES_OUTPUT in choice["message"] else {}
+            kept = choice["message"].get(RESPONSES_OUTPUT)
+            end = {"message_fields": {RESPONSES_OUTPUT: kept}} if kept else {}
             finish = {"index": 0, "delta": end, "finish_reason": choice["finish_reason"]}
             return raw, [{"choices": [], "usage": whole["usage"]}, {"choices": [finish]}]
         if not delta:

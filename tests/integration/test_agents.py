@@ -20,6 +20,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests import upstream_responses as responses_api
 from tests.conftest import MODEL
 from tests.integration.test_messages import claude_config
 from tests.integration.test_metrics import Samples, delta, scrape
@@ -35,11 +36,19 @@ CLAUDE_SETUP = snippet("export ANTHROPIC_BASE_URL=")
 CODEX_SETUP = snippet('wire_api = "responses"')
 
 
-@pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
+def agents_config(upstream: FakeUpstream, native_responses: bool = False) -> dict[str, Any]:
+    """The README's model names on the test upstream: Claude by the Messages API; the
+    Codex model by chat completions, or (`native_responses`) by the Responses API."""
     config = claude_config(upstream, auth={"keys": [{"key": KEY}]})
     config["model_list"][-1]["model_name"] = CLAUDE
-    return start_proxy(config)
+    if native_responses:
+        config["model_list"][0]["model_info"] = {"native_api": True}
+    return config
+
+
+@pytest.fixture
+def url(upstream: FakeUpstream, start_proxy: Any) -> str:
+    return start_proxy(agents_config(upstream))
 
 
 def claude_env(url: str, home: Path) -> dict[str, str]:
@@ -118,6 +127,8 @@ def agent_upstream(upstream: FakeUpstream, reply_tokens: int, notes: Path | None
     "read the notes" a Read tool call whose result comes back in the next request."""
 
     def respond(body: dict[str, Any]) -> str | Reply:
+        if "input" in body:  # the Responses API: Codex's turn, as it sent it
+            return long_reply(responses_api.last_user_text(body).strip(), reply_tokens)
         system = body.get("system")
         if is_summarizer(body) or (
             isinstance(system, list) and "You maintain the summary" in json.dumps(system)
@@ -254,7 +265,13 @@ def side_requests_leave_the_session_as_it_was(url: str, session_id: str) -> None
     assert httpx.get(path, headers=auth).content == stored
 
 
-def test_codex_sixteen_turns(url: str, upstream: FakeUpstream, tmp_path: Path) -> None:
+@pytest.mark.parametrize("route", ["chat", "responses"])
+def test_codex_sixteen_turns(
+    route: str, upstream: FakeUpstream, start_proxy: Any, tmp_path: Path
+) -> None:
+    """Codex's turns to a chat deployment (translated), and to one that speaks the
+    Responses API (in Codex's own items, reasoning and hosted tools as it sent them)."""
+    url = start_proxy(agents_config(upstream, native_responses=route == "responses"))
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
     codex_home(url, home)
@@ -273,11 +290,10 @@ def test_codex_sixteen_turns(url: str, upstream: FakeUpstream, tmp_path: Path) -
     assert [t for t in asked if t.startswith("turn")] == turns, asked
     methods = within_budget(before, after, MODEL, "responses")
     assert methods["summary"] > 0 and methods["truncated"] == 0, methods
-    summarized = [
-        r.body["messages"]
-        for r in upstream.chat_requests()
-        if "Summary of the earlier" in json.dumps(r.body["messages"][:4])
-    ]
+    agents = upstream.responses_requests() if route == "responses" else upstream.chat_requests()
+    assert agents and all(r.body["model"] == MODEL for r in agents)
+    sent = [r.body.get("input") or r.body.get("messages") for r in agents]
+    summarized = [m for m in sent if "Summary of the earlier" in json.dumps(m[:4])]
     assert summarized, "no request carried the summary"
-    context = [m for m in summarized[-1] if m["role"] in ("system", "developer")]
+    context = [m for m in summarized[-1] if m.get("role") in ("system", "developer")]
     assert "<environment_context>" in json.dumps(context)  # Codex's context kept

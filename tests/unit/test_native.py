@@ -167,3 +167,20 @@ def test_native_routes_go_only_where_the_api_is_spoken() -> None:
     routes = native_models(settings)
     assert routes["anthropic_messages"] == {"claude"}
     assert routes["responses"] == {"gpt", "declared"}
+
+
+def test_a_responses_stream_finishes_only_on_its_completion() -> None:
+    """Text deltas as content; the finish (and the whole turn, where chat lacks it) only
+    when the response says it is complete."""
+    events = ResponsesNative({"model": "gpt"}).stream()
+    _, chunks = events.event("response.output_text.delta", {"delta": "Hi"}, b"")
+    assert chunks[0]["choices"][0]["delta"] == {"content": "Hi"}
+    for output, fields in (
+        ([], {}),
+        ([REASONING], {"message_fields": {"responses_output": [REASONING]}}),
+    ):
+        done = {"response": {"status": "completed", "output": output, "usage": {}}}
+        _, chunks = (
+            ResponsesNative({"model": "gpt"}).stream().event("response.completed", done, b"")
+        )
+        assert chunks[-1]["choices"][0] == {"index": 0, "delta": fields, "finish_reason": "stop"}
