@@ -9,6 +9,7 @@ cools a deployment down on the first 401, even the only one of its model.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import litellm
@@ -47,7 +48,8 @@ def _key_rejected(kwargs: dict[str, Any]) -> bool:
 
 # The provider that speaks each door's own API, and where it speaks it by default.
 _NATIVE_PROVIDERS = {"anthropic_messages": "anthropic", "responses": "openai"}
-_OPENAI_HOSTS = ("https://api.openai.com",)
+_OPENAI = "https://api.openai.com"
+_OPENAI_BASE_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
 
 
 def native_models(settings: Settings) -> dict[str, frozenset[str]]:
@@ -78,5 +80,13 @@ def _speaks(params: dict[str, Any], info: dict[str, Any], wanted: str) -> bool:
         return False
     if provider != wanted:
         return False
-    base = str(params.get("api_base") or "")
-    return declared is True or wanted == "anthropic" or base.startswith(_OPENAI_HOSTS) or not base
+    return declared is True or wanted == "anthropic" or _openai_base(params).startswith(_OPENAI)
+
+
+def _openai_base(params: dict[str, Any]) -> str:
+    """Where LiteLLM sends an `openai/…` deployment: its `api_base`, else the address the
+    environment names, else OpenAI's."""
+    for value in (params.get("api_base"), *map(os.environ.get, _OPENAI_BASE_VARIABLES)):
+        if value:
+            return str(value)
+    return _OPENAI

@@ -211,7 +211,8 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         items.close()
     else:
         raise invalid("input", "`input` is required: a string or a non-empty array of items.")
-    if len(messages) == (1 if instructions is not None else 0):
+    said = [m for m in messages if m.get("content") is not None or m.get("tool_calls")]
+    if len(said) == (1 if instructions is not None else 0):
         raise invalid("input", "`input` holds no message.")
     out: dict[str, Any] = {"model": model, "messages": messages}
     for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
@@ -277,8 +278,10 @@ class _Items:
         elif kind == "function_call_output":
             self.close()
             self._messages.append(_function_output(item, where))
-        else:  # reasoning, a hosted tool's call, …: part of the model's turn
+        elif kind in _TURN_ITEMS:  # reasoning, a hosted tool's call, …: the model's turn
             self._pending.append(item)
+        else:  # `item_reference` among them: this proxy keeps no items by id
+            raise invalid(f"{where}.type", f"`{where}`: items of type `{kind}` are not supported.")
 
     def close(self) -> None:
         """The open turn is over: it keeps its items, if the chat form lacks any."""
@@ -297,6 +300,26 @@ class _Items:
 
 
 _CHAT_ITEMS = frozenset({"message", "function_call"})
+# Items of a model's turn (and their results) the chat form has no message for.
+_TURN_ITEMS = frozenset(
+    {
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "computer_call_output",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "local_shell_call_output",
+        "mcp_list_tools",
+        "mcp_call",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "custom_tool_call",
+        "custom_tool_call_output",
+    }
+)
 
 
 def _function_output(item: dict[str, Any], where: str) -> dict[str, Any]:

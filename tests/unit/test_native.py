@@ -146,7 +146,10 @@ def test_a_responses_reply_keeps_what_chat_cannot_hold() -> None:
     assert completion["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 
 
-def test_native_routes_go_only_where_the_api_is_spoken() -> None:
+def test_native_routes_go_only_where_the_api_is_spoken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+
     def entry(name: str, model: str, base: str | None = None, **info: Any) -> dict[str, Any]:
         params = {"model": model} | ({"api_base": base} if base else {})
         return {"model_name": name, "litellm_params": params, "model_info": info}
@@ -167,6 +170,10 @@ def test_native_routes_go_only_where_the_api_is_spoken() -> None:
     routes = native_models(settings)
     assert routes["anthropic_messages"] == {"claude"}
     assert routes["responses"] == {"gpt", "declared"}
+
+    # An `openai/…` deployment without `api_base` goes where the environment says.
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert native_models(settings)["responses"] == {"declared"}
 
 
 def test_a_responses_stream_finishes_only_on_its_completion() -> None:
