@@ -44,6 +44,7 @@ _FORWARDED = (
     "output_config",
     "context_management",
     "service_tier",
+    "metadata",
 )
 _BREAKPOINTS = 4  # cache breakpoints Anthropic takes in one request
 _EPHEMERAL = {"type": "ephemeral"}

@@ -72,7 +72,7 @@ def test_claude_codes_request_reaches_an_anthropic_deployment(
     response = post(url, "/v1/messages", messages_body(CLAUDE))
     assert response.status_code == 200, response.text
     sent = upstream.messages_requests()[-1].body
-    for name in ("context_management", "output_config", "thinking"):
+    for name in ("context_management", "output_config", "thinking", "metadata"):
         assert sent[name] == CLAUDE_CODE_EXTRAS[name], name
     assert sent["tools"] == [READ_TOOL, WEB_SEARCH]
     # The mid-conversation system message is kept, in its place among the turns.
