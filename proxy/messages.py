@@ -17,7 +17,10 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "ANTHROPIC_CONTENT",
     "GENESIS",
+    "NATIVE_FIELDS",
+    "RESPONSES_OUTPUT",
     "SYSTEM_ROLES",
     "Message",
     "canonical",
@@ -35,6 +38,15 @@ GENESIS = ""
 """Chain hash before the first message (h[-1])."""
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
+
+# A chat message's field that keeps an assistant turn's blocks as they came, where the
+# chat form cannot hold them all (a server tool's call and result, citations).
+ANTHROPIC_CONTENT = "anthropic_content"
+# A chat message's field that keeps a model's turn of Responses output items as they
+# came, where the chat form cannot hold them all (reasoning, a hosted tool's call).
+RESPONSES_OUTPUT = "responses_output"
+# The fields a stored reply keeps of what only its door's own API can say (`proxy.native`).
+NATIVE_FIELDS = (ANTHROPIC_CONTENT, RESPONSES_OUTPUT)
 
 
 def canonical(message: Message) -> dict[str, Any]:

@@ -12,33 +12,24 @@ the reply, as for any other turn.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
 
 import orjson
 
 from proxy.errors import ProxyError
+from proxy.openai_compatible import Events
 
 __all__ = [
-    "ANTHROPIC_CONTENT",
-    "NATIVE_FIELDS",
-    "RESPONSES_OUTPUT",
     "Native",
     "NativeApi",
     "NativeStream",
-    "sse_events",
+    "native_events",
+    "native_json",
 ]
 
 NativeApi = Literal["anthropic_messages", "responses"]
-
-# A chat message's field that keeps an assistant turn's blocks as they came, where the
-# chat form cannot hold them all (a server tool's call and result, citations).
-ANTHROPIC_CONTENT = "anthropic_content"
-# A chat message's field that keeps a model's turn of Responses output items as they
-# came, where the chat form cannot hold them all (reasoning, a hosted tool's call).
-RESPONSES_OUTPUT = "responses_output"
-# The fields a stored reply keeps of what only its door's own API can say.
-NATIVE_FIELDS = (ANTHROPIC_CONTENT, RESPONSES_OUTPUT)
 
 
 class NativeStream(Protocol):
@@ -71,7 +62,7 @@ class Native(Protocol):
     def stream(self) -> NativeStream: ...
 
 
-async def sse_events(pieces: AsyncIterator[Any]) -> AsyncIterator[tuple[str, dict, bytes]]:
+async def _sse_events(pieces: AsyncIterator[Any]) -> AsyncIterator[tuple[str, dict, bytes]]:
     """Server-sent events, whole, from transport pieces of bytes (an event may span
     pieces, a piece may hold several): each event's type, its data, its exact bytes."""
     buffer = b""
@@ -103,3 +94,36 @@ def _event(raw: bytes) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(value, dict):
         raise ProxyError(502, "The provider sent an event that is not an object.")
     return kind or str(value.get("type") or ""), value
+
+
+def native_json(obj: Any) -> dict[str, Any]:
+    """A LiteLLM object of a provider's own API as its JSON (enums as their values,
+    fields it did not send left out)."""
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json", exclude_none=True)
+    return {k: v for k, v in dict(obj).items() if not k.startswith("_")}
+
+
+async def native_events(
+    api: NativeApi, response: Any, reader: NativeStream
+) -> AsyncIterator[Events]:
+    """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
+    Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
+    objects (serialized here as OpenAI sends them)."""
+    events = _sse_events(response) if api == "anthropic_messages" else _serialized(response)
+    try:
+        async for kind, data, raw in events:
+            relayed, chunks = reader.event(kind, data, raw)
+            yield Events(chunks, relayed, native=True)
+    finally:
+        close = getattr(response, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # must not mask the real failure
+                await close()
+
+
+async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any], bytes]]:
+    async for item in response:
+        data = native_json(item)
+        kind = str(data.get("type") or "")
+        yield kind, data, b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"

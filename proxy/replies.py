@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.messages import Message
-from proxy.native import NATIVE_FIELDS
+from proxy.messages import NATIVE_FIELDS, Message
 
 
 def reply_message(completion: dict[str, Any]) -> Message | None:

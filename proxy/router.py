@@ -5,6 +5,10 @@ request is tried as often as the config says, once unless it says more. Cooldown
 rejected key (401, 403) says nothing of a deployment's health, only of the key (with
 `auth.mode: passthrough`, of one caller's key), so it benches no deployment; LiteLLM
 cools a deployment down on the first 401, even the only one of its model.
+
+And which way past the Router each model's calls go: the lean path for models whose
+deployments all speak the OpenAI API (`lean_models`), a door's own API for models whose
+deployments all speak it (`native_models`), LiteLLM's full call otherwise.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import litellm
 from litellm import Router
 
 from proxy.config import ConfigError, Settings
+from proxy.openai_compatible import is_openai_compatible
 
-__all__ = ["ProxyRouter", "native_models", "router_for"]
+__all__ = ["ProxyRouter", "lean_models", "native_models", "router_for"]
 
 _KEY_REJECTED = frozenset({401, 403})
 
@@ -90,3 +95,42 @@ def _openai_base(params: dict[str, Any]) -> str:
         if value:
             return str(value)
     return _OPENAI
+
+
+# Routing strategies that need nothing from LiteLLM's logging callbacks: with others
+# (latency-, usage- or cost-based), every call goes through `litellm.acompletion`.
+_LEAN_STRATEGIES = frozenset({"simple-shuffle"})
+_FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+
+
+def lean_models(settings: Settings) -> frozenset[str]:
+    """Model names whose every deployment, and every model they fall back to, is
+    OpenAI-compatible (`is_openai_compatible`): those can take the lean path."""
+    router = settings.router_settings
+    if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
+        return frozenset()
+    compatible: dict[str, bool] = {}
+    for entry in settings.model_list:
+        ok = is_openai_compatible(entry.litellm_params)
+        compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
+    edges: dict[str, set[str]] = {}
+    for key in _FALLBACK_SETTINGS:
+        for rule in router.get(key) or []:
+            for name, targets in rule.items() if isinstance(rule, dict) else ():
+                edges.setdefault(name, set()).update(targets or [])
+    defaults = set(router.get("default_fallbacks") or [])
+
+    def reachable(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo += [*edges.get(current, ()), *defaults]
+        return seen
+
+    return frozenset(
+        name
+        for name in compatible
+        if all(compatible.get(other, False) for other in reachable(name))
+    )

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 import orjson
 
-from proxy.messages import Message
-from proxy.native import ANTHROPIC_CONTENT
+from proxy.messages import ANTHROPIC_CONTENT, Message
 
 __all__ = [
     "CountCache",

@@ -25,10 +25,10 @@ from litellm import Router
 from proxy.config import Settings
 from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
-from proxy.native import NativeApi, NativeStream, sse_events
-from proxy.openai_compatible import Completion, DirectClient, Events, is_openai_compatible
+from proxy.native import NativeApi, NativeStream, native_events, native_json
+from proxy.openai_compatible import Completion, DirectClient, Events
 from proxy.redaction import Redactor
-from proxy.router import native_models, router_for
+from proxy.router import lean_models, native_models, router_for
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
@@ -244,7 +244,7 @@ class Upstream:
             response = await _within(self._settings.server.request_timeout_seconds, call)
         except Exception as exc:
             raise self.error(exc, api_key) from None
-        return _native_json(response)
+        return native_json(response)
 
     async def native_stream(
         self,
@@ -258,7 +258,7 @@ class Upstream:
 
         async def opened() -> tuple[Events, AsyncIterator[Events]]:
             response = await self._native_call(api, request | {"stream": True}, api_key)
-            events = _native_events(api, response, reader)
+            events = native_events(api, response, reader)
             return await anext(events), events
 
         try:
@@ -448,39 +448,6 @@ def _plain(obj: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
-def _native_json(obj: Any) -> dict[str, Any]:
-    """A LiteLLM object of a provider's own API as its JSON (enums as their values,
-    fields it did not send left out)."""
-    if hasattr(obj, "model_dump"):
-        obj = obj.model_dump(mode="json", exclude_none=True)
-    return {k: v for k, v in dict(obj).items() if not k.startswith("_")}
-
-
-async def _native_events(
-    api: NativeApi, response: Any, reader: NativeStream
-) -> AsyncIterator[Events]:
-    """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
-    Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
-    objects (serialized here as OpenAI sends them)."""
-    events = sse_events(response) if api == "anthropic_messages" else _serialized(response)
-    try:
-        async for kind, data, raw in events:
-            relayed, chunks = reader.event(kind, data, raw)
-            yield Events(chunks, relayed, native=True)
-    finally:
-        close = getattr(response, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):  # must not mask the real failure
-                await close()
-
-
-async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any], bytes]]:
-    async for item in response:
-        data = _native_json(item)
-        kind = str(data.get("type") or "")
-        yield kind, data, b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
 # Fields LiteLLM adds to OpenAI's objects; clients of an OpenAI-compatible API never see them.
 _LITELLM_FIELDS = frozenset({"provider_specific_fields", "citations", "moderation"})
 _NULL_OMITTED = frozenset({"tool_calls", "function_call", "audio", "reasoning_content"})
@@ -529,42 +496,3 @@ def _openai_chunk(data: dict[str, Any]) -> dict[str, Any]:
 def _is_provider_model(model: str) -> bool:
     provider, _, name = model.partition("/")
     return bool(name) and provider in litellm.provider_list
-
-
-# Routing strategies that need nothing from LiteLLM's logging callbacks: with others
-# (latency-, usage- or cost-based), every call goes through `litellm.acompletion`.
-_LEAN_STRATEGIES = frozenset({"simple-shuffle"})
-_FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
-
-
-def lean_models(settings: Settings) -> frozenset[str]:
-    """Model names whose every deployment, and every model they fall back to, is
-    OpenAI-compatible (`is_openai_compatible`): those can take the lean path."""
-    router = settings.router_settings
-    if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
-        return frozenset()
-    compatible: dict[str, bool] = {}
-    for entry in settings.model_list:
-        ok = is_openai_compatible(entry.litellm_params)
-        compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
-    edges: dict[str, set[str]] = {}
-    for key in _FALLBACK_SETTINGS:
-        for rule in router.get(key) or []:
-            for name, targets in rule.items() if isinstance(rule, dict) else ():
-                edges.setdefault(name, set()).update(targets or [])
-    defaults = set(router.get("default_fallbacks") or [])
-
-    def reachable(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            current = todo.pop()
-            if current not in seen:
-                seen.add(current)
-                todo += [*edges.get(current, ()), *defaults]
-        return seen
-
-    return frozenset(
-        name
-        for name in compatible
-        if all(compatible.get(other, False) for other in reachable(name))
-    )

@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.native import ANTHROPIC_CONTENT, NativeApi
+from proxy.messages import ANTHROPIC_CONTENT
+from proxy.native import NativeApi
 
 __all__ = ["MessagesNative", "arguments", "native_content"]
 

@@ -27,7 +27,7 @@ from proxy.doors.responses_native import CARRIED, ResponsesNative
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
 from proxy.errors import previous_response_not_found
 from proxy.http import ORJSONResponse
-from proxy.native import RESPONSES_OUTPUT
+from proxy.messages import RESPONSES_OUTPUT
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
 from proxy.validation import check_types, invalid

@@ -16,7 +16,8 @@ from typing import Any
 
 from proxy.doors import text_of
 from proxy.errors import ProxyError
-from proxy.native import RESPONSES_OUTPUT, NativeApi
+from proxy.messages import RESPONSES_OUTPUT
+from proxy.native import NativeApi
 
 __all__ = ["CARRIED", "ResponsesNative"]
 

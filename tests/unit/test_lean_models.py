@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config import Settings
-from proxy.upstream import lean_models
+from proxy.router import lean_models
 
 
 def entry(name: str, model: str, **params: Any) -> dict[str, Any]:
