@@ -23,7 +23,7 @@ from typing import Any
 from starlette.responses import Response
 
 from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
-from proxy.doors.responses_native import CARRIED, ResponsesNative
+from proxy.doors.responses_native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
 from proxy.errors import previous_response_not_found
 from proxy.http import ORJSONResponse
@@ -287,7 +287,7 @@ class _Items:
         """The open turn is over: it keeps its items, if the chat form lacks any."""
         if self._pending:  # a turn of items the chat form has no message for
             self._assistant({"role": "assistant", "content": None}, None)
-        if self._turn and any(i.get("type", "message") not in _CHAT_ITEMS for i in self._turn):
+        if self._turn and not all(map(chat_item, self._turn)):
             self._messages[-1][RESPONSES_OUTPUT] = self._turn
         self._turn = []
 
@@ -299,7 +299,6 @@ class _Items:
         self._turn = [*pending, *([item] if item is not None else [])]
 
 
-_CHAT_ITEMS = frozenset({"message", "function_call"})
 # Items of a model's turn (and their results) the chat form has no message for.
 _TURN_ITEMS = frozenset(
     {

@@ -19,7 +19,7 @@ from proxy.errors import ProxyError
 from proxy.messages import RESPONSES_OUTPUT
 from proxy.native import NativeApi
 
-__all__ = ["CARRIED", "ResponsesNative"]
+__all__ = ["CARRIED", "ResponsesNative", "chat_item"]
 
 # The Responses API's own parameters that go as the client sent them.
 _FORWARDED = (
@@ -41,7 +41,6 @@ _FORWARDED = (
 )
 # Vendor fields OpenAI's own clients send it (Codex): carried in the body as they are.
 CARRIED = ("client_metadata",)
-_CHAT_ITEMS = frozenset({"message", "function_call"})
 
 
 class ResponsesNative:
@@ -86,7 +85,7 @@ class ResponsesNative:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
         if calls:
             message["tool_calls"] = calls
-        if any(item.get("type") not in _CHAT_ITEMS for item in output):
+        if not all(map(chat_item, output)):
             message[RESPONSES_OUTPUT] = output
         finish = "tool_calls" if calls else "stop"
         if reply.get("status") == "incomplete":
@@ -133,6 +132,16 @@ class ResponsesEvents:
         if not delta:
             return raw, []
         return raw, [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
+
+
+def chat_item(item: dict[str, Any]) -> bool:
+    """Whether the chat form holds `item` whole: a function call, or a message of plain
+    text (no annotations, such as a web search's citations)."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        parts = item.get("content")
+        return isinstance(parts, str) or not any(p.get("annotations") for p in parts or ())
+    return kind == "function_call"
 
 
 def usage(used: Any) -> dict[str, int]:

@@ -191,3 +191,16 @@ def test_a_responses_stream_finishes_only_on_its_completion() -> None:
             ResponsesNative({"model": "gpt"}).stream().event("response.completed", done, b"")
         )
         assert chunks[-1]["choices"][0] == {"index": 0, "delta": fields, "finish_reason": "stop"}
+
+
+def test_a_turn_with_citations_is_kept_whole() -> None:
+    """Annotations (a web search's citations) are more than the chat form's text holds."""
+    cited = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Tides.", "annotations": [{"url": "u"}]}],
+    }
+    body = {"model": "gpt", "input": [{"type": "message", "role": "user", "content": "q"}, cited]}
+    chat, _ = responses.to_chat(body)
+    assert chat["messages"][1]["responses_output"] == [cited]
+    assert ResponsesNative(body).request(chat, summarized=False)["input"] == body["input"]
