@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from proxy.doors.messages_stream import event
 from proxy.errors import ProxyError
 from proxy.messages import ANTHROPIC_CONTENT
 from proxy.native import NativeApi
@@ -117,7 +118,7 @@ class MessagesEvents:
         self._input: dict[str, Any] = {}
         self._stop: str | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._json: dict[int, list[str]] = {}  # a block's input, in pieces
+        self._pieces: dict[tuple[Any, str], list[str]] = {}  # (block, field) -> pieces
 
     def event(self, kind: str, data: dict[str, Any], raw: bytes) -> tuple[bytes, list[dict]]:
         delta: dict[str, Any] = {}
@@ -128,7 +129,7 @@ class MessagesEvents:
         if kind == "message_start":
             message = (data.get("message") or {}) | {"model": self._model}  # as asked for
             self._input = message.get("usage") or {}
-            raw = event(kind, data | {"message": message})
+            raw = event(kind, {k: v for k, v in data.items() if k != "type"} | {"message": message})
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
             self._blocks[data.get("index", len(self._blocks))] = dict(block)
@@ -159,29 +160,35 @@ class MessagesEvents:
         return raw, chunks
 
     def _grow(self, index: Any, change: dict[str, Any]) -> None:
+        """Keep a block's pieces as they come (joined once, at the end)."""
         block = self._blocks.get(index)
         if block is None:
             return
         kind = change.get("type")
-        if kind == "text_delta":
-            block["text"] = (block.get("text") or "") + (change.get("text") or "")
-        elif kind == "input_json_delta":
-            self._json.setdefault(index, []).append(change.get("partial_json") or "")
-        elif kind == "thinking_delta":
-            block["thinking"] = (block.get("thinking") or "") + (change.get("thinking") or "")
+        field, key = _PIECES.get(str(kind), ("", ""))
+        if field:
+            self._pieces.setdefault((index, field), []).append(change.get(key) or "")
         elif kind == "signature_delta":
             block["signature"] = change.get("signature")
         elif kind == "citations_delta":
-            block["citations"] = [*(block.get("citations") or ()), change.get("citation")]
+            block.setdefault("citations", []).append(change.get("citation"))
 
     def _whole(self) -> list[dict[str, Any]]:
-        blocks = []
-        for index in sorted(self._blocks):
+        for (index, field), pieces in self._pieces.items():
             block = self._blocks[index]
-            if index in self._json:
-                block["input"] = arguments("".join(self._json[index]))
-            blocks.append(block)
-        return blocks
+            if field == "input":
+                block["input"] = arguments("".join(pieces))
+            else:
+                block[field] = (block.get(field) or "") + "".join(pieces)
+        return [self._blocks[index] for index in sorted(self._blocks)]
+
+
+# A delta's kind -> the block field its pieces make, and the delta's key for a piece.
+_PIECES = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+    "input_json_delta": ("input", "partial_json"),
+}
 
 
 def _delta(delta: dict[str, Any], call: int) -> dict[str, Any]:
@@ -235,10 +242,6 @@ def arguments(text: Any) -> Any:
     except orjson.JSONDecodeError:
         return {"arguments": text}
     return value if isinstance(value, dict) else {"arguments": value}
-
-
-def event(kind: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 def _call(call_id: Any, name: Any, given: Any) -> dict[str, Any]:
