@@ -15,6 +15,7 @@ from proxy.upstream import CHAT_PARAMETERS
 
 __all__ = [
     "ROLES",
+    "check_ranges",
     "check_types",
     "invalid",
     "session_id",
@@ -47,6 +48,21 @@ _CHAT_KINDS = {
 }
 
 
+# The documented range of each numeric parameter (inclusive; None: unbounded): a value
+# outside it is a 400 here, before any provider is paid to refuse it.
+Range = tuple[float | None, float | None]
+_CHAT_RANGES: dict[str, Range] = {
+    "temperature": (0, 2),
+    "top_p": (0, 1),
+    "presence_penalty": (-2, 2),
+    "frequency_penalty": (-2, 2),
+    "n": (1, 128),
+    "max_tokens": (1, None),
+    "max_completion_tokens": (1, None),
+    "top_logprobs": (0, 20),
+}
+
+
 def validate_parameters(body: dict[str, Any]) -> None:
     """Unknown or internal parameters, and parameters of the wrong type (not messages)."""
     for key in body:
@@ -64,6 +80,18 @@ def validate_parameters(body: dict[str, Any]) -> None:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "`messages` is required and must be a non-empty array.")
     check_types(body, _CHAT_KINDS)
+    check_ranges(body, _CHAT_RANGES)
+
+
+def check_ranges(body: dict[str, Any], ranges: dict[str, Range]) -> None:
+    """A 400 for the first number present outside its range (after `check_types`)."""
+    for name, (low, high) in ranges.items():
+        value = body.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise invalid(name, f"`{name}` must be {bounds}, not {value}.")
 
 
 def check_types(body: dict[str, Any], kinds: dict[str, str]) -> None:

@@ -30,7 +30,7 @@ from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
-from proxy.validation import check_types, invalid
+from proxy.validation import check_ranges, check_types, invalid
 
 __all__ = ["MessagesDoor", "anthropic_error", "to_chat"]
 
@@ -140,6 +140,7 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "model: Field required (a non-empty string).")
     check_types(body, _KINDS)
+    check_ranges(body, {"temperature": (0, 1), "top_p": (0, 1), "top_k": (0, None)})
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise invalid("max_tokens", "max_tokens: Field required (a positive integer).")

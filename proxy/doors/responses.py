@@ -30,7 +30,7 @@ from proxy.http import ORJSONResponse
 from proxy.messages import RESPONSES_OUTPUT
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
-from proxy.validation import check_types, invalid
+from proxy.validation import check_ranges, check_types, invalid
 
 __all__ = ["ResponseIds", "ResponsesDoor", "to_chat"]
 
@@ -195,6 +195,7 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "`model` is required and must be a non-empty string.")
     check_types(body, _KINDS)
+    check_ranges(body, {"temperature": (0, 2), "top_p": (0, 1), "max_output_tokens": (1, None)})
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:

@@ -61,6 +61,14 @@ def test_invalid_json(proxy_url: str, upstream: FakeUpstream) -> None:
         ({"model": MODEL, "messages": USER, "n": 1.5}, "n"),
         ({"model": MODEL, "messages": USER, "stream": "yes"}, "stream"),
         ({"model": MODEL, "messages": USER, "tools": {"a": 1}}, "tools"),
+        # Out of their documented ranges: refused before a provider is paid to refuse them.
+        ({"model": MODEL, "messages": USER, "max_tokens": 0}, "max_tokens"),
+        ({"model": MODEL, "messages": USER, "max_tokens": -1}, "max_tokens"),
+        ({"model": MODEL, "messages": USER, "n": 1000}, "n"),
+        ({"model": MODEL, "messages": USER, "temperature": -5}, "temperature"),
+        ({"model": MODEL, "messages": USER, "top_p": 1.5}, "top_p"),
+        ({"model": MODEL, "messages": USER, "presence_penalty": 3}, "presence_penalty"),
+        ({"model": MODEL, "messages": USER, "max_completion_tokens": 0}, "max_completion_tokens"),
     ],
 )
 def test_bad_fields_are_400(proxy_url: str, upstream: FakeUpstream, body: dict, param: str) -> None:
@@ -194,3 +202,31 @@ def test_error_before_stream_starts_is_plain_json(proxy_url: str, upstream: Fake
 def test_unknown_route_is_openai_shaped(proxy_url: str) -> None:
     assert_openai_error(httpx.get(proxy_url + "/v1/nothing-here"), 404)
     assert_openai_error(httpx.get(proxy_url + "/v1/chat/completions"), 405)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/messages", {"max_tokens": 10, "temperature": 1.5}, "temperature"),
+        ("/v1/messages", {"max_tokens": 10, "top_k": -1}, "top_k"),
+        ("/v1/messages", {"max_tokens": 0}, "max_tokens"),
+        ("/v1/responses", {"temperature": -0.5}, "temperature"),
+        ("/v1/responses", {"max_output_tokens": 0}, "max_output_tokens"),
+    ],
+)
+def test_each_door_refuses_values_out_of_range_before_payment(
+    proxy_url: str, upstream: FakeUpstream, path: str, body: dict, param: str
+) -> None:
+    said = {"messages": USER} if path == "/v1/messages" else {"input": "hi"}
+    answer = httpx.post(proxy_url + path, json={"model": MODEL, **said, **body}, timeout=10)
+    assert answer.status_code == 400, answer.text
+    assert param in answer.text
+    assert upstream.requests == []
+
+
+def test_values_at_the_ends_of_their_ranges_go_through(
+    proxy_url: str, upstream: FakeUpstream
+) -> None:
+    body = {"model": MODEL, "messages": USER, "temperature": 2, "top_p": 0, "n": 1}
+    assert post(proxy_url, body | {"max_tokens": 1}).status_code == 200
+    assert upstream.chat_requests()[-1].body["temperature"] == 2
