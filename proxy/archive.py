@@ -11,16 +11,18 @@ from dataclasses import dataclass, field, replace
 
 from proxy.config import Settings
 from proxy.context import Plan
-from proxy.ledger import Fact, facts_in, merge, message_text, recent_text
+from proxy.history import off_loop
+from proxy.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
 from proxy.messages import GENESIS, Message
 from proxy.recall import Hit, Recalled, RecallIndex, recall_message, segment
 from proxy.sessions import Checkpoint, SessionMeta, SessionStore
 from proxy.turns import Request, SessionKey, State
 
-__all__ = ["Archive", "Archived", "Shown"]
+__all__ = ["Archive", "Archived", "Shown", "last_unit"]
 
 _SESSIONS = 256  # archives cached per process
 _HITS = 12  # ranked units considered for one recall block
+_STATED = 3  # units where a fact the newest message names was stated, first
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
 
@@ -45,18 +47,37 @@ class Archived:
     index: RecallIndex = field(default_factory=RecallIndex)
     ledger: tuple[Fact, ...] = ()
     shown: Shown | None = None
+    # The current facts' key words and where each was stated, most specific first.
+    stated: tuple[tuple[frozenset[str], int], ...] = ()
 
     def extended(self, checkpoints: Sequence[Checkpoint]) -> Archived:
         if not checkpoints:
             return self
         segments = [c.index for c in checkpoints if c.index is not None]
         ledgers = [c.ledger for c in checkpoints if c.ledger is not None]
+        ledger = ledgers[-1] if ledgers else self.ledger
+        keys = [(frozenset(f.key.split()), f.source) for f in ledger if f.current and f.subject]
         return Archived(
             self.count + len(checkpoints),
             checkpoints[-1].chain_hash,
             self.index.extended(segments),
-            ledgers[-1] if ledgers else self.ledger,
+            ledger,
+            stated=tuple(sorted(keys, key=lambda pair: -len(pair[0]))),
         )
+
+    def named(self, query: str, hits: list[Hit]) -> list[Hit]:
+        """`hits` after the units where the facts `query` names were stated (the ledger
+        knows where): "what is the payments lead?" wants where the payments lead was
+        said, which plain ranking can place below a question that named it too."""
+        wanted = set(terms(query))
+        first: dict[int, Hit] = {}
+        for words, source in self.stated:
+            if len(first) == _STATED:
+                break
+            unit = self.index.unit_of(source) if words <= wanted else None
+            if unit is not None and unit[0] not in first:
+                first[unit[0]] = Hit(unit[0], unit[1], 1.0, tuple(sorted(words)))
+        return [*first.values(), *(h for h in hits if h.start not in first)][:_HITS]
 
 
 class Archive:
@@ -64,6 +85,8 @@ class Archive:
         self._settings = settings
         self._store = store
         self._cache: OrderedDict[SessionKey, Archived] = OrderedDict()
+        # A whole session's index (summarized and not), by the session's head.
+        self._whole: OrderedDict[SessionKey, tuple[str, RecallIndex]] = OrderedDict()
 
     async def of(self, key: SessionKey, count: int, latest: Checkpoint | None) -> Archived:
         """The archive up to the `count`-th checkpoint, `latest` (which may be one this
@@ -115,50 +138,72 @@ class Archive:
         if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
             return plan
         archived = await self.of(request.key, state.checkpoints, checkpoint)
-        query = recent_text(request.conversation)
+        conversation = request.conversation
+        asked = recent_text(conversation, messages=1)
         hits = archived.index.search(
-            query,
+            asked,
             _HITS,
             context.recall_relevance_weight,
             context.recall_recency_weight,
             _FLOOR,
+            earlier=recent_text(conversation[-3:-1], messages=2),
         )
+        hits = archived.named(asked, hits)
         if not hits:
             return plan
-        newest = _last_unit(plan.messages)
+        newest = last_unit(plan.messages)
         offset = state.length - len(plan.messages)  # transcript index - position, verbatim
         first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
         shown = archived.shown
+        placed = shown is not None and len(plan.messages) - first <= shown.before - offset <= newest
         if (
-            shown is not None
+            placed
+            and shown is not None
             and all(shown.block.covers(hit) for hit in hits[: len(shown.block.shown)])
             and shown.tokens <= room
-            and len(plan.messages) - first <= shown.before - offset <= newest
         ):
-            return _with_block(plan, shown.before - offset, shown.block.message, shown.tokens)
+            return plan.with_message(shown.before - offset, shown.block.message, shown.tokens)
         found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
-        ledger = _with_later_values(archived.ledger, found, plan.messages)
+        ledger = await off_loop(
+            plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
+        )
         block = recall_message(found, ledger, request.counter, room)
         if block is None:
             return plan
+        if placed and shown is not None and block.message == shown.block.message:
+            return plan.with_message(shown.before - offset, shown.block.message, shown.tokens)
         tokens = request.counter.count_message(block.message)
         self._remember(request.key, replace(archived, shown=Shown(offset + newest, block, tokens)))
-        return _with_block(plan, newest, block.message, tokens)
+        return plan.with_message(newest, block.message, tokens)
+
+    async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
+        """The units of the whole session that best match `query`: the summarized part
+        through its index, the part after the summary (at most a window) indexed as it is
+        read, and kept while the session stays as it is (memory recall asks an idle
+        session again and again)."""
+        checkpoint = meta.checkpoint
+        archived = await self.of(key, meta.checkpoints, checkpoint)
+        known = self._whole.get(key)
+        if known is None or known[0] != meta.head:
+            covers = checkpoint.covers_until if checkpoint else 0
+            window = await self._store.messages(*key, covers, meta.length)
+            unsummarized = segment(covers, [s.message for s in window], archived.head)
+            known = (meta.head, archived.index.extended([unsummarized]))
+            self._whole[key] = known
+            while len(self._whole) > _SESSIONS:
+                self._whole.popitem(last=False)
+        self._whole.move_to_end(key)
+        context = self._settings.context
+        hits = known[1].search(
+            query, limit, context.recall_relevance_weight, context.recall_recency_weight
+        )
+        return archived.named(query, hits)[:limit]
 
     async def search(
         self, key: SessionKey, meta: SessionMeta, query: str, limit: int
     ) -> list[tuple[Hit, list[Message]]]:
-        """The units of the whole session that best match `query`: the summarized part
-        through its index, the part after the summary (at most a window) indexed now."""
-        checkpoint = meta.checkpoint
-        archived = await self.of(key, meta.checkpoints, checkpoint)
-        covers = checkpoint.covers_until if checkpoint else 0
-        window = await self._store.messages(*key, covers, meta.length)
-        unsummarized = segment(covers, [s.message for s in window], archived.head)
-        context = self._settings.context
-        hits = archived.index.extended([unsummarized]).search(
-            query, limit, context.recall_relevance_weight, context.recall_recency_weight
-        )
+        """`hits`, each with its messages."""
+        hits = await self.hits(key, meta, query, limit)
         units = {hit.start: await self._store.messages(*key, hit.start, hit.end) for hit in hits}
         return [(hit, [s.message for s in units[hit.start]]) for hit in hits]
 
@@ -179,37 +224,30 @@ def _with_later_values(
 ) -> list[Fact]:
     """The ledger (which holds the recalled units' facts: it covers all that is
     summarized) with the values the window gives later to their subjects: only window
-    messages that name such a subject (a C-speed substring test) are read for facts."""
-    recalled = [
-        fact
+    messages that name such a subject (C-speed substring tests) are read for facts."""
+    recalled = {
+        fact.key: fact
         for _, messages in found
         for message in messages
         for fact in facts_in(message_text(message), 0, 0.0)
-        if fact.subject
-    ]
-    subjects = {fact.subject for fact in recalled}
-    if not subjects:
+    }
+    if not recalled:
         return []
     texts = [message_text(m) for m in window if m.get("role") != "system"]
     later = [
         fact
         for index, text in enumerate(texts)
-        if any(subject in text.casefold() for subject in subjects)
+        if any(names(subject, text.casefold()) for subject in recalled.values())
         for fact in facts_in(text, index, 1.0)
-        if fact.subject in subjects
+        if fact.key in recalled
     ]
     # Only the recalled subjects' facts: a few, so merging never meets the ledger's cap
     # (which would drop the value just replaced, and with it the note).
-    named = [fact for fact in ledger if fact.subject in subjects]
+    named = [fact for fact in ledger if fact.key in recalled]
     return merge(named, later) if later else named
 
 
-def _with_block(plan: Plan, at: int, block: Message, tokens: int) -> Plan:
-    messages = [*plan.messages[:at], block, *plan.messages[at:]]
-    return replace(plan, messages=messages, tokens=plan.tokens + tokens)
-
-
-def _last_unit(messages: list[Message]) -> int:
+def last_unit(messages: list[Message]) -> int:
     """Where the last unit (a message and the tool results after it) begins."""
     at = len(messages) - 1
     while at > 0 and messages[at].get("role") == "tool":

@@ -115,6 +115,8 @@ class MemorySettings(_Section):
     max_injection_tokens: int | None = Field(None, ge=0)
     similarity_weight: float = Field(0.6, ge=0)
     confidence_weight: float = Field(0.4, ge=0)
+    # A user message is also searched for, verbatim, in the memory's other sessions.
+    recall: bool = True
 
 
 class KeyEntry(_Section):

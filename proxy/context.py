@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from proxy.messages import Message
@@ -53,6 +53,12 @@ class Plan:
     """Transcript span [start, end) to fold into the summary before sending."""
     dropped: int
     """Transcript messages omitted without a summary."""
+
+    def with_message(self, at: int, message: Message, tokens: int) -> Plan:
+        """The plan with `message` (of `tokens` tokens) inserted before `messages[at]`:
+        a block of remembered facts or recalled history."""
+        messages = [*self.messages[:at], message, *self.messages[at:]]
+        return replace(self, messages=messages, tokens=self.tokens + tokens)
 
 
 def summary_message(text: str, kept: Sequence[str] = ()) -> Message:

@@ -57,7 +57,7 @@ class Engine:
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self.archive = Archive(settings, store)
-        self.memories = Memories(settings, store)
+        self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
             settings, store, self._history, self.summaries, self._counts, self.archive
         )
@@ -170,9 +170,11 @@ class Engine:
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
         """The plan with what the window alone lacks: remembered facts after the system
-        prompt, then recalled history in what the budget leaves."""
+        prompt, then recalled history in what the budget leaves: the session's own, then
+        the memory's other sessions'."""
         plan = await self.memories.injected(request, request.memory_id, plan)
-        return await self.archive.recalled(request, state, plan)
+        plan = await self.archive.recalled(request, state, plan)
+        return await self.memories.recalled(request, request.memory_id, plan)
 
     async def _finish(self, turn: Turn) -> None:
         """The turn is over, stored or not: the session's next turn may start."""

@@ -1,16 +1,18 @@
-"""The facts ledger: literal facts of a conversation, each with its subject, where it came
-from and when, so a later value supersedes an earlier one instead of both being kept.
+"""The facts ledger: what a conversation states (`proxy.statements`), each statement with
+where it came from and when, so a later value supersedes an earlier one instead of both
+being kept.
 
-A fact's subject is what the words just before it in its clause name ("the budget is now
-$3,796" -> kind `money`, subject `budget`): up to three content words, with filler
-("the", "is", "now", "update", ...) dropped. Two facts of the same kind and subject are
-two values of one thing, and the later one is current. A fact with no subject words is
-kept as itself and never supersedes anything. Pure and dependency-free: the summarizer
-pins from it, recall marks superseded values with it, and memory learns from it.
+A fact is a subject as it was said, qualifiers and all ("invoice number for the Lisbon
+order"), and its whole value ("INV-88213"). Two facts whose subjects name the same
+words (filler such as "the", "new", "now" aside, in any order) are two values of one
+thing, and the later one is current; "invoice number for the Riga order" is another
+thing. Pure and dependency-free: the summarizer pins from it, recall marks superseded
+values with it, and memory learns from it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -18,9 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.facts import _normalize, fact_spans, missing_facts
+from proxy.facts import _normalize, missing_facts
 from proxy.messages import Message
 from proxy.redaction import redact
+from proxy.statements import statements, subject_words
 
 __all__ = [
     "MAX_FACTS",
@@ -29,6 +32,7 @@ __all__ = [
     "facts_in",
     "merge",
     "message_text",
+    "names",
     "pinned",
     "ranked",
     "recent_text",
@@ -38,8 +42,6 @@ __all__ = [
 MAX_FACTS = 400
 """A ledger keeps at most this many facts (see `_capped` for which go)."""
 
-_CLAUSE_END = re.compile(r"[.!?;:,]\s|\n")
-_WORDS = re.compile(r"[^\W\d_]{2,}")
 _TERM = re.compile(r"\w+")
 # A word list reads best as words.
 _FILLER = frozenset(
@@ -55,7 +57,6 @@ _FILLER = frozenset(
     said plan record user assistant tool result
     """.split()  # noqa: SIM905
 )
-_SUBJECT_WORDS = 3
 # A value said to be a credential, or shaped like one, is never a fact to keep or share.
 _CREDENTIAL = re.compile(r"key|token|secret|password|passphrase|credential")
 
@@ -71,9 +72,11 @@ class Valued:
     superseded_by: str | None
 
     @property
-    def key(self) -> tuple[str, str]:
-        """What the fact is a value of; facts without a subject stand for themselves."""
-        return (self.kind, self.subject) if self.subject else ("", _normalize(self.value))
+    def key(self) -> str:
+        """What the fact is a value of: its subject's words, filler aside, in order of
+        the alphabet ("Lisbon order's invoice number" is the "invoice number for the
+        Lisbon order"); a fact without a subject (an older ledger's) stands for itself."""
+        return subject_key(self.subject) if self.subject else "= " + _normalize(self.value)
 
     @property
     def current(self) -> bool:
@@ -87,8 +90,8 @@ class Valued:
 class Fact(Valued):
     """One value, what it is the value of, and where and when it was said."""
 
-    kind: str
-    subject: str  # "" when the clause names nothing before the value
+    kind: str  # the type of the value's first literal (`proxy.facts`), or "text"
+    subject: str
     value: str
     source: int  # transcript index of the message that said it (last time)
     time: float
@@ -160,18 +163,26 @@ def pinned(
 
 
 def facts_in(text: str, source: int, time: float) -> list[Fact]:
-    """The facts of one message, each with the subject its clause gives it; none that is
-    (or is said to be) a credential."""
-    found: list[Fact] = []
-    previous_end = 0
-    for kind, start, end, value in fact_spans(text):
-        lead = text[previous_end:start]
-        lead = lead[max((m.end() for m in _CLAUSE_END.finditer(lead)), default=0) :]
-        subject = _subject(lead)
-        if not _CREDENTIAL.search(subject) and redact(value) == value:
-            found.append(Fact(kind, subject, value, source, time))
-        previous_end = end
-    return found
+    """The statements of one message as facts; none that is (or is said to be) a
+    credential: a password said in a conversation stays in its message, where recall
+    finds it, and is never pinned, noted or shared with another session."""
+    return [
+        Fact(kind, subject, value, source, time)
+        for kind, subject, value in statements(text)
+        if not _CREDENTIAL.search(subject.casefold()) and redact(value) == value
+    ]
+
+
+@functools.lru_cache(maxsize=8192)
+def subject_key(subject: str) -> str:
+    """A subject's words, filler aside, in order of the alphabet (asked for on every
+    request that offers remembered facts, so kept once worked out)."""
+    return " ".join(sorted({w for w in subject_words(subject) if w not in _FILLER}))
+
+
+def names(fact: Valued, text: str) -> bool:
+    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words."""
+    return all(word in text for word in fact.key.split())
 
 
 def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
@@ -225,11 +236,6 @@ def terms(text: str) -> list[str]:
         for term in _TERM.findall(_normalize(text))
         if term not in _FILLER and (len(term) > 1 or term.isdigit())
     ]
-
-
-def _subject(lead: str) -> str:
-    words = [w for w in _WORDS.findall(lead.casefold()) if w not in _FILLER]
-    return " ".join(words[-_SUBJECT_WORDS:])
 
 
 def _capped(facts: list[Fact]) -> list[Fact]:

@@ -11,6 +11,7 @@ replaced). Pure: the caller reads the segments and the messages from the store.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.ledger import Fact, message_text, terms
+from proxy.ledger import Fact, Valued, message_text, terms
 from proxy.messages import Message
 from proxy.summarize import render_transcript
 from proxy.tokens import TokenCounter
@@ -28,6 +29,7 @@ __all__ = [
     "Hit",
     "RecallIndex",
     "Recalled",
+    "later_values",
     "recall_message",
     "segment",
 ]
@@ -39,6 +41,7 @@ RECALL_PREFIX = (
 _K1, _B = 1.2, 0.75  # BM25's usual constants
 _MAX_QUERY_TERMS = 48
 _EXCERPT_CHARS = 240  # around each matching term, when a message must be cut
+_EARLIER = 0.5  # a query term's weight when only the turns before the newest have it
 _DISTINCTIVE = 0.05  # a hit needs a query term found in at most this share of the units
 
 
@@ -93,6 +96,13 @@ class RecallIndex:
                 ]
         return RecallIndex(units, postings, length)
 
+    def unit_of(self, position: int) -> tuple[int, int] | None:
+        """The unit (start, end) that holds transcript message `position`, if indexed."""
+        at = bisect.bisect_right(self.units, (position, math.inf, math.inf)) - 1
+        if at >= 0 and self.units[at][0] <= position < self.units[at][1]:
+            return self.units[at][0], self.units[at][1]
+        return None
+
     def search(
         self,
         query: str,
@@ -100,34 +110,45 @@ class RecallIndex:
         relevance_weight: float = 0.8,
         recency_weight: float = 0.2,
         floor: float = 0.0,
+        earlier: str = "",
     ) -> list[Hit]:
-        """Units that share a distinctive term with `query` (one in at most 5% of the
-        units: chatter that shares only common words is not worth recalling), best
-        first: BM25 (normalized to the best hit) times `relevance_weight` plus recency
-        (0 for the first unit, 1 for the last) times `recency_weight`; none whose BM25 is
-        below `floor` times the best one's. Work follows the postings of the query's terms."""
+        """Units whose terms in common with `query` are distinctive together (expected in
+        at most 5% of the units: chatter that shares only common words is not worth
+        recalling), best first: BM25 times the share of the query's terms matched
+        (normalized to the best hit) times `relevance_weight`, plus recency (0 for the
+        first unit, 1 for the last) times `recency_weight`; none whose relevance is below
+        `floor` times the best one's. Terms only in `earlier` (the turns before the
+        newest) weigh half: the newest message is what is being asked. Work follows the
+        postings of the query's terms."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
         average = self.length / count or 1.0
-        wanted = [term for term in dict.fromkeys(terms(query)) if term in self.postings]
+        weight = dict.fromkeys(terms(earlier), _EARLIER) | dict.fromkeys(terms(query), 1.0)
+        wanted = [term for term in weight if term in self.postings]
         wanted.sort(key=lambda term: len(self.postings[term]))
+        del wanted[_MAX_QUERY_TERMS:]
         scores: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
-        for term in wanted[:_MAX_QUERY_TERMS]:
+        for term in wanted:
             entries = self.postings[term]
             idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
             for unit, frequency in entries:
                 size = self.units[unit][2]
-                weight = frequency * (_K1 + 1)
-                weight /= frequency + _K1 * (1 - _B + _B * size / average)
-                scores[unit] = scores.get(unit, 0.0) + idf * weight
+                tf = frequency * (_K1 + 1) / (frequency + _K1 * (1 - _B + _B * size / average))
+                scores[unit] = scores.get(unit, 0.0) + idf * weight[term] * tf
                 matched.setdefault(unit, []).append(term)
-        distinctive = max(2, int(_DISTINCTIVE * count))
-        rare = {term for term in wanted if len(self.postings[term]) <= distinctive}
-        scores = {u: v for u, v in scores.items() if rare.intersection(matched[u])}
+        # The share of units expected to hold all of a unit's matched terms (as if terms
+        # were independent): "mobile", "launch" and "date" are each common, together rare.
+        share = {term: math.log(len(self.postings[term]) / count) for term in wanted}
+        rare = math.log(max(2, _DISTINCTIVE * count) / count)
+        scores = {u: v for u, v in scores.items() if sum(map(share.get, matched[u])) <= rare}
         if not scores:
             return []
+        # A unit that has more of the query's terms outranks one that has a few of them
+        # more often ("payments lead" over a short "lead").
+        total = sum(weight[term] for term in wanted)
+        scores = {u: v * sum(map(weight.get, matched[u])) / total for u, v in scores.items()}
         best = max(scores.values()) or 1.0
         scores = {u: v for u, v in scores.items() if v >= floor * best}
         last = max(count - 1, 1)
@@ -178,7 +199,7 @@ def recall_message(
                 render_transcript(messages), hit.terms
             )
             terms = frozenset(hit.terms)
-        notes = _later_values(text, ledger, current, noted)
+        notes = later_values(text, ledger, current, noted)
         if notes:
             text += "\n(Since then: " + "; ".join(notes) + ".)"
         cost = counter.count_text(text) + 1
@@ -215,8 +236,8 @@ def _excerpt(text: str, matched: Sequence[str]) -> str:
     return " … ".join(text[start:end] for start, end in merged) or text[: 2 * _EXCERPT_CHARS]
 
 
-def _later_values(
-    text: str, ledger: Sequence[Fact], current: dict[tuple[str, str], str], noted: set[str]
+def later_values(
+    text: str, ledger: Sequence[Valued], current: dict[str, str], noted: set[str]
 ) -> list[str]:
     """ "subject: old value replaced by current value" for each replaced value `text`
     shows (the current value last, where a reader looks for it)."""

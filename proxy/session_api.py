@@ -114,11 +114,12 @@ class SessionApi:
         """`GET /v1/memories/{id}`: what the tenant's memory holds, superseded values marked."""
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
         name = session_id(request.path_params["memory_id"], "memory_id")
-        facts = await self.engine.memories.read(tenant, name)
-        if not facts:
+        memory = await self.engine.memories.memory(tenant, name)
+        if memory is None:
             raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
+        facts = [f.to_dict() for f in memory.facts]
         return ORJSONResponse(
-            {"id": name, "object": "memory", "facts": [f.to_dict() for f in facts]}
+            {"id": name, "object": "memory", "facts": facts, "sessions": memory.sessions}
         )
 
     async def forget(self, request: Request) -> Response:

@@ -166,9 +166,8 @@ async def summarize_span(
         pinned = _cap(missing_facts(found, summary), counter, max_summary_tokens // 4)
     else:
         pinned = await asyncio.to_thread(pin, summary)  # a ledger of hundreds of facts
-    return SummaryResult(
-        tuple(parts), written, pinned, retention(found, summary), calls, input_tokens
-    )
+    kept = await asyncio.to_thread(retention, found, summary)  # a regex per fact
+    return SummaryResult(tuple(parts), written, pinned, kept, calls, input_tokens)
 
 
 def _next_prompt(

@@ -25,10 +25,9 @@ rewritten by every fold.
 from __future__ import annotations
 
 import itertools
-import random
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,67 +37,19 @@ import yaml
 
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.context import SUMMARY_PREFIX
+from proxy.context import PINNED_LABEL, SUMMARY_PREFIX
 from proxy.local import LOCAL_MODEL, local_model_server
+from proxy.memory import MEMORY_PREFIX
+from proxy.recall import RECALL_PREFIX
 from proxy.summarize import APPEND_TASK, SYSTEM_PROMPT
+from tests.benchmarks import statements
+from tests.benchmarks.statements import AREAS, Planted, Script
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, running_upstream, text_tokens
 
 TURNS = 300
 WINDOW = 8192
 SYSTEM = {"role": "system", "content": "You are the project assistant. Answer briefly."}
-AREAS = [
-    "billing",
-    "search",
-    "mobile",
-    "analytics",
-    "payments",
-    "onboarding",
-    "checkout",
-    "inventory",
-    "reporting",
-    "shipping",
-    "identity",
-    "messaging",
-]
-FIRST = [
-    "Maria",
-    "Jonas",
-    "Aiko",
-    "Tomasz",
-    "Lena",
-    "Ravi",
-    "Sofia",
-    "Diego",
-    "Hana",
-    "Omar",
-    "Ines",
-    "Kofi",
-]
-LAST = [
-    "Chen",
-    "Okafor",
-    "Lindqvist",
-    "Novak",
-    "Brennan",
-    "Sato",
-    "Haddad",
-    "Moreau",
-    "Kowalski",
-    "Adeyemi",
-]
-WORDS = [
-    "alpha",
-    "bravo",
-    "cedar",
-    "delta",
-    "ember",
-    "falcon",
-    "granite",
-    "harbor",
-    "indigo",
-    "juniper",
-]
 TOOLS = [
     {
         "type": "function",
@@ -110,95 +61,15 @@ TOOLS = [
     }
 ]
 _TOOL_TURN = re.compile(r"\[look up (ORD-\d+)\]")
+_PINNED = re.compile(re.escape(PINNED_LABEL) + r"(.*)\Z", re.S)
+_NOTES = re.compile(r"\(Since then: (.*?)\.\)")
+_REPLACED = re.compile(r"^(.*?): (.*) was replaced by (.*)$")
 
 
-@dataclass(frozen=True)
-class Planted:
-    subject: str
-    values: tuple[str, ...]  # the last one is current
-
-    @property
-    def answer(self) -> str:
-        return self.values[-1]
-
-
-@dataclass
-class Script:
-    """A whole conversation: user turns (None marks a probe's place), facts, probes."""
-
-    turns: list[str]
-    facts: list[Planted]
-    probes: list[str] = field(default_factory=list)
-
-
-def _value(kind: str, rng: random.Random) -> str:
-    if kind == "lead":
-        return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
-    if kind == "budget":
-        return f"${rng.randint(1, 99)},{rng.randint(100, 999)}"
-    if kind == "launch date":
-        return f"2027-{rng.randint(1, 12):02d}-{rng.randint(10, 28)}"
-    if kind == "config path":
-        return f"/srv/{rng.choice(WORDS)}/{rng.choice(WORDS)}-{rng.randint(2, 99)}.yaml"
-    if kind == "deploy script":
-        return f"scripts/deploy_{rng.choice(WORDS)}_{rng.randint(10, 99)}.sh"
-    if kind == "tracking ticket":
-        return f"{rng.choice(['OPS', 'ENG', 'SEC'])}-{rng.randint(1000, 9999)}"
-    return f"{rng.choice(WORDS).capitalize()} {rng.choice(LAST)}"  # a decision: a vendor
-
-
-KINDS = (
-    "lead",
-    "budget",
-    "launch date",
-    "config path",
-    "deploy script",
-    "tracking ticket",
-    "vendor",
-)
-
-
-def generate(turns: int = TURNS, seed: int = 14, facts: int = 36, updates: int = 10) -> Script:
-    """The conversation: facts planted through the first 60% of it, a third of them
-    updated later, chatter, pastes and tool calls between, then one probe per fact."""
-    rng = random.Random(seed)
-    subjects = [f"{area} {kind}" for kind in KINDS for area in AREAS]
-    rng.shuffle(subjects)
-    planted: list[Planted] = []
-    script: list[str] = [""] * turns
-    plant_turns = sorted(rng.sample(range(2, int(turns * 0.6)), facts))
-    for at, subject in zip(plant_turns, subjects, strict=False):
-        value = _value(subject.split(" ", 1)[1], rng)
-        planted.append(Planted(subject, (value,)))
-        script[at] = f"For the record, the {subject} is {value}. Please keep that in mind."
-    free = [t for t in range(int(turns * 0.6), turns) if not script[t]]
-    for index, at in zip(
-        rng.sample(range(len(planted)), updates), sorted(rng.sample(free, updates)), strict=True
-    ):
-        fact = planted[index]
-        value = _value(fact.subject.split(" ", 1)[1], rng)
-        planted[index] = Planted(fact.subject, (*fact.values, value))
-        script[at] = f"Change of plan: the {fact.subject} is now {value}. The old one is out."
-    for turn in range(turns):
-        if script[turn]:
-            continue
-        area = rng.choice(AREAS)
-        if turn % 10 == 5:
-            order = f"ORD-{rng.randint(10000, 99999)}"
-            script[turn] = f"Can you check an order for the {area} team? [look up {order}]"
-        elif turn % 20 == 11:
-            lines = [
-                f"{area}-worker-{i} INFO request handled in {rng.randint(5, 900)} ms status=200"
-                for i in range(60)
-            ]
-            script[turn] = f"Here is the {area} log from this morning:\n" + "\n".join(lines)
-        else:
-            script[turn] = (
-                f"Let's talk about the {area} roadmap: open questions, review notes and the"
-                f" next steps for the team (item {turn})."
-            )
-    probes = [f"Remind me: what is the {fact.subject}?" for fact in planted]
-    return Script(script, planted, probes)
+def generate(turns: int = TURNS, seed: int = 14, facts: int = 320, updates: int = 40) -> Script:
+    """A seeded conversation of `turns` turns stating `facts` facts, `updates` of them
+    updated later, with a tenth as many distractors (`tests.benchmarks.statements`)."""
+    return statements.generate(turns, seed, facts, updates, distractors=max(2, facts // 10))
 
 
 def respond(body: dict[str, Any]) -> str | Reply:
@@ -236,7 +107,7 @@ def respond(body: dict[str, Any]) -> str | Reply:
             "function": {"name": "lookup_order", "arguments": arguments},
         }
         return Reply(tool_calls=[call])
-    return "Noted."
+    return f"Noted (ack {len(messages)})."
 
 
 def failing_summarizer(body: dict[str, Any]) -> str | Reply:
@@ -282,8 +153,10 @@ SHORT = [
 @dataclass
 class Score:
     name: str
-    recall: float
+    recall: float  # probes whose current value reached the model whole, with its subject
     stale: float
+    false: int  # distinct pinned or injected statements the conversation never made
+    statements: int  # distinct pinned or injected statements
     probe_tokens: float  # mean prompt tokens of a probe request
     cache_share: float
     requests: int
@@ -336,14 +209,14 @@ def drive(client: openai.OpenAI, model: str, script: Script) -> list[int]:
 
 
 def score(name: str, script: Script, bodies: list[dict[str, Any]], probes: list[int]) -> Score:
-    found = stale = updated = 0
+    found = stale = 0
     for fact, at in zip(script.facts, probes, strict=True):
-        text = orjson.dumps(bodies[at]["messages"]).decode()
-        found += fact.answer in text
-        if len(fact.values) > 1:
-            updated += 1
-            last = max(fact.values, key=lambda value: text.rfind(value))
-            stale += text.rfind(last) >= 0 and last != fact.answer
+        recalled, offered_old = probed(fact, bodies[at]["messages"])
+        found += recalled
+        stale += offered_old
+    said = {said for body in bodies for said in shown(body["messages"])}
+    false = sum(not script.said(statement) for statement in said)
+    updated = sum(len(fact.values) > 1 for fact in script.facts)
     sizes = [count_prompt_tokens(body) for body in bodies]
     cached = 0
     for before, after in itertools.pairwise(bodies):
@@ -360,11 +233,53 @@ def score(name: str, script: Script, bodies: list[dict[str, Any]], probes: list[
         name,
         found / len(script.facts),
         stale / max(updated, 1),
+        false,
+        len(said),
         sum(sizes[at] for at in probes) / len(probes),
         cached / max(sum(sizes[1:]), 1),
         len(bodies),
         len({summary for body in bodies if (summary := _summary(body))}),
     )
+
+
+def probed(fact: Planted, messages: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """Whether a request for `fact` had its current value whole in a piece that names
+    its subject, and whether the last piece with any of its values shows a replaced one
+    without the current one (an old value offered as current)."""
+    parts = pieces(messages)
+    found = any(fact.answer in part and fact.key <= statements.words(part) for part in parts)
+    last = next((p for p in reversed(parts) if any(v in p for v in fact.values)), None)
+    return found, last is not None and fact.answer not in last
+
+
+def pieces(messages: list[dict[str, Any]]) -> list[str]:
+    """A request's text in the pieces that each say something on their own, in order: a
+    message, a recalled unit, a pinned fact, a remembered one."""
+    found: list[str] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            found += [p for block in content.split("\n\n") for p in block.split("; ")]
+    return found
+
+
+def shown(messages: list[dict[str, Any]]) -> set[tuple[str, ...]]:
+    """The statements the proxy made in a request: pinned facts ("subject: value"),
+    remembered facts, and recall's notes of replaced values (subject, old, new)."""
+    said: set[tuple[str, ...]] = set()
+    for message in messages:
+        content = message.get("content")
+        if message["role"] != "system" or not isinstance(content, str):
+            continue
+        if content.startswith(SUMMARY_PREFIX) and (pinned := _PINNED.search(content)):
+            said |= {tuple(f.split(": ", 1)) for f in pinned[1].split("; ") if ": " in f}
+        elif content.startswith(MEMORY_PREFIX):
+            lines = content[len(MEMORY_PREFIX) :].splitlines()
+            said |= {tuple(line[2:].split(": ", 1)) for line in lines if ": " in line}
+        elif content.startswith(RECALL_PREFIX):
+            for notes in _NOTES.findall(content):
+                said |= {m.groups() for n in notes.split("; ") if (m := _REPLACED.match(n))}
+    return said
 
 
 def _summary(body: dict[str, Any]) -> str | None:
@@ -460,10 +375,21 @@ def run_strategy(
     return result
 
 
-def cross_session(directory: Path, script: Script) -> tuple[float, float]:
+# Memory across sessions: the default, then each of its two parts alone.
+MEMORY_RUNS = [
+    ("facts + verbatim units", {}),
+    ("facts only (`recall: false`)", {"recall": False}),
+    ("verbatim units only (`max_injection_tokens: 0`)", {"max_injection_tokens": 0}),
+]
+
+
+def cross_session(
+    directory: Path, script: Script, memory: dict[str, Any]
+) -> tuple[float, float, int]:
     """Facts planted in one session, probed from new sessions with the same memory id
-    (`memory.enabled`): the share of probes whose current value reaches the model, and
-    the share that got a superseded value as current."""
+    (`memory.enabled`, and `memory`): the share of probes whose current value reaches
+    the model whole with its subject, the share that got a superseded value as current,
+    and the false statements injected."""
     with running_upstream() as upstream:
         upstream.default = Reply(respond=respond)
         upstream.exact_usage = False
@@ -479,8 +405,8 @@ def cross_session(directory: Path, script: Script) -> tuple[float, float]:
                     "model_info": {"max_input_tokens": WINDOW},
                 }
             ],
-            "memory": {"enabled": True},
-            "session": {"path": str(directory / "memory")},
+            "memory": {"enabled": True, **memory},
+            "session": {"path": tempfile.mkdtemp(dir=directory, prefix="memory-")},
         }
         path = directory / "memory.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -500,10 +426,12 @@ def cross_session(directory: Path, script: Script) -> tuple[float, float]:
         bodies = [r.body for r in upstream.chat_requests()][-len(script.probes) :]
     found = stale = 0
     for fact, body in zip(script.facts, bodies, strict=True):
-        text = orjson.dumps(body["messages"]).decode()
-        found += fact.answer in text
-        stale += any(value in text for value in fact.values[:-1])
-    return found / len(script.facts), stale / len(script.facts)
+        recalled, offered_old = probed(fact, body["messages"])
+        found += recalled
+        stale += offered_old
+    said = {said for body in bodies for said in shown(body["messages"])}
+    false = sum(not script.said(statement) for statement in said)
+    return found / len(script.facts), stale / len(script.facts), false
 
 
 def table(scores: list[Score], full: float | None) -> str:
@@ -511,14 +439,15 @@ def table(scores: list[Score], full: float | None) -> str:
     each strategy's share of it."""
     share = " of full history |" if full else ""
     lines = [
-        f"| strategy | probe recall | stale facts | tokens per probe |{share} prefix-cache share |",
-        "|---|---|---|---|---|" + ("---|" if full else ""),
+        "| strategy | exact recall | stale facts | false facts | tokens per probe |"
+        f"{share} prefix-cache share |",
+        "|---|---|---|---|---|---|" + ("---|" if full else ""),
     ]
     for s in scores:
         of_full = f" {s.probe_tokens / full:.0%} |" if full else ""
         lines.append(
-            f"| {s.name} | {s.recall:.0%} | {s.stale:.0%} | {s.probe_tokens:,.0f} |{of_full}"
-            f" {s.cache_share:.0%} |"
+            f"| {s.name} | {s.recall:.0%} | {s.stale:.0%} | {s.false} of {s.statements} |"
+            f" {s.probe_tokens:,.0f} |{of_full} {s.cache_share:.0%} |"
         )
     return "\n".join(lines)
 
@@ -528,7 +457,7 @@ def segments_table(scores: list[Score], rewritten: list[Score]) -> str:
     rewrites, strategy by strategy, in the same run."""
     lines = [
         "summary segments against one summary rewritten by every fold:",
-        "| strategy | summary | probe recall | tokens per probe | prefix-cache share"
+        "| strategy | summary | exact recall | tokens per probe | prefix-cache share"
         " | summarizer calls (rewrites) |",
         "|---|---|---|---|---|---|",
     ]
@@ -542,45 +471,55 @@ def segments_table(scores: list[Score], rewritten: list[Score]) -> str:
     return "\n".join(lines)
 
 
+def describe(script: Script) -> str:
+    updated = sum(len(fact.values) > 1 for fact in script.facts)
+    return (
+        f"{len(script.turns)} turns, {len(script.facts)} facts in {statements.PATTERNS}"
+        f" phrasings ({updated} updated, {len(script.distractions)} distractors), one probe each"
+    )
+
+
 def local_run(directory: Path) -> str:
     """A short conversation with the test's gist-only summarizer and with SmolLM2 (the
     local model, on llama.cpp): what a real small model keeps. Reported, not gated."""
-    script = generate(SHORT_TURNS, seed=16, facts=10, updates=3)
+    script = generate(48, seed=16, facts=24, updates=4)
     with local_model_server(LOCAL_WINDOW) as url:
         scores = [run_strategy(directory, strategy, script, url) for strategy in SHORT]
     for score_, strategy in zip(scores, SHORT, strict=True):
         summarizer = "SmolLM2" if strategy.local_summarizer else "test"
         score_.name = f"{score_.name}, {summarizer} summarizer ({score_.summaries} summaries)"
-    updated = sum(len(fact.values) > 1 for fact in script.facts)
     return "\n".join(
         [
-            f"{len(script.turns)} turns, {len(script.facts)} probes ({updated} of updated"
-            f" facts), a {SHORT_WINDOW:,}-token model; SmolLM2-135M summarizes with a"
-            f" {LOCAL_WINDOW:,}-token window",
+            f"{describe(script)}; a {SHORT_WINDOW:,}-token model; SmolLM2-135M summarizes"
+            f" with a {LOCAL_WINDOW:,}-token window",
             table(scores, None),
         ]
     )
 
 
 def benchmark(directory: Path, quick: bool = False) -> str:
-    """The table, for the seeded 300-turn conversation (quick: 100 turns, 12 facts), and
-    (not quick) the short run with SmolLM2 as the summarizer."""
-    script = generate(100, facts=12, updates=4) if quick else generate(TURNS)
+    """The table, for the seeded 300-turn conversation (quick: 100 turns, 100 facts),
+    and (not quick) the short run with SmolLM2 as the summarizer."""
+    script = generate(100, facts=100, updates=12) if quick else generate()
     scores = [run_strategy(directory, strategy, script) for strategy in STRATEGIES]
-    updated = sum(len(fact.values) > 1 for fact in script.facts)
-    head = (
-        f"{len(script.turns)} turns, {len(script.facts)} probes ({updated} of updated facts),"
-        f" a {WINDOW:,}-token model (budget {int(0.8 * WINDOW):,})"
-    )
-    memory = generate(40, seed=15, facts=12, updates=3)
-    recall, stale = cross_session(directory, memory)
+    head = f"{describe(script)}; a {WINDOW:,}-token model (budget {int(0.8 * WINDOW):,})"
+    memory = generate(60, seed=15, facts=40, updates=6)
+    across = [
+        f"| {name} | {recall:.0%} | {stale:.0%} | {false} |"
+        for name, settings in MEMORY_RUNS
+        for recall, stale, false in [cross_session(directory, memory, settings)]
+    ]
     return "\n".join(
         [
             head,
             table(scores, scores[0].probe_tokens),
-            f"memory across sessions: {len(memory.facts)} facts planted in one session "
-            f"({sum(len(f.values) > 1 for f in memory.facts)} updated), each probed from a new"
-            f" session with the same memory id: recall {recall:.0%}, stale {stale:.0%}",
+            "",
+            f"memory across sessions: {len(memory.facts)} facts planted in one session"
+            f" ({sum(len(f.values) > 1 for f in memory.facts)} updated), each probed from a"
+            " new session with the same memory id:",
+            "| memory | exact recall | stale facts | false facts |",
+            "|---|---|---|---|",
+            *across,
             "",
             segments_table(scores, [run_strategy(directory, s, script) for s in REWRITTEN]),
             *([] if quick else ["", local_run(directory)]),

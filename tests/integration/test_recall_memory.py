@@ -10,10 +10,10 @@ import httpx
 import openai
 
 from proxy.context import PINNED_LABEL
-from proxy.memory import MEMORY_PREFIX
+from proxy.memory import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
 from proxy.recall import RECALL_PREFIX
 from proxy.summarize import SYSTEM_PROMPT
-from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, respond
+from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, probed, respond
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
@@ -72,17 +72,16 @@ def test_summarized_facts_come_back_when_the_conversation_turns_to_them(
     recalled = [recall_block(bodies[at]) for at in probes]
     assert sum(block is not None for block in recalled) >= len(probes) // 2
     first = next(block for block in recalled if block is not None)
-    assert "For the record, the " in first
+    assert any(sentence in first for fact in script.facts for sentence in fact.sentences)
     body = bodies[probes[recalled.index(first)]]
     assert body["messages"][-2]["content"] == first
-    # An updated value is pinned after the summary, never the value it replaced.
+    # An updated value is pinned after the summary; where a replaced one shows, the
+    # current one shows after it.
     updated = [fact for fact in script.facts if len(fact.values) > 1]
     summary = bodies[-1]["messages"][1]["content"]
     assert PINNED_LABEL in summary
     for fact in updated:
-        if fact.values[0] in str(bodies[-1]["messages"]):
-            last = max(fact.values, key=lambda v: str(bodies[-1]["messages"]).rfind(v))
-            assert last == fact.answer, fact
+        assert not probed(fact, bodies[-1]["messages"])[1], fact
 
     # People and tools can search the whole session.
     fact = script.facts[0]
@@ -214,3 +213,50 @@ def test_the_memory_block_stays_put_while_the_memory_does_not_change(
     blocks = [memory_block(body) for body in model_calls(upstream)[-3:]]
     assert blocks[0] is not None and "Maria Chen" in blocks[0] and "Jonas Novak" in blocks[0]
     assert blocks[0] == blocks[1] == blocks[2]  # a stable prefix for the provider's cache
+
+
+def memory_recall_block(body: dict[str, Any]) -> str | None:
+    blocks = [
+        str(m["content"])
+        for m in body["messages"]
+        if m["role"] == "system" and str(m["content"]).startswith(MEMORY_RECALL_PREFIX)
+    ]
+    return blocks[0] if blocks else None
+
+
+def test_memory_recalls_verbatim_what_no_fact_was_read_from(
+    upstream: FakeUpstream, start_proxy, store: dict[str, Any]
+) -> None:
+    """A statement the ledger cannot read (hearsay, here) is still found in the memory's
+    other session, verbatim, just before the newest message; another tenant's session
+    with the same memory id gets nothing of it."""
+    url = start(
+        start_proxy,
+        upstream,
+        session=store,
+        memory={"enabled": True},
+        auth={"keys": [{"key": "key-a"}, {"key": "key-b"}]},
+    )
+    memory = {"X-Memory-Id": "team"}
+    said = "Nobody wrote it down, but Jonas says the harbor codename is BLUE HERON."
+    chat = client(url, "monday", **memory)
+    history: list[dict[str, Any]] = [SYSTEM]
+    for text in [said, "Let's talk about lunch.", "The billing lead is Maria Chen."]:
+        history.append({"role": "user", "content": text})
+        reply = chat.chat.completions.create(model=MODEL, messages=history)
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+        record = http.get("/v1/memories/team").json()
+    assert all("HERON" not in fact["value"] for fact in record["facts"])  # not a fact
+    # What the session said counts its first turn and the turns that stated facts.
+    assert record["sessions"] == {"monday": 4}
+
+    ask(client(url, "tuesday", **memory), "What was the harbor codename again?")
+    body = model_calls(upstream)[-1]
+    block = memory_recall_block(body)
+    assert block is not None and said in block, body["messages"]
+    assert body["messages"][-2]["content"] == block  # just before the newest message
+    assert "Let's talk about lunch" not in block
+
+    ask(client(url, "wednesday", key="key-b", **memory), "What was the harbor codename?")
+    assert memory_recall_block(model_calls(upstream)[-1]) is None

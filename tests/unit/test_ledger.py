@@ -42,6 +42,25 @@ def test_other_subjects_and_kinds_do_not_supersede() -> None:
     assert len(ledger) == 4
 
 
+def test_only_the_same_qualified_subject_supersedes() -> None:
+    """Ten orders' invoice numbers are ten facts; the Lisbon one, said again another
+    way, replaces only its own."""
+    cities = ["Lisbon", "Riga", "Oslo", "Porto", "Vienna", "Dublin", "Krakow", "Ghent"]
+    ledger = said(
+        *(
+            f"Note for later: the invoice number for the {city} order is INV-8821{i}."
+            for i, city in enumerate(cities)
+        ),
+        "The Lisbon order's invoice number has changed from INV-88210 to INV-99999.",
+    )
+    current = {f.key: f.value for f in ledger if f.current}
+    assert len(current) == len(cities)
+    assert current["invoice lisbon number order"] == "INV-99999"
+    assert current["invoice number order riga"] == "INV-88211"
+    (old,) = [f for f in ledger if not f.current]
+    assert (old.subject, old.value) == ("invoice number for the Lisbon order", "INV-88210")
+
+
 def test_the_same_value_again_is_one_fact_mentioned_twice() -> None:
     ledger = said("The lead is Maria Chen.", "Again: the lead is Maria Chen.")
     assert [(f.value, f.mentions, f.source) for f in ledger] == [("Maria Chen", 2, 1)]
@@ -64,6 +83,7 @@ def test_pinned_keeps_updated_values_and_what_the_summary_lacks() -> None:
 
 def test_ranking_puts_what_the_query_names_first() -> None:
     ledger = said("The repo path is /srv/app.", "The lead is Maria Chen.", "Budget: $5.")
+    assert len(ledger) == 3
     assert ranked(ledger, "who is the lead?")[0].value == "Maria Chen"
 
 
@@ -78,7 +98,10 @@ def test_one_current_value_per_subject_and_the_ledger_stays_bounded(subjects: li
 
 
 def test_credentials_are_never_facts() -> None:
-    said = "The deploy token is ghp_live_4f9a8b7c6d. My key: sk-proj-abcdef123456. Budget $5."
+    said = (
+        "The deploy token is ghp_live_4f9a8b7c6d. My key: sk-proj-abcdef123456."
+        " The deploy password is ZEBRA-4471. The budget is $5."
+    )
     assert [fact.value for fact in facts_in(said, 0, 0.0)] == ["$5"]
 
 

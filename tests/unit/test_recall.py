@@ -39,6 +39,35 @@ def test_relevance_then_recency() -> None:
     assert index.search("unrelated words entirely", 3) == []
 
 
+def _many(subjects: list[str]) -> RecallIndex:
+    """One unit per sentence (from 100), among chatter where each word of the subjects
+    is common (in a tenth of the units or more) and only their pairs are not."""
+    pairs = ["mobile launch", "launch date", "mobile date", "payments team", "lead time"]
+    pairs += ["billing sync", "search sync", "vendor call", "billing call", "search call"]
+    chatter = [user(f"the {pair} review is open ({n})") for pair in pairs for n in range(10)]
+    return RecallIndex().extended([segment(0, [*chatter, *map(user, subjects)], "")])
+
+
+def test_terms_common_alone_but_rare_together_find_their_unit() -> None:
+    index = _many(
+        [
+            "Handover: the mobile launch date is 2027-06-20.",
+            "The lead is out.",
+            "The payments lead is Lena Moreau, as agreed last week with them.",
+        ]
+    )
+    assert index.search("the mobile launch date?", 1)[0].start == 100
+    assert index.search("who is the payments lead?", 1)[0].start == 102
+
+
+def test_the_newest_message_weighs_more_than_the_turns_before_it() -> None:
+    index = _many(["The billing vendor is Cedar Labs.", "The search lead is Omar Sato."])
+    (hit,) = index.search("what is the search lead?", 1, earlier="what is the billing vendor?")
+    assert hit.start == 101
+    (hit,) = index.search("what is the billing vendor?", 1, earlier="what is the search lead?")
+    assert hit.start == 100
+
+
 def test_the_block_fits_its_room_and_notes_later_values() -> None:
     old = user("the travel budget is $4,250")
     ledger = merge(
