@@ -3,7 +3,7 @@ order is INV-88213" -> subject `invoice number for the Lisbon order`, value `INV
 
 A statement is read clause by clause: a subject (a noun phrase, kept whole with its
 qualifiers), a link ("is", "is now", ":", "runs at", "has changed from … to", "set …
-to", "… replaces … as", "use … to", …) and a value (the rest of
+to", "… replaces … as", "use … to", "we decided to … on", …) and a value (the rest of
 the clause, whole: "BLUE HERON", "03:15 UTC", "Maria Chen, Jonas Okafor and Aiko
 Sato"). What is not plainly asserted is not a statement: a question, a negation ("is
 not"), a condition ("if …"), an opinion ("should be"), a pronoun subject ("it is"), a
@@ -62,6 +62,11 @@ _FORMS = [
     re.compile(
         r"(?:we|i|we're|we\s+are|i'm)?\s*(?:settled\s+on|going\s+with|went\s+with|"
         r"picked|chose|choose|go\s+with)\s+(?P<v>.+?)\s+(?:as|for)\s+(?P<s>.+)$",
+        re.I,
+    ),
+    re.compile(  # "We decided to open the second shop on Maple Street."
+        r"(?:we|i)\s+(?:have\s+|'ve\s+)?(?:decided|agreed)\s+to\s+"
+        r"(?P<s>[a-z]+\s+.+?)\s+(?:on|at|in|for|with|to|via)\s+(?P<v>.+)$",
         re.I,
     ),
     re.compile(r"to\s+(?P<s>.+?),\s+(?:run|use|type|call)\s+(?P<v>.+)$", re.I),

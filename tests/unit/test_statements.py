@@ -38,6 +38,10 @@ def read(text: str) -> list[tuple[str, str]]:
             [("invoice number for the Riga order", "INV-12345")],
         ),
         ("Maria Chen is our new billing lead.", [("billing lead", "Maria Chen")]),
+        (
+            "We decided to open the second shop on Maple Street.",
+            [("open the second shop", "Maple Street")],
+        ),
         ("We settled on Cedar Labs as the billing vendor.", [("billing vendor", "Cedar Labs")]),
         ("Please set the request timeout to 45 seconds.", [("request timeout", "45 seconds")]),
         (
@@ -101,6 +105,8 @@ def test_a_statement_keeps_its_qualified_subject_and_its_whole_value(
         "If the billing budget were $5,000, we would need a new plan.",
         "Jonas thinks the delivery address should be 126 Ember Street, but nothing is decided.",
         "Someone suggested Cedar Labs for the billing vendor; we said no.",
+        "We decided not to open the second shop on Maple Street.",
+        "If we decided to open the second shop on Maple Street, who would run it?",
         "It is 8080.",
         "echo: [history-ab12 turn 5] The report lists revenue, costs and the hiring plan.",
         "The billing review went fine.",
