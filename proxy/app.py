@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy import headers
+from proxy import browser, headers
 from proxy.auth import Auth, AuthMiddleware, Principal
 from proxy.config import Settings, load_settings
 from proxy.doors import Door, Framer, Inbound, field_label
@@ -402,7 +402,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/memories/{memory_id}", sessions.memory, methods=["GET"]),
             Route("/v1/memories/{memory_id}", sessions.forget, methods=["DELETE"]),
         ],
-        middleware=[Middleware(AuthMiddleware, auth=auth, render=error_response)],
+        middleware=[
+            *browser.middleware(settings.server.cors_origins, error_response),
+            Middleware(AuthMiddleware, auth=auth, render=error_response),
+        ],
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),
             HTTPException: _http_error,

@@ -54,6 +54,8 @@ class ServerSettings(_Section):
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     # OpenAI-compatible deployments are called directly once the Router chose them.
     lean_upstream: bool = True
+    # Web origins whose pages may call the proxy (CORS); others are refused (proxy/browser.py).
+    cors_origins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from proxy.auth import Principal
+from proxy.browser import require_json
 from proxy.errors import ProxyError
 
 __all__ = [
@@ -38,7 +39,9 @@ class ORJSONResponse(JSONResponse):
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body; 413 once it passes `limit` bytes. A body up to twice the limit
     is read to its end first (and dropped): a client still sending when the answer comes
-    would see its connection reset rather than the 413. A larger one is cut off."""
+    would see its connection reset rather than the 413. A larger one is cut off. Only a
+    JSON body is read (`proxy.browser`)."""
+    require_json(request.headers)
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > 2 * limit:
         raise _too_large(limit)
