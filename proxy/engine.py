@@ -142,7 +142,9 @@ class Engine:
         request = self._request(body, context)
         if request.key is None:
             return await self._stateless(body, request, context)
-        await self.store.writable()  # a turn that could not be stored is not paid for
+        # A turn that could not be stored is not paid for: the store takes what it may
+        # write (at most the request's bytes, and the reply's).
+        await self.store.writable(request.size or 0)
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)

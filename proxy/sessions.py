@@ -279,14 +279,15 @@ class SessionStore(Protocol):
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool: ...
 
-    async def writable(self) -> None:
-        """Raise (a store fault) if a turn could not be stored now, where a read would not
-        show it (the disk store's filesystem read-only or full): checked before the
+    async def writable(self, need: int = 0) -> None:
+        """Raise (a store fault) if a turn writing up to `need` bytes could not be stored
+        now, where a read would not show it (the disk store's file removed or replaced,
+        its filesystem read-only or full; Redis at its maxmemory): checked before the
         upstream is paid."""
         ...
 
     async def ping(self) -> None:
-        """Raise (a store fault) unless the store can be reached and written."""
+        """Raise (a store fault) unless the store can be reached and takes a real write."""
         ...
 
     async def close(self) -> None: ...

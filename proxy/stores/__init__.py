@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 
 from proxy import metrics
 from proxy.config import SessionSettings
@@ -38,8 +38,11 @@ def open_store(settings: SessionSettings) -> SessionStore:
 
 
 # What a store that cannot be reached, read or written raises (Redis down or timing out,
-# SQLite's file read-only, locked or on a full disk).
+# SQLite's file read-only, locked or on a full disk), and what a damaged record does when
+# it is read back (not JSON, a field missing, messages missing from a range).
 STORE_FAULTS = (sqlite3.Error, OSError, RedisError, RedisClusterException)
+DAMAGED = (ValueError, LookupError)
+READY_BYTES = 64 * 1024  # room for a small turn, below which the store is not ready
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 
@@ -48,7 +51,18 @@ def store_fault(exc: BaseException) -> ProxyError:
     """The 503 for a store fault, saying what kind it is (the store's own words, which
     may name paths or hosts, stay in the log)."""
     name = getattr(exc, "sqlite_errorname", "")
-    if name.startswith("SQLITE_FULL") or getattr(exc, "errno", None) in _FULL:
+    if isinstance(exc, DAMAGED):
+        message = "The session store holds a damaged record for this request; it was left as it is."
+    elif getattr(exc, "errno", None) == errno.ESTALE:
+        message = (
+            "The session store's database file was removed or replaced while in use;"
+            " restart the proxy to open it again."
+        )
+    elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        message = "The session store's database file is damaged."
+    elif isinstance(exc, OutOfMemoryError):
+        message = "The session store (Redis) is out of memory (maxmemory); retry once it has room."
+    elif name.startswith("SQLITE_FULL") or getattr(exc, "errno", None) in _FULL:
         message = "The session store's disk is full; retry once space is freed."
     elif name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")) or (
         getattr(exc, "errno", None) in _READ_ONLY
@@ -76,7 +90,7 @@ class TimedStore:
         started = time.perf_counter()
         try:
             return await call
-        except STORE_FAULTS as exc:
+        except (*STORE_FAULTS, *DAMAGED) as exc:
             kind = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
             logger.warning("session store %s failed: %s", operation, kind)
             raise store_fault(exc) from exc
@@ -123,11 +137,13 @@ class TimedStore:
     async def delete_memory(self, tenant: str, memory_id: str) -> bool:
         return await self._timed("delete", self.inner.delete_memory(tenant, memory_id))
 
-    async def writable(self) -> None:
-        await self._timed("ping", self.inner.writable())
+    async def writable(self, need: int = 0) -> None:
+        await self._timed("ping", self.inner.writable(need))
 
     async def ping(self) -> None:
+        """Ready: the store takes a real write, and has room for a small turn."""
         await self._timed("ping", self.inner.ping())
+        await self._timed("ping", self.inner.writable(READY_BYTES))
 
     async def close(self) -> None:
         await self.inner.close()

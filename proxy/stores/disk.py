@@ -63,6 +63,7 @@ class DiskSessionStore:
         self._directory = Path(directory)
         self._min_free = min_free_bytes
         self._databases: tuple[Database, Database] | None = None
+        self._file: tuple[int, int] | None = None  # the database file opened: (device, inode)
         self._file_locks: FileLocks | None = None
         # A directory that cannot be written yet is a fault of each request, not fatal.
         with contextlib.suppress(OSError, sqlite3.Error):
@@ -82,6 +83,8 @@ class DiskSessionStore:
             quick = Database(path, wait=0)
             try:
                 quick.create()
+                stat = path.stat()
+                self._file = (stat.st_dev, stat.st_ino)
                 self._databases = (quick, Database(path, wait=_WAIT_SECONDS))
             except BaseException:
                 quick.close()
@@ -137,6 +140,7 @@ class DiskSessionStore:
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
         _check(meta.tenant)
+        self._same_file()
         entries, summaries = await serialized(appended), await serialized(checkpoints)
         expires = time.time() + self._ttl if self._ttl else None
         data = orjson.dumps(meta.to_dict())
@@ -187,19 +191,31 @@ class DiskSessionStore:
         _check(tenant)
         return await self._call(Database.delete_memory, tenant, memory_id)
 
-    async def writable(self) -> None:
-        """Raise unless the directory's filesystem can take a turn: mounted read-write,
-        with at least `min_free_bytes` free (one statvfs call, about a microsecond)."""
-        self._open()
+    async def writable(self, need: int = 0) -> None:
+        """Raise unless a turn that writes up to `need` bytes can be stored: the database
+        file is still the one opened, its filesystem mounted read-write with `need` bytes
+        free beyond `min_free_bytes` (a stat and a statvfs call, a few microseconds)."""
+        self._same_file()
         stats = os.statvfs(self._directory)
         if stats.f_flag & os.ST_RDONLY:
             raise OSError(errno.EROFS, "read-only filesystem", str(self._directory))
-        if stats.f_bavail * stats.f_frsize < self._min_free:
-            raise OSError(errno.ENOSPC, "less free space than session.min_free_mb")
+        if stats.f_bavail * stats.f_frsize < self._min_free + need:
+            raise OSError(errno.ENOSPC, "less free space than a turn needs")
 
     async def ping(self) -> None:
-        await self.writable()
-        await self._call(Database.ping, inline=False)
+        self._same_file()
+        await self._call(Database.probe, inline=False)
+
+    def _same_file(self) -> None:
+        """Raise if the database file was removed or replaced since it was opened: what
+        the open connections write would go to a file nobody reads again."""
+        self._open()
+        try:
+            stat = (self._directory / FILE).stat()
+        except FileNotFoundError:
+            stat = None
+        if stat is None or (stat.st_dev, stat.st_ino) != self._file:
+            raise OSError(errno.ESTALE, "the database file was removed or replaced")
 
     async def close(self) -> None:
         if self._old is not None:

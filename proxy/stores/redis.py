@@ -11,6 +11,7 @@ cache: eviction settings are never touched; only a TTL or a delete removes a ses
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import OutOfMemoryError
 
 from proxy.sessions import (
     Checkpoint,
@@ -95,6 +97,7 @@ return 0
 
 # A Redis that does not answer fails a request within seconds rather than hanging it.
 _TIMEOUTS = {"socket_connect_timeout": 5.0, "socket_timeout": 5.0}
+_MEMORY_EVERY = 1.0  # seconds between two looks at Redis's memory before turns
 
 
 def connect(url: str) -> aioredis.Redis | RedisCluster:
@@ -129,6 +132,8 @@ class RedisSessionStore:
         self._put_memory = self._redis.register_script(_PUT_MEMORY)
         self._parsed = ParsedMetas()
         self._index = f"{prefix}:index"
+        self._memory_checked = 0.0  # monotonic time of the last INFO memory
+        self._headroom: int | None = None  # bytes below maxmemory then; None: no limit
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         meta_key = self._key(tenant, session_id, "meta")
@@ -229,11 +234,23 @@ class RedisSessionStore:
     def _memory_key(self, tenant: str, memory_id: str) -> str:
         return f"{self._prefix}:memory:{{{tenant}:{memory_id}}}"
 
-    async def writable(self) -> None:
-        """Nothing to check before a turn: the load before it reached Redis."""
+    async def writable(self, need: int = 0) -> None:
+        """Raise if Redis has a `maxmemory` and less than `need` bytes below it (it would
+        refuse the turn's commit). Asked at most once a second (`INFO memory`); that it
+        answers at all is learned from the turn's own reads."""
+        now = time.monotonic()
+        if now >= self._memory_checked + _MEMORY_EVERY:
+            info = await self._redis.info("memory")
+            self._memory_checked = now
+            self._headroom = _headroom(info)
+        if self._headroom is not None and self._headroom < need:
+            raise OutOfMemoryError("less memory below maxmemory than a turn needs")
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """A real write, as a commit makes one: a Redis at its `maxmemory` answers reads
+        and refuses writes."""
+        await self._redis.set(f"{self._prefix}:probe", b"1", px=60_000)
+        self._memory_checked = 0.0  # and the next look at its memory is now
 
     async def close(self) -> None:
         await self._redis.aclose()
@@ -304,6 +321,18 @@ class RedisSessionStore:
         if ":" in tenant:
             raise ValueError("tenant must not contain ':'")
         return f"{self._prefix}:{{{tenant}:{session_id}}}:{suffix}"
+
+
+def _headroom(info: dict[str, Any]) -> int | None:
+    """Bytes Redis may still take before `maxmemory` (a cluster node reports its own;
+    a cluster's INFO maps each node to its fields: the fullest node counts)."""
+    nodes = [info] if "used_memory" in info else [v for v in info.values() if isinstance(v, dict)]
+    limits = [
+        int(node["maxmemory"]) - int(node["used_memory"])
+        for node in nodes
+        if int(node.get("maxmemory", 0) or 0) > 0
+    ]
+    return min(limits) if limits else None
 
 
 def _ms(seconds: float) -> int:

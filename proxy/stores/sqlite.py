@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS memories (
     data BLOB NOT NULL,
     PRIMARY KEY (tenant, memory)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, at REAL NOT NULL);
 DROP TABLE IF EXISTS locks;
 CREATE TABLE IF NOT EXISTS leases (
     tenant TEXT NOT NULL,
@@ -248,8 +249,11 @@ class Database:
             (tenant, session, name, token),
         )
 
-    def ping(self) -> None:
-        self._connection.execute("SELECT count(*) FROM sessions WHERE 0").fetchone()
+    def probe(self) -> None:
+        """A real write, as a turn's commit makes one (readiness: a store that answers
+        reads may still refuse writes: a full volume, a damaged file)."""
+        with self.transaction() as connection:
+            connection.execute("INSERT OR REPLACE INTO probe VALUES (1, ?)", (time.time(),))
 
     def _cut(self, table: str, tenant: str, session: str, keep: int) -> None:
         self._connection.execute(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from proxy.local import held_port
@@ -98,20 +99,20 @@ def test_a_store_lost_mid_stream_ends_it_with_an_error_event(
     assert "data: [DONE]" not in rest
 
 
-def disk_config(upstream: FakeUpstream, disk: Path) -> dict[str, Any]:
+def disk_config(upstream: FakeUpstream, disk: Path, min_free_mb: float = 1) -> dict[str, Any]:
     session = {
         "path": str(disk / "sessions"),
         "tenant_secret": "small-disk-tenant-secret",  # no tenant.key file to write
-        "min_free_mb": 1,
+        "min_free_mb": min_free_mb,
     }
     return proxy_config(upstream, session=session, auth={"keys": [{"key": KEY}]})
 
 
 def small_disk_proxy(
-    upstream: FakeUpstream, tmp_path: Path, port: int, writable: bool = True
+    upstream: FakeUpstream, tmp_path: Path, port: int, writable: bool = True, min_free_mb: float = 1
 ) -> Any:
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(disk_config(upstream, tmp_path / "disk")))
+    path.write_text(yaml.safe_dump(disk_config(upstream, tmp_path / "disk", min_free_mb)))
     args = ["--config", str(path), "--port", str(port)]
     return proxy_on_small_disk(args, tmp_path, 16 * 2**20, writable)
 
@@ -137,10 +138,11 @@ def stored(url: str) -> list[str]:
     return [m["content"] for m in response.json()["messages"]]
 
 
+@pytest.mark.parametrize("min_free_mb", [1, 0])  # 0: no margin, still never paid for
 def test_a_full_disk_is_a_503_before_the_upstream_is_paid_and_service_resumes(
-    upstream: FakeUpstream, tmp_path: Path
+    upstream: FakeUpstream, tmp_path: Path, min_free_mb: float
 ) -> None:
-    with held_port() as port, small_disk_proxy(upstream, tmp_path, port) as disk:
+    with held_port() as port, small_disk_proxy(upstream, tmp_path, port, True, min_free_mb) as disk:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, disk.process)
         assert chat(url, "before").status_code == 200

@@ -1,0 +1,119 @@
+"""A store that would not keep a turn refuses it before the upstream is paid, and says so
+on `/health/ready`: the disk store's database file removed or replaced while serving, a
+damaged record, Redis at its `maxmemory`. Never a 500 from a store."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from tests.conftest import MODEL, proxy_config
+from tests.redis_servers import redis_server
+from tests.upstream import FakeUpstream
+from tests.waiting import eventually
+
+KEY = "integrity-key-0123456789"
+HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "kept"}
+
+
+def chat(url: str, text: str, stream: bool = False) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
+    return httpx.post(url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=30)
+
+
+def refused(url: str, upstream: FakeUpstream, words: str, ready: bool = False) -> None:
+    """Each kind of turn is a 503 `store_unavailable` naming the fault, and the upstream
+    saw none of them."""
+    upstream.requests.clear()
+    for stream in (False, True):
+        response = chat(url, "refused", stream)
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["code"] == "store_unavailable" and words in error["message"], error
+    assert upstream.chat_requests() == [], "nothing was paid for"
+    health = httpx.get(url + "/health/ready")
+    assert health.status_code == (200 if ready else 503), health.text
+
+
+def stored(url: str) -> list[str]:
+    response = httpx.get(url + "/v1/sessions/kept", headers=HEADERS)
+    assert response.status_code == 200, response.text
+    return [m["content"] for m in response.json()["messages"]]
+
+
+def disk_proxy(upstream: FakeUpstream, start: Callable[[dict[str, Any]], str], path: Path) -> str:
+    config = proxy_config(upstream, session={"path": str(path)}, auth={"keys": [{"key": KEY}]})
+    return start(config)
+
+
+def test_a_database_file_removed_while_serving_refuses_turns_rather_than_lose_them(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], tmp_path: Path
+) -> None:
+    url = disk_proxy(upstream, start_proxy, tmp_path / "store")
+    assert chat(url, "before").status_code == 200
+    for name in ("sessions.sqlite3", "sessions.sqlite3-wal", "sessions.sqlite3-shm"):
+        (tmp_path / "store" / name).unlink(missing_ok=True)
+    refused(url, upstream, "removed or replaced")
+
+
+def test_a_database_file_replaced_while_serving_refuses_turns(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], tmp_path: Path
+) -> None:
+    """A backup copied over the live file: writing on to the old one would be lost."""
+    url = disk_proxy(upstream, start_proxy, tmp_path / "store")
+    assert chat(url, "before").status_code == 200
+    live = tmp_path / "store" / "sessions.sqlite3"
+    shutil.copy(live, tmp_path / "copy")
+    (tmp_path / "copy").replace(live)
+    refused(url, upstream, "removed or replaced")
+
+
+def test_a_damaged_record_is_a_503_and_stays_as_it_was(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], tmp_path: Path
+) -> None:
+    url = disk_proxy(upstream, start_proxy, tmp_path / "store")
+    assert chat(url, "before").status_code == 200
+    assert chat(url, "second").status_code == 200
+    with sqlite3.connect(tmp_path / "store" / "sessions.sqlite3") as database:
+        database.execute("UPDATE sessions SET meta = x'7b22ff'")  # not JSON
+    refused(url, upstream, "damaged record", ready=True)  # other sessions are served
+    shown = httpx.get(url + "/v1/sessions/kept", headers=HEADERS)
+    assert shown.status_code == 503 and "damaged record" in shown.json()["error"]["message"]
+    with sqlite3.connect(tmp_path / "store" / "sessions.sqlite3") as database:
+        assert database.execute("SELECT meta FROM sessions").fetchone()[0] == b'{"\xff'
+        assert database.execute("SELECT count(*) FROM messages").fetchone()[0] == 4
+    other = {**HEADERS, "x-session-id": "other"}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    response = httpx.post(url + "/v1/chat/completions", json=body, headers=other, timeout=30)
+    assert response.status_code == 200
+
+
+def test_redis_at_its_maxmemory_refuses_turns_before_the_upstream_is_paid(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]
+) -> None:
+    with redis_server() as redis_url:
+        config = proxy_config(
+            upstream,
+            session={"store": "redis", "redis_url": redis_url},
+            auth={"keys": [{"key": KEY}]},
+        )
+        url = start_proxy(config)
+        assert chat(url, "before").status_code == 200
+        client = redis.Redis.from_url(redis_url)
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", used // 2)
+        eventually(lambda: httpx.get(url + "/health/ready").status_code == 503, "not ready")
+        assert "out of memory" in httpx.get(url + "/health/ready").json()["store"]
+        refused(url, upstream, "out of memory")
+        assert stored(url) == ["before", "echo: before"]  # reads go on
+        client.config_set("maxmemory", 0)
+        eventually(lambda: httpx.get(url + "/health/ready").status_code == 200, "ready")
+        assert chat(url, "after").status_code == 200
+        assert stored(url) == ["before", "echo: before", "after", "echo: after"]
