@@ -99,6 +99,9 @@ class SessionSettings(_Section):
     tenant_secret: str | None = None
     min_free_mb: float = Field(64, ge=0)  # disk store: below this, turns get a 503 first
     turn_wait_seconds: float = Field(120, gt=0)  # for the session's turn before, else 409
+    # A reply whose JSON is longer is answered whole and stored as a marked cut. None:
+    # sized to the model, 32 bytes per output token it may write, at least 1 MiB.
+    max_reply_bytes: int | None = Field(None, ge=1024)
     # Body fields that name the session when the header is absent (agents that cannot
     # set a header per conversation); dotted for nested fields. A door uses those its
     # API has: Anthropic's `metadata.user_id`, the Responses API's `prompt_cache_key`

@@ -32,7 +32,12 @@ from proxy.native import Native
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
 from proxy.reconcile import frame_of
-from proxy.replies import StreamedReply, reply_message
+from proxy.replies import (
+    BYTES_PER_OUTPUT_TOKEN,
+    MIN_REPLY_BYTES,
+    StreamedReply,
+    reply_message,
+)
 from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessage
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
@@ -144,7 +149,7 @@ class Engine:
             return await self._stateless(body, request, context)
         # A turn that could not be stored is not paid for: the store takes what it may
         # write (at most the request's bytes, and the reply's).
-        await self.store.writable(request.size or 0)
+        await self.store.writable((request.size or 0) + request.reply_limit)
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)
@@ -238,6 +243,7 @@ class Engine:
                 state.new[-1].chain if state.new else state.match.head,
                 request.counter,
                 state.totals,
+                request.reply_limit,
             )
             meta, checkpoints = self._history.after(request, state, entry)
             entries = (*state.new, entry)
@@ -288,11 +294,15 @@ class Engine:
         system_json, tools_json = orjson.dumps(system), orjson.dumps(tools or [])  # once
         ratio = context.budget_ratio or self.settings.context.budget_ratio
         key = (context.tenant, context.session_id) if context.session_id else None
+        limits = self.upstream.limits(model)
+        reply_limit = self.settings.session.max_reply_bytes or max(
+            MIN_REPLY_BYTES, BYTES_PER_OUTPUT_TOKEN * (limits.max_output_tokens or 0)
+        )
         return Request(
             model=model,
             counter=counter,
             budget=self.budgets.budget(model, body, ratio),
-            input_limit=self.upstream.limits(model).max_input_tokens,
+            input_limit=limits.max_input_tokens,
             messages=body["messages"],
             system=system,
             conversation=conversation,
@@ -307,6 +317,7 @@ class Engine:
             continues=context.continues,
             memory_id=context.memory_id,
             frame=frame_of(system_json, tools_json) if key is not None else "",
+            reply_limit=reply_limit,
         )
 
     async def _stateless(

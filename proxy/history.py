@@ -10,16 +10,21 @@ are worked on in a thread, so the event loop stays free for other requests.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import replace
 from typing import Any
 
 from proxy.messages import Message, chain, message_hash
+from proxy.metrics import REPLIES_CUT
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.replies import stored_reply
 from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.tokens import CountCache, TokenCounter, counter_named
 from proxy.turns import Request, State
 from proxy.validation import invalid, validate_messages
+
+logger = logging.getLogger("context_proxy.history")
 
 __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 
@@ -196,17 +201,28 @@ class History:
         return [*stored, *state.new[max(0, start - state.keep) :]]
 
     async def entry(
-        self, reply: Message, previous: str, counter: TokenCounter, totals: dict[str, int]
+        self,
+        reply: Message,
+        previous: str,
+        counter: TokenCounter,
+        totals: dict[str, int],
+        limit: int,
     ) -> StoredMessage:
         """The reply as stored, after the message whose chain value is `previous` (a
-        long reply is counted off the loop)."""
+        long reply is counted off the loop). One longer than `limit` bytes is stored as
+        a marked cut (`stored_reply`) under the whole reply's hash and count: the client
+        that resends its whole copy is still recognised, and budgeted for it."""
 
-        def count() -> dict[str, int]:
-            return {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+        def count() -> tuple[Message, dict[str, int]]:
+            counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+            return stored_reply(reply, limit), counts
 
         digest = message_hash(reply)
-        counts = await off_loop([reply], count)
-        return StoredMessage(reply, digest, chain([digest], start=previous)[0], counts)
+        stored, counts = await off_loop([reply], count)
+        if stored is not reply:
+            logger.warning("a reply over %d bytes is stored as a marked cut", limit)
+            REPLIES_CUT.inc()
+        return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
 
     def after(
         self, request: Request, state: State, reply: StoredMessage

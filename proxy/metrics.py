@@ -122,6 +122,10 @@ DROPPED_FIELDS = Counter(
     " a door did not carry to the provider.",
     ["api", "field"],
 )
+REPLIES_CUT = Counter(
+    "context_proxy_replies_cut",
+    "Replies longer than session.max_reply_bytes: answered whole, stored as a marked cut.",
+)
 MODEL_LIMIT_DEFAULTED = Counter(
     "context_proxy_model_limit_defaulted",
     "Requests whose budget used context.default_context_window: no limit was known.",

@@ -4,7 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from proxy.messages import NATIVE_FIELDS, Message
+
+# Worded to state no fact (`proxy.statements`): the ledger reads replies too.
+CUT_MARK = "[context-proxy kept only the start of this {size:,}-byte reply]"
+MIN_REPLY_BYTES = 1 << 20  # the smallest default bound on a stored reply
+BYTES_PER_OUTPUT_TOKEN = 32  # a token's text, JSON-escaped, with room to spare
+
+
+def stored_reply(reply: Message, limit: int) -> Message:
+    """The reply as the session keeps it: whole, or when its JSON passes `limit` bytes,
+    a marked cut: the start of its text, its tool calls by id and name (so the results
+    that answer them still fit) with arguments kept while they fit, nothing else. The
+    client was answered whole; a later turn never carries more than `limit` of it."""
+    size = len(orjson.dumps(reply))
+    if size <= limit:
+        return reply
+    room = limit // 2
+    cut: Message = {"role": reply.get("role") or "assistant"}
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = str(function.get("arguments") or "")
+        kept = arguments if len(arguments) <= room // 2 else "{}"
+        room -= len(kept)
+        calls.append(call | {"function": {"name": function.get("name", ""), "arguments": kept}})
+    text = _text(reply.get("content"))
+    head = text.encode()[: max(room, 0)].decode(errors="ignore")
+    cut["content"] = (
+        f"{head}\n\n{CUT_MARK.format(size=size)}" if head else CUT_MARK.format(size=size)
+    )
+    if calls:
+        cut["tool_calls"] = calls
+    return cut
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "".join(p.get("text") or "" for p in parts if isinstance(p, dict))
 
 
 def reply_message(completion: dict[str, Any]) -> Message | None:

@@ -74,6 +74,7 @@ class Request:
     continues: int | None = None  # see `RequestContext.continues`
     memory_id: str | None = None
     frame: str = ""  # `proxy.reconcile.frame_of` its system messages and tools
+    reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
+import orjson
+import pytest
 import redis
 
 from tests.conftest import MODEL, proxy_config
 from tests.redis_servers import redis_server
-from tests.upstream import FakeUpstream
+from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
 KEY = "integrity-key-0123456789"
@@ -117,3 +120,63 @@ def test_redis_at_its_maxmemory_refuses_turns_before_the_upstream_is_paid(
         eventually(lambda: httpx.get(url + "/health/ready").status_code == 200, "ready")
         assert chat(url, "after").status_code == 200
         assert stored(url) == ["before", "echo: before", "after", "echo: after"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_too_long_to_keep_is_answered_whole_and_stored_as_a_marked_cut(
+    upstream: FakeUpstream,
+    start_proxy: Callable[[dict[str, Any]], str],
+    store: dict[str, Any],
+    stream: bool,
+) -> None:
+    """A 1.2 MB reply: the client gets all of it; the session keeps 64 KiB of it, marked,
+    under the whole reply's hash, so the client's resend of its whole copy is the same
+    conversation (no fork, nothing stored twice) and a later turn reads no more of it."""
+    session = {**store, "max_reply_bytes": 64 * 1024}
+    url = start_proxy(proxy_config(upstream, session=session))
+    client = openai.OpenAI(
+        base_url=url + "/v1", api_key="k", max_retries=0, default_headers={"x-session-id": "big"}
+    )
+    long_reply = " ".join(f"{i:06d}" + "x" * 994 for i in range(1200))  # 1.2 MB, 1,200 chunks
+    upstream.queue(Reply(content=long_reply))
+    first = [{"role": "user", "content": "write it all"}]
+    if stream:
+        chunks = client.chat.completions.create(model=MODEL, messages=first, stream=True)
+        answered = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        answered = (
+            client.chat.completions.create(model=MODEL, messages=first).choices[0].message.content
+        )
+    assert answered == long_reply  # the client was answered whole
+
+    def kept() -> list[str]:
+        shown = httpx.get(url + "/v1/sessions/big", headers={"authorization": "Bearer k"}).json()
+        return [m["content"] for m in shown["messages"]]
+
+    stored_reply = kept()[1]
+    assert len(stored_reply.encode()) < 64 * 1024
+    assert stored_reply.startswith(long_reply[:10_000])
+    assert stored_reply.endswith("-byte reply]") and "kept only the start" in stored_reply
+    # The client resends its whole copy: the same conversation, one new turn.
+    again = [
+        *first,
+        {"role": "assistant", "content": long_reply},
+        {"role": "user", "content": "ok"},
+    ]
+    assert (
+        client.chat.completions.create(model=MODEL, messages=again).choices[0].message.content
+        == "echo: ok"
+    )
+    assert kept() == ["write it all", stored_reply, "ok", "echo: ok"]
+    # A client that sends only its new turn: no more than the session's cut goes upstream.
+    upstream.requests.clear()
+    appended = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "more"}],
+        extra_headers={"x-session-mode": "append"},
+    )
+    assert appended.choices[0].message.content == "echo: more"
+    sent = upstream.chat_requests()[-1].body["messages"]
+    assert sent[-1]["content"] == "more"
+    assert len(orjson.dumps(sent)) < 64 * 1024
+    assert kept() == ["write it all", stored_reply, "ok", "echo: ok", "more", "echo: more"]
