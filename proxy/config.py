@@ -71,6 +71,10 @@ class ContextSettings(_Section):
     # (prompt caches keep them); false: every fold rewrites the summary into one.
     summary_segments: bool = True
     summary_timeout_seconds: float = Field(60.0, gt=0)
+    # After this many failed summaries in a row the summarizer is left alone (turns
+    # truncate) for summary_backoff_seconds, doubled after each failed retry (to 300 s).
+    summary_breaker_failures: int = Field(3, ge=1)
+    summary_backoff_seconds: float = Field(5.0, gt=0)
     token_counting: Literal["auto", "tiktoken", "char"] = "auto"
     default_context_window: int = Field(8192, ge=256)
     # Facts the summary dropped (and current values of updated ones) pinned after it.

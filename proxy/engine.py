@@ -27,7 +27,7 @@ from proxy.errors import ProxyError, previous_response_not_found
 from proxy.history import History, off_loop
 from proxy.memories import Memories
 from proxy.messages import Message, split_system
-from proxy.metrics import ModelLabels
+from proxy.metrics import REPLIES_CUT, ModelLabels
 from proxy.native import Native
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
@@ -254,6 +254,9 @@ class Engine:
             ):
                 if lease is not None:  # given back with the commit: one call fewer
                     lease.stored = True
+                if entry.message is not reply:
+                    logger.warning("a reply over %d bytes is stored cut", request.reply_limit)
+                    REPLIES_CUT.labels(self.label(request.model)).inc()
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:

@@ -10,21 +10,17 @@ are worked on in a thread, so the event loop stays free for other requests.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import replace
 from typing import Any
 
 from proxy.messages import Message, chain, message_hash
-from proxy.metrics import REPLIES_CUT
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.replies import stored_reply
 from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
 from proxy.tokens import CountCache, TokenCounter, counter_named
 from proxy.turns import Request, State
 from proxy.validation import invalid, validate_messages
-
-logger = logging.getLogger("context_proxy.history")
 
 __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 
@@ -219,9 +215,6 @@ class History:
 
         digest = message_hash(reply)
         stored, counts = await off_loop([reply], count)
-        if stored is not reply:
-            logger.warning("a reply over %d bytes is stored as a marked cut", limit)
-            REPLIES_CUT.inc()
         return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
 
     def after(

@@ -93,6 +93,17 @@ SUMMARIZATIONS = Counter(
     "Summaries made, by outcome (success, error, timeout) and mode (sync, background).",
     ["model", "outcome", "mode"],
 )
+SUMMARIZATIONS_SKIPPED = Counter(
+    "context_proxy_summarizations_skipped",
+    "Summaries not attempted because the summarizer's circuit breaker was open.",
+    ["model"],
+)
+SUMMARIZER_OPEN = Gauge(
+    "context_proxy_summarizer_open",
+    "1 while the summary model's circuit breaker is open (it failed repeatedly), else 0.",
+    ["model"],
+    multiprocess_mode="max",
+)
 SUMMARIZATION_DURATION = Histogram(
     "context_proxy_summarization_duration_seconds",
     "Time to make one summary (all its chunked calls).",
@@ -125,6 +136,7 @@ DROPPED_FIELDS = Counter(
 REPLIES_CUT = Counter(
     "context_proxy_replies_cut",
     "Replies longer than session.max_reply_bytes: answered whole, stored as a marked cut.",
+    ["model"],
 )
 MODEL_LIMIT_DEFAULTED = Counter(
     "context_proxy_model_limit_defaulted",

@@ -211,7 +211,7 @@ class Planning:
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         base = request.system_tokens + request.tools_tokens
         trigger = base + self._settings.context.summarize_at * (request.budget - base)
-        if base + head + window <= trigger:
+        if base + head + window <= trigger or self._summaries.breaker(request.model).open:
             return
         job = functools.partial(self._background, request, int(trigger))
         self._summaries.schedule(request.key, job, request.secrets)

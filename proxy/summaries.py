@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from proxy import metrics
+from proxy.breaker import Breaker
 from proxy.config import Settings
 from proxy.history import off_loop
 from proxy.ledger import Fact, facts_in, merge, message_text, pinned
@@ -28,7 +29,7 @@ from proxy.sessions import (
     SessionStore,
     StoredMessage,
 )
-from proxy.summarize import summarize_span
+from proxy.summarize import SummarizationError, summarize_span
 from proxy.tokens import counter_for
 from proxy.turns import SessionKey
 from proxy.upstream import Upstream
@@ -57,6 +58,19 @@ class Summaries:
         self._store = store
         self._label = labels
         self._running: dict[SessionKey, asyncio.Task[None]] = {}
+        self._breakers: dict[str, Breaker] = {}
+
+    def breaker(self, model: str) -> Breaker:
+        """The circuit breaker of the model that summarizes `model`'s sessions."""
+        label = self._label(self._settings.context.summary_model or model)
+        found = self._breakers.get(label)
+        if found is None:
+            context = self._settings.context
+            found = Breaker(
+                label, context.summary_breaker_failures, context.summary_backoff_seconds
+            )
+            self._breakers[label] = found
+        return found
 
     async def make(
         self,
@@ -90,6 +104,9 @@ class Summaries:
         max_summary = max(32, min(context.max_summary_tokens, share))
         limit = self._upstream.limits(summary_model).max_input_tokens
         label = self._label(summary_model)
+        breaker = self.breaker(model)
+        if not breaker.allow():
+            raise SummarizationError("the summarizer failed repeatedly; its breaker is open")
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -112,6 +129,10 @@ class Summaries:
             outcome = "timeout"
             raise
         finally:
+            if outcome == "success":
+                breaker.succeeded()
+            else:
+                breaker.failed()
             metrics.SUMMARIZATIONS.labels(label, outcome, mode).inc()
             metrics.SUMMARIZATION_DURATION.labels(label, mode).observe(
                 time.perf_counter() - started

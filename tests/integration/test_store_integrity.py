@@ -148,6 +148,7 @@ def test_a_reply_too_long_to_keep_is_answered_whole_and_stored_as_a_marked_cut(
             client.chat.completions.create(model=MODEL, messages=first).choices[0].message.content
         )
     assert answered == long_reply  # the client was answered whole
+    assert f'context_proxy_replies_cut_total{{model="{MODEL}"}}' in httpx.get(url + "/metrics").text
 
     def kept() -> list[str]:
         shown = httpx.get(url + "/v1/sessions/big", headers={"authorization": "Bearer k"}).json()
