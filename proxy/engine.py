@@ -12,6 +12,7 @@ of history), never in full.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -42,13 +43,23 @@ from proxy.sessions import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessag
 from proxy.summaries import Summaries
 from proxy.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.turn_locks import Lease, TurnLocks
-from proxy.turns import Observer, Request, RequestContext, State, Turn, planned_turn
+from proxy.turns import (
+    Observer,
+    Request,
+    RequestContext,
+    SessionKey,
+    State,
+    Turn,
+    planned_turn,
+)
 from proxy.upstream import Upstream
 from proxy.validation import validate_messages
 
 __all__ = ["Engine"]
 
 logger = logging.getLogger("context_proxy.engine")
+
+READ_BACK_SECONDS = 2.0  # to learn whether a commit whose answer was lost applied
 
 
 class Engine:
@@ -249,10 +260,18 @@ class Engine:
             entries = (*state.new, entry)
             lease = turn.lease
             release = lease.token if lease is not None else None
-            if await self.store.commit(
-                meta, state.expected, state.keep, entries, checkpoints, release
-            ):
-                if lease is not None:  # given back with the commit: one call fewer
+            try:
+                done = await self.store.commit(
+                    meta, state.expected, state.keep, entries, checkpoints, release
+                )
+                given_back = done
+            except ProxyError:
+                # No answer in time: the commit applied by its deadline, or never will.
+                if not await self._applied(request.key, meta):
+                    raise
+                done, given_back = True, False
+            if done:
+                if lease is not None and given_back:  # given back with the commit
                     lease.stored = True
                 if entry.message is not reply:
                     logger.warning("a reply over %d bytes is stored cut", request.reply_limit)
@@ -267,6 +286,16 @@ class Engine:
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise _conflict()
+
+    async def _applied(self, key: SessionKey, meta: SessionMeta) -> bool:
+        """Whether a commit whose answer was lost applied after all: the session is at
+        its version with its head, the chain value that names the turn's content (its
+        turn id). Asked once, briefly: a store still away is a failed turn."""
+        try:
+            found = await asyncio.wait_for(self.store.load(*key), READ_BACK_SECONDS)
+        except (ProxyError, TimeoutError):
+            return False
+        return found is not None and (found.version, found.head) == (meta.version, meta.head)
 
     async def _learn(self, request: Request, said: tuple[StoredMessage, ...]) -> None:
         """Remember what a stored turn said; the turn stands whatever happens here."""

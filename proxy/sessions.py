@@ -26,9 +26,12 @@ from proxy.messages import GENESIS, Message
 
 __all__ = [
     "CAS_ATTEMPTS",
+    "COMMIT_GRACE_SECONDS",
+    "COMMIT_SECONDS",
     "MANY_MESSAGES",
     "Checkpoint",
     "Fingerprint",
+    "LateCommit",
     "LockName",
     "Mode",
     "SessionMeta",
@@ -45,6 +48,16 @@ Mode = Literal["auto", "append", "full"]
 MANY_MESSAGES = 256
 # Compare-and-set attempts before a writer gives up on a session others keep changing.
 CAS_ATTEMPTS = 8
+# A commit applies within this many seconds of being made, or never: a store that gets to
+# it later (Redis frozen, SQLite's lock held by another process) refuses it (fencing).
+# The writer waits COMMIT_GRACE_SECONDS more for the answer, so it never gives up on a
+# commit that could still apply.
+COMMIT_SECONDS = 4.0
+COMMIT_GRACE_SECONDS = 1.0
+
+
+class LateCommit(TimeoutError):
+    """A commit the store got to after its deadline: refused, never applied."""
 
 
 @dataclass(slots=True)
@@ -257,7 +270,8 @@ class SessionStore(Protocol):
         plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
         first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
         once stored, the turn lock held by the token `release` (if given) is given back
-        with it. False if another writer changed the session first."""
+        with it. False if another writer changed the session first. Applied within
+        `COMMIT_SECONDS` or never: `LateCommit` if the store got to it later."""
         ...
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -18,7 +19,15 @@ from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 from proxy import metrics
 from proxy.config import SessionSettings
 from proxy.errors import ProxyError
-from proxy.sessions import Checkpoint, LockName, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions import (
+    COMMIT_GRACE_SECONDS,
+    COMMIT_SECONDS,
+    Checkpoint,
+    LockName,
+    SessionMeta,
+    SessionStore,
+    StoredMessage,
+)
 from proxy.stores.disk import DiskSessionStore
 
 __all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
@@ -51,7 +60,9 @@ def store_fault(exc: BaseException) -> ProxyError:
     """The 503 for a store fault, saying what kind it is (the store's own words, which
     may name paths or hosts, stay in the log)."""
     name = getattr(exc, "sqlite_errorname", "")
-    if isinstance(exc, DAMAGED):
+    if isinstance(exc, TimeoutError):  # a commit past its deadline (Redis's own are not)
+        message = "The session store did not take the turn in time; retry it."
+    elif isinstance(exc, DAMAGED):
         message = "The session store holds a damaged record for this request; it was left as it is."
     elif getattr(exc, "errno", None) == errno.ESTALE:
         message = (
@@ -118,7 +129,9 @@ class TimedStore:
         release: str | None = None,
     ) -> bool:
         call = self.inner.commit(meta, expected_version, keep, appended, checkpoints, release)
-        return await self._timed("commit", call)
+        # Past its deadline the commit cannot apply any more: no use waiting longer.
+        bounded = asyncio.wait_for(call, COMMIT_SECONDS + COMMIT_GRACE_SECONDS)
+        return await self._timed("commit", bounded)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return await self._timed("delete", self.inner.delete(tenant, session_id))

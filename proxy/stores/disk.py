@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import orjson
 
 from proxy.sessions import (
+    COMMIT_SECONDS,
     Checkpoint,
     LockName,
     ParsedMetas,
@@ -140,6 +141,7 @@ class DiskSessionStore:
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
         _check(meta.tenant)
+        deadline = time.time() + COMMIT_SECONDS
         self._same_file()
         entries, summaries = await serialized(appended), await serialized(checkpoints)
         expires = time.time() + self._ttl if self._ttl else None
@@ -155,6 +157,7 @@ class DiskSessionStore:
             meta.checkpoints - len(summaries),
             summaries,
             record,
+            deadline,
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
         )
         if done:

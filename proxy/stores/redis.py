@@ -22,7 +22,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import OutOfMemoryError
 
 from proxy.sessions import (
+    COMMIT_SECONDS,
     Checkpoint,
+    LateCommit,
     LockName,
     ParsedMetas,
     SessionMeta,
@@ -35,9 +37,14 @@ __all__ = ["RedisSessionStore"]
 # KEYS: meta, messages, checkpoints, the turn lock.
 # ARGV: expected version, keep, checkpoints kept, ttl ms (0 = none), version, meta data,
 #       n = how many of the last values are checkpoints, the turn lock's token to give
-#       back once stored ("" = none), messages..., checkpoints...
-# Returns 1 stored, 0 version conflict.
+#       back once stored ("" = none), the deadline (ms, Redis's clock), messages...,
+#       checkpoints...
+# Returns 1 stored, 0 version conflict, -1 past its deadline (nothing done).
 _COMMIT = """
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[9]) then
+  return -1
+end
 local stored = redis.call('HGET', KEYS[1], 'version')
 if (stored and tonumber(stored) or 0) ~= tonumber(ARGV[1]) then return 0 end
 local keep = tonumber(ARGV[2])
@@ -54,7 +61,7 @@ elseif kept < redis.call('LLEN', KEYS[3]) then
 end
 local last = #ARGV - tonumber(ARGV[7])
 -- RPUSH in chunks: Lua's unpack() fails beyond ~8000 values.
-for i = 9, last, 1000 do
+for i = 10, last, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, last)))
 end
 for i = last + 1, #ARGV, 1000 do
@@ -132,6 +139,7 @@ class RedisSessionStore:
         self._put_memory = self._redis.register_script(_PUT_MEMORY)
         self._parsed = ParsedMetas()
         self._index = f"{prefix}:index"
+        self._offset: float | None = None  # Redis's clock minus ours
         self._memory_checked = 0.0  # monotonic time of the last INFO memory
         self._headroom: int | None = None  # bytes below maxmemory then; None: no limit
 
@@ -165,7 +173,9 @@ class RedisSessionStore:
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
     ) -> bool:
-        """Compare-and-set; False if someone else wrote (or deleted) the session first."""
+        """Compare-and-set; False if someone else wrote (or deleted) the session first.
+        The script runs by the deadline on Redis's own clock, or does nothing."""
+        deadline = time.time() + COMMIT_SECONDS + await self._clock_offset()
         data = orjson.dumps(meta.to_dict())
         args: list[Any] = [
             expected_version,
@@ -176,6 +186,7 @@ class RedisSessionStore:
             data,
             len(checkpoints),
             release or "",
+            round(deadline * 1000),
             *await serialized(appended),
             *await serialized(checkpoints),
         ]
@@ -185,7 +196,10 @@ class RedisSessionStore:
         ]
         if expected_version == 0:  # indexed first, so no stored session is ever unlisted
             await self._redis.zadd(self._index, {_member(meta.tenant, meta.session_id): 0})
-        done = bool(await self._commit(keys=keys, args=args))
+        answer = await self._commit(keys=keys, args=args)
+        if answer == -1:
+            raise LateCommit("the commit reached Redis after its deadline")
+        done = bool(answer)
         if done:
             self._parsed.remember(data, meta)
         return done
@@ -251,6 +265,17 @@ class RedisSessionStore:
         and refuses writes."""
         await self._redis.set(f"{self._prefix}:probe", b"1", px=60_000)
         self._memory_checked = 0.0  # and the next look at its memory is now
+        self._offset = None  # and at its clock
+
+    async def _clock_offset(self) -> float:
+        """Redis's clock minus ours (seconds), learned once and again on each readiness
+        check: commit deadlines are set on the clock that enforces them."""
+        if self._offset is None:
+            before = time.time()
+            seconds, micros = await self._redis.time()
+            after = time.time()
+            self._offset = seconds + micros / 1e6 - (before + after) / 2
+        return self._offset
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -9,12 +9,15 @@ one range query.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from proxy.sessions import LateCommit
 
 __all__ = ["Busy", "Database", "Row"]
 
@@ -142,10 +145,13 @@ class Database:
         kept_checkpoints: int,
         checkpoints: Sequence[bytes],
         record: tuple[int, int, int, float | None, bytes],
+        deadline: float = math.inf,
     ) -> bool:
         """Compare-and-set on the version; cut the transcript (and checkpoints) to what is
-        kept, append the new ones, replace the meta record."""
+        kept, append the new ones, replace the meta record. Rolled back (`LateCommit`)
+        if the lock was had, or the writing done, after `deadline` (epoch seconds)."""
         with self.transaction() as connection:
+            _in_time(deadline)
             row = connection.execute(
                 "SELECT version, length, checkpoints, expires FROM sessions"
                 " WHERE tenant = ? AND session = ?",
@@ -175,6 +181,7 @@ class Database:
                 "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (tenant, session, *record),
             )
+            _in_time(deadline)
         return True
 
     def delete(self, tenant: str, session: str) -> bool:
@@ -267,6 +274,11 @@ class Database:
                 f"DELETE FROM {table} WHERE tenant = ? AND session = ?",
                 (tenant, session),
             )
+
+
+def _in_time(deadline: float) -> None:
+    if time.time() > deadline:
+        raise LateCommit("the commit reached the store after its deadline")
 
 
 def _expired(expires: float | None) -> bool:

@@ -104,6 +104,7 @@ def disk_config(upstream: FakeUpstream, disk: Path, min_free_mb: float = 1) -> d
         "path": str(disk / "sessions"),
         "tenant_secret": "small-disk-tenant-secret",  # no tenant.key file to write
         "min_free_mb": min_free_mb,
+        "max_reply_bytes": 4 * 2**20,  # the 2 MB reply below is stored whole
     }
     return proxy_config(upstream, session=session, auth={"keys": [{"key": KEY}]})
 
