@@ -28,9 +28,9 @@ def metric(url: str, name: str) -> float:
 
 
 def test_a_failing_summarizer_is_backed_off_and_the_session_stays_within_budget(
-    upstream: FakeUpstream, start_proxy: Any
+    upstream: FakeUpstream, start_proxy: Any, store: dict[str, Any]
 ) -> None:
-    config = proxy_config(upstream, context={"summary_backoff_seconds": 2})
+    config = proxy_config(upstream, session=store, context={"summary_backoff_seconds": 2})
     config["model_list"][0]["model_info"] = {"max_input_tokens": WINDOW}
     url = start_proxy(config)
     summarizer = {"down": True, "calls": 0}
