@@ -77,6 +77,18 @@ def test_a_database_file_replaced_while_serving_refuses_turns(
     refused(url, upstream, "removed or replaced")
 
 
+def test_a_database_file_damaged_while_serving_refuses_turns_and_is_not_ready(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], tmp_path: Path
+) -> None:
+    url = disk_proxy(upstream, start_proxy, tmp_path / "store")
+    assert chat(url, "before").status_code == 200
+    with sqlite3.connect(tmp_path / "store" / "sessions.sqlite3") as database:
+        database.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the main file
+    with open(tmp_path / "store" / "sessions.sqlite3", "r+b") as file:
+        file.write(b"\xde\xad" * 2048)  # its header and first pages
+    refused(url, upstream, "damaged")
+
+
 def damage(store: dict[str, Any], directory: Path) -> Callable[[], bytes]:
     """Overwrite the session's meta record with bytes that are not JSON; returns a reader
     of the record as stored."""
