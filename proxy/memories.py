@@ -30,6 +30,7 @@ from proxy.memory import Remembered, memory_message, recalled_message, remember
 from proxy.messages import Message
 from proxy.recall import Hit
 from proxy.sessions import CAS_ATTEMPTS, SessionStore, StoredMessage
+from proxy.stores import DAMAGED, store_fault
 from proxy.turns import Request
 
 __all__ = ["Memories"]
@@ -93,7 +94,10 @@ class Memories:
         key, data = (tenant, memory_id), found[1]
         known = self._parsed.get(key)
         if known is None or known[0] != data:
-            known = (data, Memory.from_json(data))
+            try:
+                known = (data, Memory.from_json(data))
+            except DAMAGED as exc:  # a 503 that says so, never a 500; left as it is
+                raise store_fault(exc) from exc
             self._parsed[key] = known
             while len(self._parsed) > _BLOCKS:
                 self._parsed.popitem(last=False)

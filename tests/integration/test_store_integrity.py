@@ -216,3 +216,30 @@ def test_a_reply_too_long_to_keep_is_answered_whole_and_stored_as_a_marked_cut(
     assert sent[-1]["content"] == "more"
     assert len(orjson.dumps(sent)) < 64 * 1024
     assert kept() == ["write it all", stored_reply, "ok", "echo: ok", "more", "echo: more"]
+
+
+def test_a_damaged_memory_record_is_a_503_not_a_500(
+    upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], tmp_path: Path
+) -> None:
+    config = proxy_config(
+        upstream,
+        session={"path": str(tmp_path / "store")},
+        auth={"keys": [{"key": KEY}]},
+        memory={"enabled": True},
+    )
+    url = start_proxy(config)
+    remembering = {**HEADERS, "x-memory-id": "team"}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "The codename is BLUE HERON."}],
+    }
+    sent = httpx.post(url + "/v1/chat/completions", json=body, headers=remembering, timeout=30)
+    assert sent.status_code == 200
+    with sqlite3.connect(tmp_path / "store" / "sessions.sqlite3") as database:
+        assert database.execute("UPDATE memories SET data = x'5b7b'").rowcount == 1
+    shown = httpx.get(url + "/v1/memories/team", headers=HEADERS)
+    assert shown.status_code == 503 and "damaged record" in shown.json()["error"]["message"]
+    upstream.requests.clear()
+    again = httpx.post(url + "/v1/chat/completions", json=body, headers=remembering, timeout=30)
+    assert again.status_code == 503 and again.json()["error"]["code"] == "store_unavailable"
+    assert upstream.chat_requests() == []
