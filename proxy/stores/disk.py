@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import orjson
 
 from proxy.sessions import (
+    COMMIT_GRACE_SECONDS,
     COMMIT_SECONDS,
     Checkpoint,
     LockName,
@@ -92,7 +93,15 @@ class DiskSessionStore:
                 raise
         return self._databases
 
-    async def _call(self, function: Callable[..., T], *args: Any, inline: bool = True) -> T:
+    async def _call(
+        self,
+        function: Callable[..., T],
+        *args: Any,
+        inline: bool = True,
+        timeout: float | None = None,
+    ) -> T:
+        """`function(connection, *args)`; on the worker thread, waited for `timeout`
+        seconds at most (the thread goes on: a commit it runs checks its own deadline)."""
         quick, patient = self._open()
         if inline:
             try:
@@ -100,7 +109,8 @@ class DiskSessionStore:
             except Busy:
                 pass
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, function, patient, *args)
+        future = loop.run_in_executor(self._thread, function, patient, *args)
+        return await (asyncio.wait_for(future, timeout) if timeout is not None else future)
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         _check(tenant)
@@ -159,6 +169,7 @@ class DiskSessionStore:
             record,
             deadline,
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
+            timeout=COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
         )
         if done:
             if release is not None:

@@ -22,6 +22,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import OutOfMemoryError
 
 from proxy.sessions import (
+    COMMIT_GRACE_SECONDS,
     COMMIT_SECONDS,
     Checkpoint,
     LateCommit,
@@ -102,8 +103,12 @@ return 0
 """
 
 
-# A Redis that does not answer fails a request within seconds rather than hanging it.
-_TIMEOUTS = {"socket_connect_timeout": 5.0, "socket_timeout": 5.0}
+# A Redis that does not answer fails a request within seconds rather than hanging it; a
+# commit is waited for until its deadline has passed, with the grace for its answer.
+_TIMEOUTS = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
+}
 _MEMORY_EVERY = 1.0  # seconds between two looks at Redis's memory before turns
 
 
