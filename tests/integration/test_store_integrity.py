@@ -17,37 +17,16 @@ import pytest
 import redis
 
 from tests.conftest import MODEL, proxy_config
+from tests.integration.test_store_faults import (
+    HEADERS,
+    KEY,
+    chat,
+    refused_before_the_upstream,
+    stored,
+)
 from tests.redis_servers import redis_server
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
-
-KEY = "integrity-key-0123456789"
-HEADERS = {"authorization": f"Bearer {KEY}", "x-session-id": "kept"}
-
-
-def chat(url: str, text: str, stream: bool = False) -> httpx.Response:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
-    return httpx.post(url + "/v1/chat/completions", json=body, headers=HEADERS, timeout=30)
-
-
-def refused(url: str, upstream: FakeUpstream, words: str, ready: bool = False) -> None:
-    """Each kind of turn is a 503 `store_unavailable` naming the fault, and the upstream
-    saw none of them."""
-    upstream.requests.clear()
-    for stream in (False, True):
-        response = chat(url, "refused", stream)
-        assert response.status_code == 503, response.text
-        error = response.json()["error"]
-        assert error["code"] == "store_unavailable" and words in error["message"], error
-    assert upstream.chat_requests() == [], "nothing was paid for"
-    health = httpx.get(url + "/health/ready")
-    assert health.status_code == (200 if ready else 503), health.text
-
-
-def stored(url: str) -> list[str]:
-    response = httpx.get(url + "/v1/sessions/kept", headers=HEADERS)
-    assert response.status_code == 200, response.text
-    return [m["content"] for m in response.json()["messages"]]
 
 
 def disk_proxy(upstream: FakeUpstream, start: Callable[[dict[str, Any]], str], path: Path) -> str:
@@ -62,7 +41,7 @@ def test_a_database_file_removed_while_serving_refuses_turns_rather_than_lose_th
     assert chat(url, "before").status_code == 200
     for name in ("sessions.sqlite3", "sessions.sqlite3-wal", "sessions.sqlite3-shm"):
         (tmp_path / "store" / name).unlink(missing_ok=True)
-    refused(url, upstream, "removed or replaced")
+    refused_before_the_upstream(url, upstream, "removed or replaced")
 
 
 def test_a_database_file_replaced_while_serving_refuses_turns(
@@ -74,7 +53,7 @@ def test_a_database_file_replaced_while_serving_refuses_turns(
     live = tmp_path / "store" / "sessions.sqlite3"
     shutil.copy(live, tmp_path / "copy")
     (tmp_path / "copy").replace(live)
-    refused(url, upstream, "removed or replaced")
+    refused_before_the_upstream(url, upstream, "removed or replaced")
 
 
 def test_a_database_file_damaged_while_serving_refuses_turns_and_is_not_ready(
@@ -86,7 +65,7 @@ def test_a_database_file_damaged_while_serving_refuses_turns_and_is_not_ready(
         database.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the main file
     with open(tmp_path / "store" / "sessions.sqlite3", "r+b") as file:
         file.write(b"\xde\xad" * 2048)  # its header and first pages
-    refused(url, upstream, "damaged")
+    refused_before_the_upstream(url, upstream, "damaged")
 
 
 def damage(store: dict[str, Any], directory: Path) -> Callable[[], bytes]:
@@ -122,7 +101,9 @@ def test_a_damaged_record_is_a_503_and_stays_as_it_was(
     assert chat(url, "before").status_code == 200
     assert chat(url, "second").status_code == 200
     record = damage(store, tmp_path / "store")
-    refused(url, upstream, "damaged record", ready=True)  # other sessions are served
+    refused_before_the_upstream(
+        url, upstream, "damaged record", ready=True
+    )  # other sessions are served
     shown = httpx.get(url + "/v1/sessions/kept", headers=HEADERS)
     assert shown.status_code == 503 and "damaged record" in shown.json()["error"]["message"]
     assert record() == b'{"\xff'  # left as it is, for whoever repairs it
@@ -149,7 +130,7 @@ def test_redis_at_its_maxmemory_refuses_turns_before_the_upstream_is_paid(
         client.config_set("maxmemory", used // 2)
         eventually(lambda: httpx.get(url + "/health/ready").status_code == 503, "not ready")
         assert "out of memory" in httpx.get(url + "/health/ready").json()["store"]
-        refused(url, upstream, "out of memory")
+        refused_before_the_upstream(url, upstream, "out of memory")
         assert stored(url) == ["before", "echo: before"]  # reads go on
         client.config_set("maxmemory", 0)
         eventually(lambda: httpx.get(url + "/health/ready").status_code == 200, "ready")
