@@ -401,6 +401,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/sessions/{session_id}/search", sessions.search, methods=["GET"]),
             Route("/v1/memories/{memory_id}", sessions.memory, methods=["GET"]),
             Route("/v1/memories/{memory_id}", sessions.forget, methods=["DELETE"]),
+            Route("/v1/sessions/{session_id}/plans", sessions.plans, methods=["GET"]),
         ],
         middleware=[
             *browser.middleware(settings.server.cors_origins, error_response),

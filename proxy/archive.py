@@ -162,7 +162,10 @@ class Archive:
             and all(shown.block.covers(hit) for hit in hits[: len(shown.block.shown)])
             and shown.tokens <= room
         ):
-            return plan.with_message(shown.before - offset, shown.block.message, shown.tokens)
+            block = shown.block
+            return plan.with_message(
+                shown.before - offset, block.message, shown.tokens, "recall", block.shown
+            )
         found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
         ledger = await off_loop(
             plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
@@ -171,10 +174,13 @@ class Archive:
         if block is None:
             return plan
         if placed and shown is not None and block.message == shown.block.message:
-            return plan.with_message(shown.before - offset, shown.block.message, shown.tokens)
+            block = shown.block
+            return plan.with_message(
+                shown.before - offset, block.message, shown.tokens, "recall", block.shown
+            )
         tokens = request.counter.count_message(block.message)
         self._remember(request.key, replace(archived, shown=Shown(offset + newest, block, tokens)))
-        return plan.with_message(newest, block.message, tokens)
+        return plan.with_message(newest, block.message, tokens, "recall", block.shown)
 
     async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
         """The units of the whole session that best match `query`: the summarized part

@@ -26,6 +26,7 @@ __all__ = [
     "PINNED_LABEL",
     "SUMMARY_PREFIX",
     "ContextOverflowError",
+    "Inserted",
     "Plan",
     "omitted_message",
     "plan_context",
@@ -53,12 +54,28 @@ class Plan:
     """Transcript span [start, end) to fold into the summary before sending."""
     dropped: int
     """Transcript messages omitted without a summary."""
+    inserted: tuple[Inserted, ...] = ()
+    """The blocks added to the window, in the order they were added."""
 
-    def with_message(self, at: int, message: Message, tokens: int) -> Plan:
+    def with_message(
+        self, at: int, message: Message, tokens: int, kind: str, units: Sequence[int] = ()
+    ) -> Plan:
         """The plan with `message` (of `tokens` tokens) inserted before `messages[at]`:
-        a block of remembered facts or recalled history."""
+        a block of remembered facts or recalled history (`kind`), showing the units that
+        start at the transcript positions `units`."""
         messages = [*self.messages[:at], message, *self.messages[at:]]
-        return replace(self, messages=messages, tokens=self.tokens + tokens)
+        inserted = (*self.inserted, Inserted(kind, tokens, tuple(units)))
+        return replace(self, messages=messages, tokens=self.tokens + tokens, inserted=inserted)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """A block a plan carries beside the window: `memory` (remembered facts), `recall`
+    (the session's summarized history), `memory_recall` (the memory's other sessions)."""
+
+    kind: str
+    tokens: int
+    units: tuple[int, ...] = ()
 
 
 def summary_message(text: str, kept: Sequence[str] = ()) -> Message:

@@ -32,6 +32,7 @@ from proxy.metrics import REPLIES_CUT, ModelLabels
 from proxy.native import Native
 from proxy.openai_compatible import Completion, Events
 from proxy.planning import Planning
+from proxy.plans import plan_record
 from proxy.reconcile import frame_of
 from proxy.replies import (
     BYTES_PER_OUTPUT_TOKEN,
@@ -184,7 +185,15 @@ class Engine:
         if plan.summarize is not None:
             state, plan = await self._planning.summarized(request, state, plan.summarize)
         plan = await self._extended(request, state, plan)
-        return planned_turn(body, request, state, plan, lease)
+        counter, checkpoint = request.counter, state.checkpoint
+        record = plan_record(
+            request,
+            state,
+            plan,
+            self._planning.summary_tokens(counter, checkpoint),
+            self._planning.pinned_tokens(counter, checkpoint),
+        )
+        return planned_turn(body, request, state, plan, lease, record)
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
         """The plan with what the window alone lacks: remembered facts after the system
@@ -258,11 +267,12 @@ class Engine:
             )
             meta, checkpoints = self._history.after(request, state, entry)
             entries = (*state.new, entry)
+            record = turn.record and orjson.dumps(turn.record | {"version": meta.version})
             lease = turn.lease
             release = lease.token if lease is not None else None
             try:
                 done = await self.store.commit(
-                    meta, state.expected, state.keep, entries, checkpoints, release
+                    meta, state.expected, state.keep, entries, checkpoints, release, record
                 )
                 given_back = done
             except ProxyError:
@@ -350,6 +360,7 @@ class Engine:
             memory_id=context.memory_id,
             frame=frame_of(system_json, tools_json) if key is not None else "",
             reply_limit=reply_limit,
+            input_price=limits.input_price,
         )
 
     async def _stateless(
@@ -375,6 +386,7 @@ class Engine:
             tokens_sent=plan.tokens,
             compression=plan.compression,
             input_limit=request.input_limit,
+            input_price=request.input_price,
         )
 
 

@@ -139,7 +139,8 @@ class Memories:
         self._blocks.move_to_end(key)
         if block is None:
             return plan
-        return plan.with_message(len(request.system), block, request.counter.count_message(block))
+        tokens = request.counter.count_message(block)
+        return plan.with_message(len(request.system), block, tokens, "memory")
 
     async def recalled(self, request: Request, memory_id: str | None, plan: Plan) -> Plan:
         """`plan` with the units of the memory's other sessions that best match the
@@ -181,7 +182,7 @@ class Memories:
         if block is None:
             return plan
         tokens = request.counter.count_message(block)
-        return plan.with_message(last_unit(plan.messages), block, tokens)
+        return plan.with_message(last_unit(plan.messages), block, tokens, "memory_recall")
 
     async def learn(
         self, tenant: str, memory_id: str, session: str, said: Sequence[StoredMessage]

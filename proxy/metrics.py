@@ -71,6 +71,12 @@ TOKENS = Counter(
     "usage.prompt_tokens), completion, saved (client minus sent).",
     ["model", "api", "kind"],
 )
+COST_SAVED = Counter(
+    "context_proxy_cost_saved_usd",
+    "US dollars the saved tokens (client minus sent) would have cost as input, at the "
+    "model's price in LiteLLM's cost map (or its deployment's input_cost_per_token).",
+    ["model", "api"],
+)
 CONTEXT_UTILIZATION = Histogram(
     "context_proxy_context_utilization_ratio",
     "Tokens sent upstream as a share of the model's input limit.",

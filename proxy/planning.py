@@ -15,7 +15,13 @@ from dataclasses import replace
 
 from proxy.archive import Archive
 from proxy.config import Settings
-from proxy.context import ContextOverflowError, Plan, plan_context, summary_message
+from proxy.context import (
+    PINNED_LABEL,
+    ContextOverflowError,
+    Plan,
+    plan_context,
+    summary_message,
+)
 from proxy.errors import ProxyError
 from proxy.history import History, off_loop
 from proxy.ledger import recent_text
@@ -256,3 +262,11 @@ class Planning:
             return 0
         key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
         return self._counts.message(counter, summary_message(checkpoint.text, checkpoint.kept), key)
+
+    def pinned_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
+        """Tokens of the facts pinned after the summary's segments (counted once)."""
+        if checkpoint is None or not checkpoint.pinned:
+            return 0
+        text = PINNED_LABEL + "; ".join(checkpoint.pinned)
+        key = f"pinned:{checkpoint.chain_hash}:{checkpoint.created}"
+        return self._counts.text(counter, text, key)

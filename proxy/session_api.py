@@ -66,6 +66,14 @@ class SessionApi:
             raise _no_session(name)
         return ORJSONResponse({"id": name, "object": "session.deleted", "deleted": True})
 
+    async def plans(self, request: Request) -> Response:
+        """`GET /v1/sessions/{id}/plans`: what the session's newest turns sent, by
+        reference and token counts (`proxy.plans`), oldest first."""
+        tenant, name, _ = await self._session(request)
+        records = await self.store.plans(tenant, name)
+        body = b'{"object":"list","data":[' + b",".join(records) + b"]}"
+        return Response(body, media_type="application/json")
+
     async def preview(self, request: Request) -> Response:
         """The exact context the next request would send, without calling any model."""
         tenant, name, _ = await self._session(request)

@@ -29,6 +29,7 @@ __all__ = [
     "COMMIT_GRACE_SECONDS",
     "COMMIT_SECONDS",
     "MANY_MESSAGES",
+    "PLANS_KEPT",
     "Checkpoint",
     "Fingerprint",
     "LateCommit",
@@ -46,6 +47,8 @@ Mode = Literal["auto", "append", "full"]
 # Python work on more messages than this (a long conversation's first request stores
 # all of it) runs in a worker thread rather than on the event loop.
 MANY_MESSAGES = 256
+# Plan records (`proxy.plans`) a store keeps per session: the newest ones.
+PLANS_KEPT = 200
 # Compare-and-set attempts before a writer gives up on a session others keep changing.
 CAS_ATTEMPTS = 8
 # A commit applies within this many seconds of being made, or never: a store that gets to
@@ -265,13 +268,19 @@ class SessionStore(Protocol):
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
+        plan: bytes | None = None,
     ) -> bool:
         """Compare-and-set (0 = absent): the transcript becomes its first `keep` messages
         plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
         first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
-        once stored, the turn lock held by the token `release` (if given) is given back
-        with it. False if another writer changed the session first. Applied within
+        the turn's plan record (`plan`) joins the session's newest `PLANS_KEPT`; once
+        stored, the turn lock held by the token `release` (if given) is given back with
+        it. False if another writer changed the session first. Applied within
         `COMMIT_SECONDS` or never: `LateCommit` if the store got to it later."""
+        ...
+
+    async def plans(self, tenant: str, session_id: str) -> list[bytes]:
+        """The session's newest plan records, oldest first."""
         ...
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...

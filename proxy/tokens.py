@@ -304,6 +304,10 @@ class CountCache:
         cache_key = (counter.name, key or orjson.dumps(message))
         return self._get(cache_key, lambda: counter.count_message(message))
 
+    def text(self, counter: TokenCounter, text: str, key: str) -> int:
+        """`counter.count_text(text)`, cached under `key` (naming its content)."""
+        return self._get((counter.name, key), lambda: counter.count_text(text))
+
     def tools(
         self,
         counter: TokenCounter,

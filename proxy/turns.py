@@ -75,6 +75,7 @@ class Request:
     memory_id: str | None = None
     frame: str = ""  # `proxy.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
+    input_price: float | None = None  # USD per input token (`proxy.limits.input_price`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,8 @@ class Turn:
     messages_json: bytes | None = None  # body["messages"], already serialized
     lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
     side: bool = False  # named a session but is not a turn of it: answered, not stored
+    input_price: float | None = None  # USD per input token, to price the tokens saved
+    record: dict[str, Any] | None = None  # the plan record stored with the turn (`proxy.plans`)
 
     def response_headers(self) -> dict[str, str]:
         if not self.managed:
@@ -140,6 +143,7 @@ def planned_turn(
     state: State,
     plan: Plan,
     lease: Lease | None = None,
+    record: dict[str, Any] | None = None,
 ) -> Turn:
     """The turn a plan makes of a request: pure, so a preview shows exactly what a turn
     would send. An unchanged conversation keeps its serialized form, sent as it is."""
@@ -166,6 +170,8 @@ def planned_turn(
         state=state,
         messages_json=state.serialized.whole if unchanged and state.serialized else None,
         lease=lease,
+        input_price=request.input_price,
+        record=record,
     )
 
 

@@ -118,9 +118,13 @@ class TimedStore:
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
+        plan: bytes | None = None,
     ) -> bool:
-        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints, release)
+        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints, release, plan)
         return await self._timed("commit", call)
+
+    async def plans(self, tenant: str, session_id: str) -> list[bytes]:
+        return await self._timed("read", self.inner.plans(tenant, session_id))
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return await self._timed("delete", self.inner.delete(tenant, session_id))

@@ -148,6 +148,7 @@ class DiskSessionStore:
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
+        plan: bytes | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first."""
         _check(meta.tenant)
@@ -168,6 +169,7 @@ class DiskSessionStore:
             summaries,
             record,
             deadline,
+            plan,
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
             timeout=COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
         )
@@ -179,6 +181,11 @@ class DiskSessionStore:
             if self._ttl and self._commits % _EXPIRE_EVERY == 0:
                 await self._call(Database.expire, inline=False)
         return done
+
+    async def plans(self, tenant: str, session_id: str) -> list[bytes]:
+        _check(tenant)
+        rows = await self._call(Database.plans, tenant, session_id, inline=False)
+        return [bytes(row) for row in rows]
 
     async def sessions(
         self, tenant: str | None, after: tuple[str, str] | None, limit: int

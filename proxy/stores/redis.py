@@ -1,11 +1,12 @@
 """Session store on Redis (or Redis Cluster), for several workers or replicas.
 
-A session is a meta HASH (`version`, `data`), a LIST of messages and a LIST of
-checkpoints, append-only: a turn pushes its new messages and replaces the meta in one
-Lua script under compare-and-set on the version. Every key of a session carries the
-same hash tag (`{tenant:session}`), so all of them, the scripts and the locks, live in
-one cluster slot: the store runs unchanged on Redis Cluster. Sessions are history, not
-cache: eviction settings are never touched; only a TTL or a delete removes a session.
+A session is a meta HASH (`version`, `data`), a LIST of messages, a LIST of
+checkpoints and a LIST of its newest plan records, append-only: a turn pushes its new
+messages and plan record and replaces the meta in one Lua script under compare-and-set
+on the version. Every key of a session carries the same hash tag (`{tenant:session}`),
+so all of them, the scripts and the locks, live in one cluster slot: the store runs
+unchanged on Redis Cluster. Sessions are history, not cache: eviction settings are
+never touched; only a TTL or a delete removes a session.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from redis.exceptions import OutOfMemoryError
 from proxy.sessions import (
     COMMIT_GRACE_SECONDS,
     COMMIT_SECONDS,
+    PLANS_KEPT,
     Checkpoint,
     LateCommit,
     LockName,
@@ -35,11 +37,11 @@ from proxy.sessions import (
 
 __all__ = ["RedisSessionStore"]
 
-# KEYS: meta, messages, checkpoints, the turn lock.
+# KEYS: meta, messages, checkpoints, plans, the turn lock.
 # ARGV: expected version, keep, checkpoints kept, ttl ms (0 = none), version, meta data,
 #       n = how many of the last values are checkpoints, the turn lock's token to give
-#       back once stored ("" = none), the deadline (ms, Redis's clock), messages...,
-#       checkpoints...
+#       back once stored ("" = none), the deadline (ms, Redis's clock), the plan record
+#       ("" = none), plan records kept, messages..., checkpoints...
 # Returns 1 stored, 0 version conflict, -1 past its deadline (nothing done).
 _COMMIT = """
 local now = redis.call('TIME')
@@ -62,25 +64,29 @@ elseif kept < redis.call('LLEN', KEYS[3]) then
 end
 local last = #ARGV - tonumber(ARGV[7])
 -- RPUSH in chunks: Lua's unpack() fails beyond ~8000 values.
-for i = 10, last, 1000 do
+for i = 12, last, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, last)))
 end
 for i = last + 1, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[1], 'version', ARGV[5], 'data', ARGV[6])
+if ARGV[10] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[10])
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[11]), -1)
+end
 local ttl = tonumber(ARGV[4])
-for i = 1, 3 do
+for i = 1, 4 do
   if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) else redis.call('PERSIST', KEYS[i]) end
 end
-if ARGV[8] ~= '' and redis.call('GET', KEYS[4]) == ARGV[8] then redis.call('DEL', KEYS[4]) end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[5]) == ARGV[8] then redis.call('DEL', KEYS[5]) end
 return 1
 """
 
-# KEYS: meta, messages, checkpoints. Deletes the three; 1 if the session existed.
+# KEYS: meta, messages, checkpoints, plans. Deletes them; 1 if the session existed.
 _DELETE = """
 local existed = redis.call('EXISTS', KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return existed
 """
 
@@ -177,6 +183,7 @@ class RedisSessionStore:
         appended: Sequence[StoredMessage],
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
+        plan: bytes | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         The script runs by the deadline on Redis's own clock, or does nothing."""
@@ -192,6 +199,8 @@ class RedisSessionStore:
             len(checkpoints),
             release or "",
             round(deadline * 1000),
+            plan or "",
+            PLANS_KEPT,
             *await serialized(appended),
             *await serialized(checkpoints),
         ]
@@ -208,6 +217,9 @@ class RedisSessionStore:
         if done:
             self._parsed.remember(data, meta)
         return done
+
+    async def plans(self, tenant: str, session_id: str) -> list[bytes]:
+        return list(await self._redis.lrange(self._key(tenant, session_id, "plans"), 0, -1))
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         existed = bool(await self._delete(keys=self._keys(tenant, session_id)))
@@ -316,7 +328,7 @@ class RedisSessionStore:
         chain values): converted to this layout on first read."""
         from proxy.stores.legacy import convert
 
-        meta_key, msgs_key, _ = self._keys(tenant, session_id)
+        meta_key, msgs_key, *_ = self._keys(tenant, session_id)
         raw = await self._redis.hgetall(meta_key)
         if not raw or b"head" not in raw:
             return None
@@ -341,11 +353,12 @@ class RedisSessionStore:
         return await self.load(tenant, session_id)
 
     def _keys(self, tenant: str, session_id: str) -> list[str]:
-        return [self._key(tenant, session_id, suffix) for suffix in ("meta", "msgs", "ckpts")]
+        suffixes = ("meta", "msgs", "ckpts", "plans")
+        return [self._key(tenant, session_id, suffix) for suffix in suffixes]
 
     def _key(self, tenant: str, session_id: str, suffix: str) -> str:
         # Tenants never contain ":" (see tenant_id), so user-chosen session ids cannot
-        # reach another tenant; the suffixes differ in their last bytes, so no session
+        # reach another tenant; no suffix ends another (nor "}:" and another), so no session
         # id can alias another session's keys. Whatever braces a session id holds, all
         # keys of one session share the same hash tag (the first {...}).
         if ":" in tenant:

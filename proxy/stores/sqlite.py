@@ -1,7 +1,8 @@
 """SQLite, the disk store's engine: the schema, and one connection's operations.
 
-Three tables, append-only in use: `sessions` (one row per session: its meta record and
-version), `messages` and `checkpoints` (one row each, keyed by position). A commit is
+Four tables, append-only in use: `sessions` (one row per session: its meta record and
+version), `messages` and `checkpoints` (one row each, keyed by position), `plans` (a
+turn's plan record, keyed by the version it stored; the newest `PLANS_KEPT` kept). A commit is
 one transaction of a handful of statements (about 0.15 ms for a two-message turn here,
 where the same writes through diskcache's key-value API took 0.36 ms), and a window is
 one range query.
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from proxy.sessions import LateCommit
+from proxy.sessions import PLANS_KEPT, LateCommit
 
 __all__ = ["Busy", "Database", "Row"]
 
@@ -49,6 +50,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     position INTEGER NOT NULL,
     entry BLOB NOT NULL,
     PRIMARY KEY (tenant, session, position)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS plans (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (tenant, session, version)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memories (
     tenant TEXT NOT NULL,
@@ -146,10 +154,12 @@ class Database:
         checkpoints: Sequence[bytes],
         record: tuple[int, int, int, float | None, bytes],
         deadline: float = math.inf,
+        plan: bytes | None = None,
     ) -> bool:
         """Compare-and-set on the version; cut the transcript (and checkpoints) to what is
-        kept, append the new ones, replace the meta record. Rolled back (`LateCommit`)
-        if the lock was had, or the writing done, after `deadline` (epoch seconds)."""
+        kept, append the new ones, replace the meta record, add the plan record (the
+        oldest beyond `PLANS_KEPT` go). Rolled back (`LateCommit`) if the lock was had,
+        or the writing done, after `deadline` (epoch seconds)."""
         with self.transaction() as connection:
             _in_time(deadline)
             row = connection.execute(
@@ -181,8 +191,28 @@ class Database:
                 "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (tenant, session, *record),
             )
+            if plan is not None:
+                self._add_plan(tenant, session, record[0], plan)
             _in_time(deadline)
         return True
+
+    def _add_plan(self, tenant: str, session: str, version: int, plan: bytes) -> None:
+        connection = self._connection
+        connection.execute(
+            "INSERT OR REPLACE INTO plans VALUES (?, ?, ?, ?)", (tenant, session, version, plan)
+        )
+        # Versions only grow, so the newest PLANS_KEPT lie within that many versions.
+        connection.execute(
+            "DELETE FROM plans WHERE tenant = ? AND session = ? AND version <= ?",
+            (tenant, session, version - PLANS_KEPT),
+        )
+
+    def plans(self, tenant: str, session: str) -> list[bytes]:
+        rows = self._connection.execute(
+            "SELECT entry FROM plans WHERE tenant = ? AND session = ? ORDER BY version",
+            (tenant, session),
+        ).fetchall()
+        return [row[0] for row in rows]
 
     def delete(self, tenant: str, session: str) -> bool:
         with self.transaction():
@@ -220,7 +250,7 @@ class Database:
         """Remove every session whose TTL passed, with its messages and checkpoints."""
         now = time.time()
         with self.transaction() as connection:
-            for table in ("messages", "checkpoints"):
+            for table in ("messages", "checkpoints", "plans"):
                 connection.execute(
                     f"DELETE FROM {table} WHERE (tenant, session) IN"
                     " (SELECT tenant, session FROM sessions WHERE expires < ?)",
@@ -269,7 +299,7 @@ class Database:
         )
 
     def _remove(self, tenant: str, session: str) -> None:
-        for table in ("messages", "checkpoints", "sessions"):
+        for table in ("messages", "checkpoints", "plans", "sessions"):
             self._connection.execute(
                 f"DELETE FROM {table} WHERE tenant = ? AND session = ?",
                 (tenant, session),

@@ -15,8 +15,8 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.messages import message_hash
-from proxy.sessions import SessionStore
+from proxy.messages import GENESIS, message_hash
+from proxy.sessions import PLANS_KEPT, SessionStore
 from proxy.stores import DiskSessionStore
 from proxy.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
@@ -195,6 +195,30 @@ async def test_concurrent_commits_one_winner_per_version(make_store: Any) -> Non
         assert sum(results) == 1
         base = [*base, *candidates[results.index(True)]]
         assert await stores[version % 4].messages("t1", "s", 0, len(base)) == base
+
+
+async def test_plan_records_keep_the_newest_and_go_with_the_session(store: SessionStore) -> None:
+    transcript: list[Any] = []
+    for version in range(1, PLANS_KEPT + 4):
+        turn = entries(f"m{version}", start=len(transcript), head=_head(transcript))
+        record = orjson.dumps({"version": version, "parts": [{"kind": "window"}]})
+        grown = meta([*transcript, *turn], version=version)
+        assert await store.commit(grown, version - 1, len(transcript), turn, plan=record)
+        transcript += turn
+    # A background summary stores no plan record: the records stay as they were.
+    assert await store.commit(
+        meta(transcript, version=PLANS_KEPT + 4), PLANS_KEPT + 3, len(transcript), []
+    )
+
+    plans = [orjson.loads(record) for record in await store.plans("t1", "s")]
+    assert [p["version"] for p in plans] == list(range(4, PLANS_KEPT + 4))  # the newest, in order
+    assert await store.plans("t1", "other") == []
+    assert await store.delete("t1", "s")
+    assert await store.plans("t1", "s") == []
+
+
+def _head(transcript: list[Any]) -> str:
+    return transcript[-1].chain if transcript else GENESIS
 
 
 async def test_ttl_expiry(make_store: Any) -> None:

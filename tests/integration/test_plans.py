@@ -1,0 +1,75 @@
+"""Each turn's plan record: what was sent, by reference (ranges, the summary's number)
+and tokens, with the tokens and money saved; the same on both stores, end to end
+through the openai SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import litellm
+import orjson
+
+from proxy.sessions import PLANS_KEPT
+from tests.benchmarks.scorecard import generate
+from tests.conftest import MODEL
+from tests.integration.test_metrics import delta, scrape
+from tests.integration.test_recall_memory import client, drive, model_calls, start
+from tests.upstream import FakeUpstream
+
+KEY = {"Authorization": "Bearer key-a"}
+
+
+def get(url: str, path: str) -> Any:
+    response = httpx.get(url + path, headers=KEY)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def said(message: dict[str, Any]) -> tuple[str, Any]:
+    return message["role"], message.get("content")
+
+
+def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
+    upstream: FakeUpstream, start_proxy, store: dict[str, Any]
+) -> None:
+    session = f"plans-{store.get('store', 'disk')}"
+    url = start(start_proxy, upstream, session=store)
+    before = scrape(url)
+    drive(client(url, session), MODEL, generate(turns=80, facts=12, updates=4))
+    after = scrape(url)
+    bodies = model_calls(upstream)
+    records = get(url, f"/v1/sessions/{session}/plans")["data"]
+    transcript = get(url, f"/v1/sessions/{session}")["messages"]
+
+    assert len(records) == len(bodies) < PLANS_KEPT  # one record per turn, in order
+    versions = [record["version"] for record in records]
+    assert versions == sorted(set(versions))
+    price = litellm.model_cost[MODEL]["input_cost_per_token"]
+    kinds: set[str] = set()
+    for record, body in zip(records, bodies, strict=True):
+        parts = {part["kind"]: part for part in record["parts"]}
+        kinds.update(parts)
+        # The parts add up to what was sent, and the saving is the rest, priced.
+        assert sum(part["tokens"] for part in record["parts"]) == record["tokens_sent"]
+        assert record["tokens_saved"] == record["tokens_original"] - record["tokens_sent"]
+        assert record["saved_usd"] == round(record["tokens_saved"] * price, 9)
+        # The window named by its range is exactly the conversation the model was sent
+        # (everything else sent is a system message: prompt, summary, recall, memory).
+        start_at, end = parts["window"]["range"]
+        conversation = [said(m) for m in body["messages"] if m["role"] != "system"]
+        assert conversation == [said(m) for m in transcript[start_at:end]]
+        # Nothing falls between the summary and the window.
+        covered = parts["summary"]["covers"][1] if "summary" in parts else 0
+        assert covered + parts["window"]["dropped"] == start_at
+        # A record names what was sent; it copies none of it.
+        assert len(orjson.dumps(record)) < 1024
+    assert {"system", "summary", "pinned", "recall", "window"} <= kinds
+
+    saved = sum(record["saved_usd"] for record in records)
+    assert saved > 0
+    exported = delta(before, after, "context_proxy_cost_saved_usd_total", model=MODEL, api="chat")
+    assert abs(exported - saved) < 1e-6
+    labels = {"model": MODEL, "api": "chat", "kind": "saved"}
+    tokens = delta(before, after, "context_proxy_tokens_total", **labels)
+    assert tokens == sum(record["tokens_saved"] for record in records)
