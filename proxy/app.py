@@ -18,8 +18,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy import browser, headers
-from proxy.auth import Auth, AuthMiddleware, Principal
+from proxy import browser, headers, viewer
+from proxy.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
 from proxy.config import Settings, load_settings
 from proxy.doors import Door, Framer, Inbound, field_label
 from proxy.doors.chat import ChatDoor
@@ -328,6 +328,8 @@ def error_response(path: str, exc: ProxyError) -> Response:
     Messages API, OpenAI's everywhere else."""
     if path.startswith("/v1/messages"):
         return anthropic_error(exc)
+    if path == viewer.PAGE:
+        return viewer.login_page(exc)
     return exc.response()
 
 
@@ -402,10 +404,17 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/memories/{memory_id}", sessions.memory, methods=["GET"]),
             Route("/v1/memories/{memory_id}", sessions.forget, methods=["DELETE"]),
             Route("/v1/sessions/{session_id}/plans", sessions.plans, methods=["GET"]),
+            *viewer.routes(),
         ],
         middleware=[
             *browser.middleware(settings.server.cors_origins, error_response),
-            Middleware(AuthMiddleware, auth=auth, render=error_response),
+            Middleware(
+                AuthMiddleware,
+                auth=auth,
+                render=error_response,
+                open_paths=OPEN_PATHS | viewer.ASSETS,
+                fallback=viewer.ui_credential,
+            ),
         ],
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),

@@ -90,9 +90,10 @@ class Auth:
             if entry.key_hash is not None
         ]
 
-    def authenticate(self, headers: Headers) -> Principal:
-        """The caller, or a 401/429 `ProxyError`."""
-        token = credential(headers)
+    def authenticate(self, headers: Headers, fallback: str | None = None) -> Principal:
+        """The caller, or a 401/429 `ProxyError`. `fallback`: a key presented other than
+        in the headers (the session viewer's cookie, for its page only)."""
+        token = credential(headers) or fallback
         presented = _presented(headers)
         passthrough = self.settings.mode == "passthrough"
         if not self.settings.required():
@@ -156,18 +157,25 @@ class AuthMiddleware:
     """Authenticates before routing, so an unknown caller costs no body read."""
 
     def __init__(
-        self, app: ASGIApp, auth: Auth, render: Callable[[str, ProxyError], Response]
+        self,
+        app: ASGIApp,
+        auth: Auth,
+        render: Callable[[str, ProxyError], Response],
+        open_paths: frozenset[str] = OPEN_PATHS,
+        fallback: Callable[[Scope], str | None] = lambda scope: None,
     ) -> None:
         self.app = app
         self.auth = auth
         self.render = render  # an error in the shape of the door it was meant for
+        self.open_paths = open_paths
+        self.fallback = fallback  # a key presented outside the headers, if any
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         try:
-            principal = self.auth.authenticate(Headers(scope=scope))
+            principal = self.auth.authenticate(Headers(scope=scope), self.fallback(scope))
         except ProxyError as exc:
             await self.render(scope["path"], exc)(scope, receive, send)
             return

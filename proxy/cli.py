@@ -1,21 +1,25 @@
-"""`context-proxy serve`: validate the config, then hand the app to uvicorn."""
+"""`context-proxy serve`: validate the config, then hand the app to uvicorn; and the
+commands beside it (`sessions`, `demo`, `hash-key`, `--version`)."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import importlib.metadata
 import ipaddress
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from proxy import sessions_cli
 from proxy.config import CONFIG_ENV, ConfigError, Settings, hash_key, load_settings
 from proxy.metrics import MULTIPROCESS_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"context-proxy {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the proxy")
     serve.add_argument("--config", help=f"YAML config file (default: ${CONFIG_ENV}, else none)")
@@ -30,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "hash-key", help="print a proxy key's hash for `auth.keys[].key_hash` (key from stdin)"
     )
+    sessions_cli.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "sessions":
+        return sessions_cli.run(args)
     if args.command == "hash-key":
         key = getpass.getpass("key: ") if sys.stdin.isatty() else sys.stdin.readline()
         if not key.strip():
@@ -82,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,  # the proxy writes its own line per request
     )
     return 0
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("context-proxy")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
 
 
 def anonymous_refusal(settings: Settings, host: str) -> str | None:

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Everything the test suite needs, from nothing, into .venv: the Debian packages the
 # tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp,
-# npm), a pinned pip, the locked packages, the project itself, and the coding agents the
-# tests drive (Claude Code and Codex, pinned in tests/agents/package-lock.json). Nothing is started here,
-# and nothing is written outside this checkout and the system temp dir.
+# npm, Chromium for the session viewer's browser test), a pinned pip, the locked
+# packages, the project itself, and the coding agents the tests drive (Claude Code and
+# Codex, pinned in tests/agents/package-lock.json). Nothing is started here, and
+# nothing is written outside this checkout and the system temp dir.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 command -v c++ >/dev/null 2>&1 || missing="$missing g++"
 command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 if [ -n "$missing" ]; then
   as_root=""
   [ "$(id -u)" -eq 0 ] || as_root="sudo"

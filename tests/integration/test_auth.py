@@ -190,6 +190,18 @@ def test_another_key_cannot_preview_it(url: str, session_of_a: dict[str, Any]) -
     assert "secret plan" in mine.text
 
 
+def test_another_key_cannot_see_what_its_turns_sent(url: str, session_of_a: dict[str, Any]) -> None:
+    response = httpx.get(f"{url}/v1/sessions/shared-name/plans", headers=bearer(KEY_B))
+    is_openai_error(response, 404, "session_not_found")
+    for key, params in ((KEY_A, {}), (ADMIN, {"tenant": "team-a"})):
+        mine = httpx.get(f"{url}/v1/sessions/shared-name/plans", params=params, headers=bearer(key))
+        assert [record["model"] for record in mine.json()["data"]] == [MODEL, MODEL]
+    refused = httpx.get(
+        f"{url}/v1/sessions/shared-name/plans", params={"tenant": "team-a"}, headers=bearer(KEY_B)
+    )
+    is_openai_error(refused, 403, "permission_denied")
+
+
 def test_another_key_cannot_delete_it(url: str, session_of_a: dict[str, Any]) -> None:
     response = httpx.delete(f"{url}/v1/sessions/shared-name", headers=bearer(KEY_B))
     is_openai_error(response, 404, "session_not_found")

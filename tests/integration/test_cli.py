@@ -13,7 +13,7 @@ import httpx
 import openai
 
 from proxy.local import held_port
-from tests.conftest import MODEL, proxy_config
+from tests.conftest import MODEL, ROOT, proxy_config
 from tests.servers import guarded_env, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
@@ -152,3 +152,75 @@ def test_sigterm_drains_within_the_grace_period(tmp_path: Path, upstream: FakeUp
             if process.poll() is None:
                 process.kill()
     eventually(lambda: upstream.hung_up == 1, "the upstream call to be cancelled", 5)
+
+
+def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_PROXY_")}
+    if key is not None:
+        env["CONTEXT_PROXY_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_version_is_the_installed_release() -> None:
+    import importlib.metadata
+    import tomllib
+
+    done = cli("--version")
+    assert done.returncode == 0
+    release = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert importlib.metadata.version("context-proxy") == release
+    assert done.stdout.strip() == f"context-proxy {release}"
+
+
+def test_sessions_list_show_and_delete_against_a_running_proxy(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    from tests.integration.test_auth import ADMIN, KEY_A, KEY_B, KEYS
+
+    url = start_proxy(proxy_config(upstream, auth=KEYS))
+    for key, session, turns in ((KEY_A, "cli-demo", 3), (KEY_B, "cli-other", 1)):
+        sdk = openai.OpenAI(
+            base_url=url + "/v1",
+            api_key=key,
+            max_retries=0,
+            default_headers={"X-Session-Id": session},
+        )
+        history: list[dict[str, str]] = []
+        for turn in range(turns):
+            history.append({"role": "user", "content": f"turn {turn}"})
+            reply = sdk.chat.completions.create(model=MODEL, messages=history)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+
+    listed = cli("sessions", "--url", url, "list", key=KEY_A)
+    assert listed.returncode == 0, listed.stderr
+    assert "cli-demo" in listed.stdout and "cli-other" not in listed.stdout
+    everyone = cli("sessions", "--url", url, "--key", ADMIN, "list")
+    assert "cli-demo" in everyone.stdout and "cli-other" in everyone.stdout
+
+    shown = cli("sessions", "--url", url, "show", "cli-demo", key=KEY_A)
+    assert shown.returncode == 0, shown.stderr
+    assert "messages  6, summaries 0" in shown.stdout
+    turns = [line.split() for line in shown.stdout.splitlines() if line[:7].strip().isdigit()]
+    assert [row[1] for row in turns] == ["none"] * 3  # version, compression, sent, …
+    assert "system" in shown.stdout and "window" in shown.stdout
+
+    # Another tenant's key cannot delete it: one line, the proxy's own words.
+    refused = cli("sessions", "--url", url, "delete", "cli-demo", key=KEY_B)
+    assert refused.returncode == 1
+    assert refused.stderr == "context-proxy: 404: No session `cli-demo`.\n"
+    deleted = cli("sessions", "--url", url, "delete", "cli-demo", key=KEY_A)
+    assert deleted.returncode == 0 and deleted.stdout == "deleted cli-demo\n"
+    gone = httpx.get(url + "/v1/sessions/cli-demo", headers={"Authorization": f"Bearer {KEY_A}"})
+    assert gone.status_code == 404
+
+    keyless = cli("sessions", "--url", url, "list")
+    assert keyless.returncode == 1 and keyless.stderr.startswith("context-proxy: 401: Missing")
+    away = cli("sessions", "--url", "http://127.0.0.1:9", "list", key=KEY_A)
+    assert away.returncode == 1 and len(away.stderr.splitlines()) == 1
+    assert "cannot reach http://127.0.0.1:9" in away.stderr

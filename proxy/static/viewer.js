@@ -1,0 +1,284 @@
+// The session viewer: sessions from GET /v1/sessions, and per session what each turn
+// sent (GET /v1/sessions/{id}/plans), drawn from the transcript and its checkpoints
+// (GET /v1/sessions/{id}). Everything shown is set as text, never parsed as HTML.
+"use strict";
+
+const COOKIE = "context_proxy_key";
+const PARTS = {
+  system: "System prompt and tools",
+  summary: "Summary segments",
+  pinned: "Pinned facts",
+  memory: "Memory",
+  recall: "Recalled history",
+  memory_recall: "Recalled from the memory's other sessions",
+  window: "Verbatim window",
+};
+const PREVIEW_CHARS = 600;
+
+const $ = (id) => document.getElementById(id);
+let loaded = [];
+let nextAfter = null;
+
+function key() {
+  for (const pair of document.cookie.split(";")) {
+    const [name, ...rest] = pair.trim().split("=");
+    if (name === COOKIE && rest.length) return decodeURIComponent(rest.join("="));
+  }
+  return null;
+}
+
+function setKey(value) {
+  const expires = value ? "" : "; max-age=0";
+  document.cookie = `${COOKIE}=${encodeURIComponent(value)}; path=/ui; SameSite=Strict${expires}`;
+}
+
+async function api(path, options = {}) {
+  const headers = { Accept: "application/json" };
+  const found = key();
+  if (found) headers.Authorization = `Bearer ${found}`;
+  const response = await fetch(path, { ...options, headers });
+  const body = await response.json().catch(() => ({}));
+  const message = (body.error && body.error.message) || response.statusText;
+  if (response.status === 401) {
+    show("login");
+    if (found) {
+      $("login-error").textContent = message;
+      $("login-error").hidden = false;
+    }
+    throw new Error(message);
+  }
+  if (!response.ok) throw new Error(message);
+  return body;
+}
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function show(section) {
+  for (const id of ["login", "list", "session"]) $(id).hidden = id !== section;
+  $("logout").hidden = section === "login" || !key();
+}
+
+function fail(error) {
+  $("error").textContent = error.message;
+  $("error").hidden = false;
+}
+
+const when = (seconds) => new Date(seconds * 1000).toLocaleString();
+const number = (value) => Number(value || 0).toLocaleString();
+const dollars = (value) => (value === null || value === undefined ? "unknown" : `$${value.toFixed(6)}`);
+
+// -- the sessions list ------------------------------------------------------------------
+
+async function loadSessions(more = false) {
+  if (!more) {
+    loaded = [];
+    nextAfter = null;
+  }
+  const query = new URLSearchParams({ limit: "100" });
+  if (nextAfter) query.set("after", nextAfter);
+  const page = await api(`/v1/sessions?${query}`);
+  loaded = loaded.concat(page.data);
+  nextAfter = page.has_more ? page.next_after : null;
+  $("more").hidden = !nextAfter;
+  drawSessions();
+  show("list");
+}
+
+function drawSessions() {
+  const words = $("search").value.trim().toLowerCase();
+  const rows = $("sessions").tBodies[0];
+  rows.replaceChildren();
+  const shown = loaded.filter(
+    (s) => !words || s.id.toLowerCase().includes(words) || s.tenant.toLowerCase().includes(words),
+  );
+  for (const session of shown) {
+    const row = el("tr");
+    row.dataset.session = session.id;
+    row.append(
+      el("td", session.id),
+      el("td", session.tenant),
+      el("td", number(session.messages)),
+      el("td", when(session.updated)),
+    );
+    row.addEventListener("click", () => {
+      location.hash = `#/sessions/${encodeURIComponent(session.tenant)}/${encodeURIComponent(session.id)}`;
+    });
+    rows.append(row);
+  }
+  $("count").textContent = `${shown.length} of ${loaded.length}${nextAfter ? "+" : ""} sessions`;
+}
+
+// -- one session ------------------------------------------------------------------------
+
+async function loadSession(tenant, id) {
+  const query = `?tenant=${encodeURIComponent(tenant)}`;
+  const base = `/v1/sessions/${encodeURIComponent(id)}`;
+  const [session, plans] = await Promise.all([api(base + query), api(`${base}/plans${query}`)]);
+  $("session-title").textContent = `Session ${session.id}`;
+  $("delete").onclick = () => removeSession(base + query, session.id);
+  $("find").value = "";
+  $("find").onchange = () => findIn(base, query, session);
+  $("matches").replaceChildren();
+  drawTotals(session, plans.data);
+  drawLegend();
+  const turns = $("turns");
+  turns.replaceChildren();
+  for (const record of plans.data.slice().reverse()) turns.append(drawTurn(record, session));
+  show("session");
+}
+
+function drawTotals(session, records) {
+  const saved = records.reduce((sum, r) => sum + r.tokens_saved, 0);
+  const priced = records.filter((r) => r.saved_usd !== null);
+  const usd = priced.length ? priced.reduce((sum, r) => sum + r.saved_usd, 0) : null;
+  const pairs = [
+    ["Messages", number(session.messages.length)],
+    ["Summaries", number(session.checkpoints.length)],
+    ["Turns recorded", number(records.length)],
+    ["Tokens saved", number(saved)],
+    ["Money saved", dollars(usd)],
+    ["Updated", when(session.updated)],
+  ];
+  const totals = $("totals");
+  totals.replaceChildren();
+  for (const [name, value] of pairs) totals.append(el("dt", name), el("dd", value));
+  totals.querySelector("dd:nth-of-type(4)").id = "tokens-saved";
+  totals.querySelector("dd:nth-of-type(5)").id = "money-saved";
+}
+
+function drawLegend() {
+  const legend = $("legend");
+  legend.replaceChildren();
+  for (const [kind, label] of Object.entries(PARTS)) {
+    const item = el("li", label);
+    item.style.setProperty("--swatch", `var(--${kind})`);
+    legend.append(item);
+  }
+}
+
+function drawTurn(record, session) {
+  const item = el("li", null, "turn");
+  item.dataset.version = record.version;
+  const sent = `${number(record.tokens_sent)} of ${number(record.tokens_original)} tokens sent`;
+  item.append(
+    el("h3", `Turn v${record.version} · ${when(record.at)} · ${record.model} · ${record.compression} · ${sent}`),
+    el(
+      "div",
+      `Budget ${number(record.budget)} · saved ${number(record.tokens_saved)} tokens (${dollars(record.saved_usd)})`,
+      "muted",
+    ),
+  );
+  const bar = el("div", null, "tokens");
+  bar.title = `${number(record.tokens_sent)} of a ${number(record.budget)}-token budget`;
+  for (const part of record.parts) {
+    const span = el("span");
+    span.className = `part-${part.kind}`;
+    span.style.width = `${(100 * part.tokens) / Math.max(record.budget, record.tokens_sent)}%`;
+    span.style.background = `var(--${part.kind})`;
+    span.title = `${PARTS[part.kind] || part.kind}: ${number(part.tokens)} tokens`;
+    bar.append(span);
+  }
+  item.append(bar);
+  const details = el("details");
+  details.append(el("summary", "What was sent"));
+  for (const part of record.parts) details.append(drawPart(part, session));
+  item.append(details);
+  return item;
+}
+
+function drawPart(part, session) {
+  const box = el("div", null, `part part-${part.kind}`);
+  box.style.setProperty("--swatch", `var(--${part.kind})`);
+  const label = PARTS[part.kind] || part.kind;
+  box.append(el("h4", `${label}: ${number(part.tokens)} tokens`));
+  const checkpoint = session.checkpoints[(part.checkpoint || 0) - 1];
+  if (part.kind === "summary") {
+    box.append(el("div", `Summary ${part.checkpoint}, of messages ${part.covers[0]}–${part.covers[1] - 1}`, "muted"));
+    for (const text of (checkpoint && checkpoint.segments) || []) box.append(el("div", text, "message"));
+  } else if (part.kind === "pinned") {
+    const list = el("ul");
+    for (const fact of (checkpoint && checkpoint.pinned) || []) list.append(el("li", fact));
+    box.append(list);
+  } else if (part.kind === "recall") {
+    for (const start of part.units) box.append(drawMessage(session.messages[start], start));
+  } else if (part.kind === "window") {
+    const [start, end] = part.range;
+    let note = `Messages ${start}–${end - 1}`;
+    if (part.dropped) note += `; ${part.dropped} earlier messages dropped without a summary`;
+    box.append(el("div", note, "muted"));
+    for (let at = start; at < end && at < session.messages.length; at++) {
+      box.append(drawMessage(session.messages[at], at));
+    }
+  }
+  return box;
+}
+
+function drawMessage(message, at) {
+  const box = el("div", null, "message");
+  if (!message) return el("div", `message ${at}: no longer stored`, "muted");
+  box.append(el("span", `${at} ${message.role}`, "role"));
+  let text = typeof message.content === "string" ? message.content : JSON.stringify(message.content);
+  if (message.tool_calls) text += ` ${JSON.stringify(message.tool_calls)}`;
+  if (text.length > PREVIEW_CHARS) text = `${text.slice(0, PREVIEW_CHARS)} …`;
+  box.append(document.createTextNode(text || ""));
+  return box;
+}
+
+async function findIn(base, query, session) {
+  const words = $("find").value.trim();
+  const list = $("matches");
+  list.replaceChildren();
+  if (!words) return;
+  const found = await api(`${base}/search${query}&q=${encodeURIComponent(words)}&limit=10`);
+  if (!found.data.length) list.append(el("li", "No message matches.", "muted"));
+  for (const match of found.data) {
+    const item = el("li");
+    item.append(el("div", `Messages ${match.start}–${match.end - 1} (${match.terms.join(", ")})`, "muted"));
+    match.messages.forEach((m, i) => item.append(drawMessage(m, match.start + i)));
+    list.append(item);
+  }
+}
+
+async function removeSession(path, id) {
+  if (!window.confirm(`Delete session ${id} and everything stored of it?`)) return;
+  await api(path, { method: "DELETE" });
+  location.hash = "";
+}
+
+// -- navigation -------------------------------------------------------------------------
+
+async function route() {
+  $("error").hidden = true;
+  const match = location.hash.match(/^#\/sessions\/([^/]+)\/(.+)$/);
+  try {
+    if (match) await loadSession(decodeURIComponent(match[1]), decodeURIComponent(match[2]));
+    else await loadSessions();
+  } catch (error) {
+    if (!$("login").hidden) return;
+    fail(error);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    setKey($("key").value.trim());
+    location.reload();
+  });
+  $("logout").addEventListener("click", () => {
+    setKey("");
+    location.reload();
+  });
+  $("home").addEventListener("click", () => {
+    location.hash = "";
+  });
+  $("search").addEventListener("input", drawSessions);
+  $("more").addEventListener("click", () => loadSessions(true).catch(fail));
+  window.addEventListener("hashchange", route);
+  route();
+});
