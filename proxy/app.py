@@ -203,12 +203,17 @@ class Proxy:
         fields this model does not take."""
         body, model = inbound.body, inbound.body["model"]
         dropped = list(inbound.native_dropped if native else inbound.dropped)
+        refuse = self.settings.server.drop_params is False
         for name, parameter in native.optional if native else ():
             if not self.upstream.supports(model, parameter) and native.drop(name):
+                if refuse:
+                    raise _not_taken(model, name)
                 dropped.append(name)
         for group in () if native else inbound.optional:
             present = [name for name in group if name in body]
             kept = next((n for n in present if self.upstream.supports(model, n)), None)
+            if kept is None and present and refuse:
+                raise _not_taken(model, present[0])
             for name in present:
                 if name != kept:
                     del body[name]
@@ -278,7 +283,7 @@ class Proxy:
         caller = principal(request)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "context-proxy"}
-            for name in self.upstream.model_names()
+            for name in self.upstream.listed_models()
             if caller.may_use(name)
         ]
         return ORJSONResponse({"object": "list", "data": data})
@@ -321,6 +326,15 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         return error_response(request.url.path, exc.redacted(lambda text: redact(text, own)))
 
     return proxy_error
+
+
+def _not_taken(model: str, name: str) -> ProxyError:
+    return ProxyError(
+        400,
+        f"The model `{model}` does not take `{name}` (drop_params is false).",
+        code="unsupported_parameter",
+        param=name,
+    )
 
 
 def error_response(path: str, exc: ProxyError) -> Response:

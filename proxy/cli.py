@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[CONFIG_ENV] = os.path.abspath(args.config)
     try:
         settings = load_settings()
+        _check_upstream(settings)
     except ConfigError as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
         return 2
@@ -89,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,  # the proxy writes its own line per request
     )
     return 0
+
+
+def _check_upstream(settings: Settings) -> None:
+    """What only LiteLLM can check (each deployment's provider, the Router's settings,
+    the summary model's route), checked here, so it fails in one line before uvicorn
+    starts rather than as a traceback in each worker."""
+    from proxy.upstream import Upstream
+
+    Upstream(settings).close_router()
 
 
 def _version() -> str:

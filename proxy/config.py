@@ -23,15 +23,14 @@ from pydantic import (
     model_validator,
 )
 
+from proxy.litellm_config import translate
+
 ENV_PREFIX = "CONTEXT_PROXY_"
 CONFIG_ENV = "CONTEXT_PROXY_CONFIG"
 SECRET_REF = "os.environ/"
 KEY_HASH_PREFIX = "sha256:"
 _KEY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-# LiteLLM config sections that we accept so existing files load, but do not use.
-LITELLM_ONLY_SECTIONS = frozenset({"litellm_settings", "general_settings", "environment_variables"})
 
 
 class ConfigError(Exception):
@@ -54,6 +53,9 @@ class ServerSettings(_Section):
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     # OpenAI-compatible deployments are called directly once the Router chose them.
     lean_upstream: bool = True
+    # A parameter the model does not take: None or true, dropped (the response's
+    # X-Context-Dropped says so); false, a 400 (LiteLLM's `drop_params`).
+    drop_params: bool | None = None
     # Web origins whose pages may call the proxy (CORS); others are refused (proxy/browser.py).
     cors_origins: list[str] = Field(default_factory=list)
     log_format: Literal["text", "json"] = "text"
@@ -234,6 +236,7 @@ def load_settings(
     path: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None
 ) -> Settings:
     """Read the YAML file (if any), apply env overrides, validate everything."""
+    exported = environ is None  # a config's environment_variables reach the process
     environ = dict(os.environ if environ is None else environ)
     path = path or environ.get(CONFIG_ENV) or None
     raw: dict[str, Any] = {}
@@ -247,8 +250,12 @@ def load_settings(
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
         raw = dict(loaded or {})
-    for section in LITELLM_ONLY_SECTIONS:
-        raw.pop(section, None)
+    before = set(environ)
+    raw, refused = translate(raw, environ)
+    if refused:
+        raise ConfigError("; ".join(refused))
+    if exported:
+        os.environ.update({name: environ[name] for name in set(environ) - before})
     _apply_env_overrides(raw, environ)
     try:
         settings = Settings.model_validate(raw)
@@ -309,13 +316,20 @@ def _hashed_keys(settings: Settings, environ: dict[str, str]) -> Settings:
     return settings.model_copy(update={"auth": settings.auth.model_copy(update=sections)})
 
 
+_UNKNOWN_SECTION = (
+    "unknown key: not a context-proxy setting, nor a LiteLLM one it honours; remove it"
+)
+
+
 def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         location = ".".join(
             f"[{part}]" if isinstance(part, int) else str(part) for part in error["loc"]
         ).replace(".[", "[")
-        message = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key" if len(error["loc"]) > 1 else _UNKNOWN_SECTION
         message = message.removeprefix("Value error, ")
         lines.append(f"{location or 'config'}: {message}")
     return "invalid config: " + "; ".join(lines)

@@ -68,7 +68,7 @@ class Engine:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.label = ModelLabels(settings.model_names())
+        self.label = ModelLabels(upstream.served_as)
         self.budgets = Budgets(upstream, self.label)
         self.summaries = Summaries(settings, upstream, store, self.label)
         self._counts = CountCache()

@@ -12,7 +12,7 @@ module is imported (the CLI does that), and `/metrics` aggregates all workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -163,13 +163,15 @@ BACKGROUND_TASKS = Gauge(
 
 
 class ModelLabels:
-    """Maps a request's model to a bounded label value."""
+    """Maps a request's model to a bounded label value: the configured name that serves
+    it (a wildcard route's own name, `openai/*`), else `other`."""
 
-    def __init__(self, configured: Iterable[str]) -> None:
-        self._configured = frozenset(configured)
+    def __init__(self, served_as: Callable[[str], str | None]) -> None:
+        self._served_as = served_as
 
     def __call__(self, model: object) -> str:
-        return model if isinstance(model, str) and model in self._configured else OTHER_MODEL
+        name = self._served_as(model) if isinstance(model, str) else None
+        return name or OTHER_MODEL
 
 
 def exposition() -> tuple[bytes, str]:

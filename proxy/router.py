@@ -40,11 +40,39 @@ def router_for(settings: Settings) -> ProxyRouter | None:
     if not settings.model_list:
         return None
     model_list = [entry.model_dump() for entry in settings.model_list]
+    for index, entry in enumerate(settings.model_list):
+        _check_provider(index, entry.litellm_params)
     options = {"num_retries": 0, **settings.router_settings}
     try:
         return ProxyRouter(model_list=model_list, **options)
     except TypeError as exc:
         raise ConfigError(f"router_settings: {exc}") from None
+    except Exception as exc:  # LiteLLM's own words, one line, not its traceback
+        raise ConfigError(f"model_list or router_settings: {_first_line(exc)}") from None
+
+
+def _check_provider(index: int, params: dict[str, Any]) -> None:
+    """A deployment whose provider LiteLLM cannot tell is refused at start, naming it
+    (the Router would fail on it at start, or at its first request)."""
+    model = str(params["model"])
+    if "*" in model:
+        return  # a wildcard route: its provider is named when a request fills it in
+    try:
+        litellm.get_llm_provider(
+            model=model,
+            custom_llm_provider=params.get("custom_llm_provider"),
+            api_base=params.get("api_base"),
+        )
+    except Exception:
+        raise ConfigError(
+            f"model_list[{index}].litellm_params.model: LiteLLM knows no provider for"
+            f" `{model}`; name one, as in `openai/{model.split('/')[-1]}`"
+        ) from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _key_rejected(kwargs: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ import openai
 import orjson
 from litellm import Router
 
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
 from proxy.native import NativeApi, NativeStream, native_events, native_json
@@ -103,21 +103,58 @@ class Upstream:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._names = settings.model_names()
+        self._patterns = frozenset(name for name in self._names if "*" in name)
         self._router: Router | None = router_for(settings)
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
         self._native = native_models(settings)
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
+        summary = settings.context.summary_model
+        if summary is not None and not self.serves(summary):
+            self.close_router()
+            raise ConfigError(
+                f"context.summary_model: `{summary}` is not a model this proxy serves"
+                " (a model_list name, an alias or a wildcard route)"
+            )
 
     def model_names(self) -> list[str]:
         return list(self._names)
 
+    def listed_models(self) -> list[str]:
+        """The names /v1/models shows: every model but the hidden aliases."""
+        hidden = {e.model_name for e in self._settings.model_list if e.model_info.get("hidden")}
+        return [name for name in self._names if name not in hidden]
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
+    def served_as(self, model: str) -> str | None:
+        """The configured name that serves `model`: itself, or the wildcard route
+        (`*`, `openai/*`) LiteLLM's Router matches it to; None for neither."""
+        if model in self._names:
+            return model
+        if self._patterns and self._router is not None:
+            found = self._router.pattern_router.route(model)
+            if found:
+                return str(found[0]["model_name"])
+        return None
+
+    def serves(self, model: str) -> bool:
+        """Whether `model` may be asked for: configured, or an allowed provider/name."""
+        if self.served_as(model) is not None:
+            return True
+        return self._settings.allows_unlisted_models() and _is_provider_model(model)
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
     def provider_model(self, model: str) -> str:
-        """The provider's own name for `model` (first deployment), e.g. `openai/gpt-4o`."""
+        """The provider's own name for `model` (first deployment), e.g. `openai/gpt-4o`;
+        for a wildcard route, as the Router fills its `*` in."""
         for entry in self._settings.model_list:
             if entry.model_name == model:
                 return str(entry.litellm_params["model"])
+        if self._patterns and self._router is not None:
+            found = self._router.pattern_router.route(model)
+            if found:
+                return str(found[0]["litellm_params"]["model"])
         return model
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
@@ -126,7 +163,7 @@ class Upstream:
         LiteLLM's own list for its provider and model."""
         deployments = [
             entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
-        ] or [{"model": model}]
+        ] or [{"model": self.provider_model(model)}]
         for params in deployments:
             try:
                 name, provider, _, _ = litellm.get_llm_provider(
@@ -141,7 +178,10 @@ class Upstream:
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
     def limits(self, model: str) -> ModelLimits:
-        """What `model` accepts (see `proxy.limits.model_limits`)."""
+        """What `model` accepts (see `proxy.limits.model_limits`); a wildcard route's
+        model, what its provider's model does."""
+        if model not in self._names:
+            model = self.provider_model(model)
         return model_limits(self._settings, model)
 
     async def complete_text(
@@ -161,9 +201,7 @@ class Upstream:
 
     def check_model(self, model: str) -> None:
         """404 for a model that is neither configured nor an allowed provider/name."""
-        if model in self._names:
-            return
-        if self._settings.allows_unlisted_models() and _is_provider_model(model):
+        if self.serves(model):
             return
         raise ProxyError(
             404,
@@ -174,11 +212,15 @@ class Upstream:
 
     async def close(self) -> None:
         await self._direct.close()
+        self.close_router()
+
+    def close_router(self) -> None:
         if self._router is not None:
             # A Router hooks itself into LiteLLM's global callback lists, which hold at
             # most 30: a later Router (another app in this process) would be left without
             # its cooldown callbacks if this one stayed hooked.
             self._router.discard()
+            self._router = None
 
     async def complete(
         self,
@@ -272,8 +314,10 @@ class Upstream:
         self, api: NativeApi, request: dict[str, Any], api_key: str | None
     ) -> Any:
         assert self._router is not None  # native models are configured models
-        options = {"timeout": self._settings.server.request_timeout_seconds}
+        options: dict[str, Any] = {"timeout": self._settings.server.request_timeout_seconds}
         options |= _credentials(api_key)
+        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
+            options["drop_params"] = True
         if api == "anthropic_messages":
             return await self._router.aanthropic_messages(**request, **options)
         return await self._router.aresponses(**request, **options)
@@ -321,9 +365,11 @@ class Upstream:
                     await close()
 
     async def _call(self, params: dict[str, Any], api_key: str | None) -> Any:
-        options = {"timeout": self._settings.server.request_timeout_seconds}
+        options: dict[str, Any] = {"timeout": self._settings.server.request_timeout_seconds}
         options |= _credentials(api_key)
-        if params["model"] in self._names and self._router is not None:
+        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
+            options["drop_params"] = True
+        if self._router is not None and self.served_as(params["model"]) is not None:
             return await self._router.acompletion(**params, **options)
         return await litellm.acompletion(**params, **options)
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import ConfigError, Settings, hash_key, load_settings
+from proxy.litellm_config import translate
 
 LITELLM_CONFIG = """
 model_list:
@@ -135,3 +136,33 @@ def test_context_mode_on_is_auto(tmp_path: Path) -> None:
     assert (
         load_settings(None, environ={"CONTEXT_PROXY_CONTEXT_MODE": "auto"}).context.mode == "auto"
     )
+
+
+def test_litellm_sections_become_settings_or_one_line_refusals(tmp_path: Path) -> None:
+    text = LITELLM_CONFIG + "environment_variables:\n  SOME_HOST: 127.0.0.1\n  UNSET:\n"
+    environ = {"OPENAI_API_KEY": "sk-x"}
+    settings = load_settings(write(tmp_path, text), environ=environ)
+    assert settings.server.drop_params is True
+    assert [key.key_hash for key in settings.auth.admin_keys] == [hash_key("sk-1234")]
+    assert settings.auth.required()
+
+    conflicting = LITELLM_CONFIG.replace("drop_params: true", "num_retries: 5")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, conflicting), environ=environ)
+    assert str(refused.value) == (
+        "litellm_settings.num_retries and router_settings.num_retries differ: keep one"
+    )
+    alias = LITELLM_CONFIG.replace(
+        "router_settings:\n", "router_settings:\n  model_group_alias: {gpt-4: gpt-5}\n"
+    )
+    with pytest.raises(ConfigError, match=r"model_group_alias.gpt-4: `gpt-5` is not in model_list"):
+        load_settings(write(tmp_path, alias), environ=environ)
+
+
+def test_environment_variables_fill_only_what_is_unset() -> None:
+    environ = {"KEPT": "mine"}
+    raw, refused = translate(
+        {"environment_variables": {"KEPT": "theirs", "NEW": 1, "NONE": None}}, environ
+    )
+    assert refused == [] and "environment_variables" not in raw
+    assert environ == {"KEPT": "mine", "NEW": "1"}
