@@ -7,6 +7,11 @@ from typing import Any
 
 import orjson
 
+from proxy.config import ConfigError, load_settings
+from proxy.redaction import Redactor
+
+# LiteLLM's loggers: its own, its Router's and its proxy's (whose modules it imports).
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 # Attributes every LogRecord has; anything else was passed with `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
@@ -27,6 +32,25 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(data, default=str).decode()
 
 
+class OneLine(logging.Filter):
+    """LiteLLM's own log records (its Router's errors run to a dozen lines, with debug
+    dumps and tracebacks) as one line each: the first, without a traceback, scrubbed of
+    every credential the config names and anything shaped like a key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        try:
+            self._redact = Redactor.from_settings(load_settings())
+        except ConfigError:  # the CLI checked it; whatever happens, never log a key
+            self._redact = Redactor()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        lines = record.getMessage().strip().splitlines()
+        record.msg, record.args = self._redact(lines[0] if lines else ""), None
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
 def log_config(log_format: str, level: str) -> dict[str, Any]:
     """A `logging.config.dictConfig` for uvicorn (applied in every worker)."""
     formatter: dict[str, Any] = (
@@ -38,17 +62,27 @@ def log_config(log_format: str, level: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
+        "filters": {"one_line": {"()": "proxy.logs.OneLine"}},
         "handlers": {
             "default": {
                 "class": "logging.StreamHandler",
                 "formatter": "default",
                 "stream": "ext://sys.stderr",
-            }
+            },
+            "litellm": {
+                "class": "logging.StreamHandler",
+                "formatter": "default",
+                "filters": ["one_line"],
+                "stream": "ext://sys.stderr",
+            },
         },
         "loggers": {
             "context_proxy": {"handlers": ["default"], "level": level.upper()},
             "uvicorn": {"handlers": ["default"], "level": level.upper()},
             # LiteLLM logs provider payloads at debug level; keep it to warnings.
-            "LiteLLM": {"handlers": ["default"], "level": "WARNING", "propagate": False},
+            **{
+                name: {"handlers": ["litellm"], "level": "WARNING", "propagate": False}
+                for name in LITELLM_LOGGERS
+            },
         },
     }

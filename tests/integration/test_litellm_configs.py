@@ -248,3 +248,32 @@ def _serving(url: str, process: subprocess.Popen[bytes]) -> bool:
         except httpx.TransportError:
             time.sleep(0.1)
     raise AssertionError("the proxy neither served nor exited")
+
+
+def test_router_errors_are_logged_in_one_line(upstream: FakeUpstream, tmp_path: Path) -> None:
+    config = proxy_config(upstream, litellm_settings={"fallbacks": [{MODEL: ["backup"]}]})
+    backup = {**config["model_list"][0], "model_name": "backup"}
+    config["model_list"].append(backup)
+    config["server"] = {"lean_upstream": False}  # LiteLLM's own call, and its own logging
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    upstream.default = Reply(status=500, error_message=f"all down, key {UPSTREAM_KEY}")
+    with held_port() as port:
+        process = start(
+            ["--config", str(path), "--port", str(port)], tmp_path / "net.log", tmp_path
+        )
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", process)
+            response = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={"model": MODEL, "messages": SAY},
+                timeout=60,
+            )
+            assert response.status_code == 500
+        finally:
+            output = stop(process)
+    router_lines = [line for line in output.splitlines() if "LiteLLM Router" in line]
+    assert router_lines, output  # LiteLLM did log the failed fallback
+    # Every line is a record of its own (time first): no traceback, no debug dump.
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line) for line in output.splitlines())
+    assert UPSTREAM_KEY not in output
