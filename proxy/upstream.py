@@ -103,6 +103,7 @@ class Upstream:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._names = settings.model_names()
+        self._known = frozenset(self._names)
         self._patterns = frozenset(name for name in self._names if "*" in name)
         self._router: Router | None = router_for(settings)
         self._direct = DirectClient(self._router)
@@ -130,7 +131,7 @@ class Upstream:
     def served_as(self, model: str) -> str | None:
         """The configured name that serves `model`: itself, or the wildcard route
         (`*`, `openai/*`) LiteLLM's Router matches it to; None for neither."""
-        if model in self._names:
+        if model in self._known:
             return model
         if self._patterns and self._router is not None:
             found = self._router.pattern_router.route(model)
@@ -180,7 +181,7 @@ class Upstream:
     def limits(self, model: str) -> ModelLimits:
         """What `model` accepts (see `proxy.limits.model_limits`); a wildcard route's
         model, what its provider's model does."""
-        if model not in self._names:
+        if model not in self._known:
             model = self.provider_model(model)
         return model_limits(self._settings, model)
 

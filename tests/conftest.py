@@ -63,13 +63,19 @@ def _shared_upstream() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture
-def upstream(_shared_upstream: FakeUpstream) -> FakeUpstream:
-    """The test upstream, with no queued replies and an empty record."""
-    _shared_upstream.requests.clear()
-    _shared_upstream.replies.clear()
-    _shared_upstream.default = Reply()
-    _shared_upstream.require_key = False
-    return _shared_upstream
+def upstream(_shared_upstream: FakeUpstream) -> Iterator[FakeUpstream]:
+    """The test upstream, with no queued replies and an empty record; left that way for
+    the tests that use the shared one as it is."""
+    _reset(_shared_upstream)
+    yield _shared_upstream
+    _reset(_shared_upstream)
+
+
+def _reset(upstream: FakeUpstream) -> None:
+    upstream.requests.clear()
+    upstream.replies.clear()
+    upstream.default = Reply()
+    upstream.require_key = False
 
 
 def proxy_config(upstream: FakeUpstream, **sections: dict[str, Any]) -> dict[str, Any]:

@@ -312,6 +312,18 @@ def test_sessions_api_block(quickstart: Quickstart) -> None:
     assert quickstart.session(SESSION).status_code == 404
 
 
+def test_sessions_cli_block(quickstart: Quickstart) -> None:
+    """`context-proxy sessions` list, show and delete, on a session the session block's
+    client made."""
+    quickstart.run(snippet("for line in sys.stdin"), stdin="Hello.\n")
+    out = quickstart.run(snippet("context-proxy sessions list"), path=VENV / "bin")
+    assert re.search(rf"^{SESSION} +\S+ +2 ", out, re.MULTILINE), out  # listed: 2 messages
+    assert f"session   {SESSION}" in out and "messages  2, summaries 0" in out, out
+    assert re.search(r"^ +\d+ none +\d+ +\d+ +0  system \d+, window \d+$", out, re.MULTILINE), out
+    assert out.endswith(f"deleted {SESSION}\n"), out
+    assert quickstart.session(SESSION).status_code == 404
+
+
 def _json_documents(text: str) -> list[str]:
     """Concatenated JSON documents (curl prints no newline between them)."""
     decoder, found, position = json.JSONDecoder(), [], 0
