@@ -164,7 +164,7 @@ class Proxy:
         telemetry.model = self.engine.label(model)
         if not caller.may_use(model):
             raise model_not_allowed(model)
-        self.upstream.check_model(model)
+        self.upstream.models.check(model)
         context = self._request_context(request, caller, raw, inbound)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
@@ -205,13 +205,13 @@ class Proxy:
         dropped = list(inbound.native_dropped if native else inbound.dropped)
         refuse = self.settings.server.drop_params is False
         for name, parameter in native.optional if native else ():
-            if not self.upstream.supports(model, parameter) and native.drop(name):
+            if not self.upstream.models.supports(model, parameter) and native.drop(name):
                 if refuse:
                     raise _not_taken(model, name)
                 dropped.append(name)
         for group in () if native else inbound.optional:
             present = [name for name in group if name in body]
-            kept = next((n for n in present if self.upstream.supports(model, n)), None)
+            kept = next((n for n in present if self.upstream.models.supports(model, n)), None)
             if kept is None and present and refuse:
                 raise _not_taken(model, present[0])
             for name in present:
@@ -270,7 +270,7 @@ class Proxy:
         model = inbound.body["model"]
         if not caller.may_use(model):
             raise model_not_allowed(model)
-        self.upstream.check_model(model)
+        self.upstream.models.check(model)
         context = self._request_context(request, caller, raw, inbound)
         tokens = await self.engine.count(inbound.body, context)
         return ORJSONResponse({"input_tokens": tokens})
@@ -283,7 +283,7 @@ class Proxy:
         caller = principal(request)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "context-proxy"}
-            for name in self.upstream.listed_models()
+            for name in self.upstream.models.listed()
             if caller.may_use(name)
         ]
         return ORJSONResponse({"object": "list", "data": data})
@@ -296,7 +296,7 @@ class Proxy:
             await self.store.ping()
         except ProxyError as exc:
             return ORJSONResponse({"status": "unavailable", "store": exc.message}, 503)
-        return ORJSONResponse({"status": "ok", "models": len(self.upstream.model_names())})
+        return ORJSONResponse({"status": "ok", "models": len(self.upstream.models.names())})
 
 
 class TurnStream(StreamingResponse):

@@ -26,7 +26,7 @@ class Budgets:
     def budget(self, model: str, body: dict[str, Any], ratio: float) -> int:
         """floor(ratio × input limit), and room left for the requested output, in our
         tokenizer's units: divided by the calibration factor when we undercount."""
-        limits = self._upstream.limits(model)
+        limits = self._upstream.models.limits(model)
         label = self._label(model)
         if limits.source == "default":
             metrics.MODEL_LIMIT_DEFAULTED.labels(label).inc()

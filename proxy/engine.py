@@ -68,7 +68,7 @@ class Engine:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.label = ModelLabels(upstream.served_as)
+        self.label = ModelLabels(upstream.models.served_as)
         self.budgets = Budgets(upstream, self.label)
         self.summaries = Summaries(settings, upstream, store, self.label)
         self._counts = CountCache()
@@ -88,7 +88,7 @@ class Engine:
         rather than in the first request that needs one."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
-            counter_for(self.upstream.provider_model(name), mode).count_text("warm up")
+            counter_for(self.upstream.models.provider_model(name), mode).count_text("warm up")
 
     # -- a turn: the one operation a door calls -----------------------------------------
 
@@ -328,7 +328,7 @@ class Engine:
     def _request(self, body: dict[str, Any], context: RequestContext) -> Request:
         model = body["model"]
         counter = counter_for(
-            self.upstream.provider_model(model), self.settings.context.token_counting
+            self.upstream.models.provider_model(model), self.settings.context.token_counting
         )
         system, conversation = split_system(body["messages"])
         validate_messages(system)
@@ -336,7 +336,7 @@ class Engine:
         system_json, tools_json = orjson.dumps(system), orjson.dumps(tools or [])  # once
         ratio = context.budget_ratio or self.settings.context.budget_ratio
         key = (context.tenant, context.session_id) if context.session_id else None
-        limits = self.upstream.limits(model)
+        limits = self.upstream.models.limits(model)
         reply_limit = self.settings.session.max_reply_bytes or max(
             MIN_REPLY_BYTES, BYTES_PER_OUTPUT_TOKEN * (limits.max_output_tokens or 0)
         )

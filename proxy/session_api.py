@@ -87,7 +87,7 @@ class SessionApi:
             validate_parameters(body)
         if not principal(request).may_use(body["model"]):
             raise model_not_allowed(body["model"])
-        self.upstream.check_model(body["model"])
+        self.upstream.models.check(body["model"])
         context = RequestContext(tenant=tenant, session_id=name)
         return ORJSONResponse(await self.engine.preview(body, context))
 

@@ -99,10 +99,12 @@ class Summaries:
         work = functools.partial(_archived, messages, end - len(span), follows, ledger)
         index, facts, said = await off_loop(messages, work)
         summary_model = context.summary_model or model
-        counter = counter_for(self._upstream.provider_model(summary_model), context.token_counting)
+        counter = counter_for(
+            self._upstream.models.provider_model(summary_model), context.token_counting
+        )
         share = math.floor(room * (1 - context.keep_recent_ratio) / 2)
         max_summary = max(32, min(context.max_summary_tokens, share))
-        limit = self._upstream.limits(summary_model).max_input_tokens
+        limit = self._upstream.models.limits(summary_model).max_input_tokens
         label = self._label(summary_model)
         breaker = self.breaker(model)
         if not breaker.allow():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import re
@@ -24,7 +23,7 @@ from litellm import Router
 
 from proxy.config import ConfigError, Settings
 from proxy.errors import ProxyError
-from proxy.limits import ModelLimits, model_limits
+from proxy.models import Models
 from proxy.native import NativeApi, NativeStream, native_events, native_json
 from proxy.openai_compatible import Completion, DirectClient, Events
 from proxy.redaction import Redactor
@@ -102,88 +101,20 @@ class Upstream:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._names = settings.model_names()
-        self._known = frozenset(self._names)
-        self._patterns = frozenset(name for name in self._names if "*" in name)
         self._router: Router | None = router_for(settings)
+        self.models = Models(settings, self._router)
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
         self._native = native_models(settings)
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
         summary = settings.context.summary_model
-        if summary is not None and not self.serves(summary):
+        if summary is not None and not self.models.serves(summary):
             self.close_router()
             raise ConfigError(
                 f"context.summary_model: `{summary}` is not a model this proxy serves"
                 " (a model_list name, an alias or a wildcard route)"
             )
-
-    def model_names(self) -> list[str]:
-        return list(self._names)
-
-    def listed_models(self) -> list[str]:
-        """The names /v1/models shows: every model but the hidden aliases."""
-        hidden = {e.model_name for e in self._settings.model_list if e.model_info.get("hidden")}
-        return [name for name in self._names if name not in hidden]
-
-    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
-    def served_as(self, model: str) -> str | None:
-        """The configured name that serves `model`: itself, or the wildcard route
-        (`*`, `openai/*`) LiteLLM's Router matches it to; None for neither."""
-        if model in self._known:
-            return model
-        if self._patterns and self._router is not None:
-            found = self._router.pattern_router.route(model)
-            if found:
-                return str(found[0]["model_name"])
-        return None
-
-    def serves(self, model: str) -> bool:
-        """Whether `model` may be asked for: configured, or an allowed provider/name."""
-        if self.served_as(model) is not None:
-            return True
-        return self._settings.allows_unlisted_models() and _is_provider_model(model)
-
-    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
-    def provider_model(self, model: str) -> str:
-        """The provider's own name for `model` (first deployment), e.g. `openai/gpt-4o`;
-        for a wildcard route, as the Router fills its `*` in."""
-        for entry in self._settings.model_list:
-            if entry.model_name == model:
-                return str(entry.litellm_params["model"])
-        if self._patterns and self._router is not None:
-            found = self._router.pattern_router.route(model)
-            if found:
-                return str(found[0]["litellm_params"]["model"])
-        return model
-
-    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Upstream per process, bounded
-    def supports(self, model: str, parameter: str) -> bool:
-        """Whether every deployment of `model` takes the chat parameter `parameter`, by
-        LiteLLM's own list for its provider and model."""
-        deployments = [
-            entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
-        ] or [{"model": self.provider_model(model)}]
-        for params in deployments:
-            try:
-                name, provider, _, _ = litellm.get_llm_provider(
-                    model=str(params["model"]), api_base=params.get("api_base")
-                )
-                supported = litellm.get_supported_openai_params(name, provider) or ()
-            except Exception:  # a provider LiteLLM cannot name: take nothing optional
-                return False
-            if parameter not in supported:
-                return False
-        return True
-
-    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Upstream per process, bounded
-    def limits(self, model: str) -> ModelLimits:
-        """What `model` accepts (see `proxy.limits.model_limits`); a wildcard route's
-        model, what its provider's model does."""
-        if model not in self._known:
-            model = self.provider_model(model)
-        return model_limits(self._settings, model)
 
     async def complete_text(
         self,
@@ -199,17 +130,6 @@ class Upstream:
         )
         choices = completion.data.get("choices") or [{}]
         return str((choices[0].get("message") or {}).get("content") or "")
-
-    def check_model(self, model: str) -> None:
-        """404 for a model that is neither configured nor an allowed provider/name."""
-        if self.serves(model):
-            return
-        raise ProxyError(
-            404,
-            f"The model `{model}` does not exist or is not served by this proxy.",
-            code="model_not_found",
-            param="model",
-        )
 
     async def close(self) -> None:
         await self._direct.close()
@@ -370,7 +290,7 @@ class Upstream:
         options |= _credentials(api_key)
         if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
             options["drop_params"] = True
-        if self._router is not None and self.served_as(params["model"]) is not None:
+        if self._router is not None and self.models.served_as(params["model"]) is not None:
             return await self._router.acompletion(**params, **options)
         return await litellm.acompletion(**params, **options)
 
@@ -538,8 +458,3 @@ def _openai_chunk(data: dict[str, Any]) -> dict[str, Any]:
     data["choices"] = choices
     _openai_usage(data)
     return data
-
-
-def _is_provider_model(model: str) -> bool:
-    provider, _, name = model.partition("/")
-    return bool(name) and provider in litellm.provider_list

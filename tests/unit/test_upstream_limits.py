@@ -36,12 +36,14 @@ def entry(name: str, model: str, **model_info: int) -> dict:
 
 
 def test_config_model_info_wins() -> None:
-    limits = upstream_for(entry("small", "openai/gpt-4o", max_input_tokens=4096)).limits("small")
+    limits = upstream_for(entry("small", "openai/gpt-4o", max_input_tokens=4096)).models.limits(
+        "small"
+    )
     assert (limits.max_input_tokens, limits.source) == (4096, "config")
 
 
 def test_litellm_model_map_is_the_fallback() -> None:
-    limits = upstream_for(entry("big", "openai/gpt-4o")).limits("big")
+    limits = upstream_for(entry("big", "openai/gpt-4o")).models.limits("big")
     assert (limits.max_input_tokens, limits.source) == (128000, "litellm")
 
 
@@ -54,22 +56,22 @@ def test_claude_windows_come_from_the_model_map() -> None:
         "anthropic/claude-opus-4-1",
         "anthropic/claude-haiku-4-5",
     ):
-        limits = upstream_for(entry("claude", model)).limits("claude")
+        limits = upstream_for(entry("claude", model)).models.limits("claude")
         assert (limits.max_input_tokens, limits.source) == (200_000, "litellm"), model
 
 
 def test_unknown_model_uses_the_default_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     upstream = upstream_for(entry("mystery", "openai/not-a-known-model"))
     with caplog.at_level(logging.WARNING):
-        limits = upstream.limits("mystery")
+        limits = upstream.models.limits("mystery")
     assert (limits.max_input_tokens, limits.source) == (8192, "default")
     assert "default_context_window" in caplog.text
 
 
 def test_provider_model_names_the_deployment() -> None:
     upstream = upstream_for(entry("alias", "anthropic/claude-3-5-haiku-latest"))
-    assert upstream.provider_model("alias") == "anthropic/claude-3-5-haiku-latest"
-    assert upstream.provider_model("openai/gpt-4o") == "openai/gpt-4o"
+    assert upstream.models.provider_model("alias") == "anthropic/claude-3-5-haiku-latest"
+    assert upstream.models.provider_model("openai/gpt-4o") == "openai/gpt-4o"
 
 
 def test_aliases_of_one_model_keep_their_own_limits() -> None:
@@ -79,9 +81,12 @@ def test_aliases_of_one_model_keep_their_own_limits() -> None:
         entry("tight", "openai/gpt-4o", max_input_tokens=2048),
         entry("roomy", "openai/gpt-4o"),
     )
-    assert upstream.limits("tight").max_input_tokens == 2048
-    assert upstream.limits("roomy").max_input_tokens == 128000
-    assert upstream_for(entry("later", "openai/gpt-4o")).limits("later").max_input_tokens == 128000
+    assert upstream.models.limits("tight").max_input_tokens == 2048
+    assert upstream.models.limits("roomy").max_input_tokens == 128000
+    assert (
+        upstream_for(entry("later", "openai/gpt-4o")).models.limits("later").max_input_tokens
+        == 128000
+    )
 
 
 def test_several_deployments_get_the_smallest_limit() -> None:
@@ -89,4 +94,4 @@ def test_several_deployments_get_the_smallest_limit() -> None:
         entry("pool", "openai/gpt-4o", max_input_tokens=30000),
         entry("pool", "openai/gpt-4o-mini", max_input_tokens=20000),
     )
-    assert upstream.limits("pool").max_input_tokens == 20000
+    assert upstream.models.limits("pool").max_input_tokens == 20000

@@ -1,0 +1,108 @@
+"""The models the proxy serves: which configured name serves a requested model (itself,
+an alias, or a wildcard route LiteLLM's Router matches), the provider's name for it,
+what it accepts and costs, and which optional parameters it takes."""
+
+from __future__ import annotations
+
+import functools
+
+import litellm
+from litellm import Router
+
+from proxy.config import Settings
+from proxy.errors import ProxyError
+from proxy.limits import ModelLimits, model_limits
+
+__all__ = ["Models"]
+
+
+class Models:
+    def __init__(self, settings: Settings, router: Router | None) -> None:
+        self._settings = settings
+        self._router = router  # its pattern router matches the wildcard routes
+        self._names = settings.model_names()
+        self._known = frozenset(self._names)
+        self._patterns = frozenset(name for name in self._names if "*" in name)
+
+    def names(self) -> list[str]:
+        """The configured model names, in the config's order."""
+        return list(self._names)
+
+    def listed(self) -> list[str]:
+        """The names /v1/models shows: every model but the hidden aliases."""
+        hidden = {e.model_name for e in self._settings.model_list if e.model_info.get("hidden")}
+        return [name for name in self._names if name not in hidden]
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
+    def served_as(self, model: str) -> str | None:
+        """The configured name that serves `model`: itself, or the wildcard route
+        (`*`, `openai/*`) LiteLLM's Router matches it to; None for neither."""
+        if model in self._known:
+            return model
+        if self._patterns and self._router is not None:
+            found = self._router.pattern_router.route(model)
+            if found:
+                return str(found[0]["model_name"])
+        return None
+
+    def serves(self, model: str) -> bool:
+        """Whether `model` may be asked for: configured, or an allowed provider/name."""
+        if self.served_as(model) is not None:
+            return True
+        return self._settings.allows_unlisted_models() and _is_provider_model(model)
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
+    def provider_model(self, model: str) -> str:
+        """The provider's own name for `model` (first deployment), e.g. `openai/gpt-4o`;
+        for a wildcard route, as the Router fills its `*` in."""
+        for entry in self._settings.model_list:
+            if entry.model_name == model:
+                return str(entry.litellm_params["model"])
+        if self._patterns and self._router is not None:
+            found = self._router.pattern_router.route(model)
+            if found:
+                return str(found[0]["litellm_params"]["model"])
+        return model
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
+    def supports(self, model: str, parameter: str) -> bool:
+        """Whether every deployment of `model` takes the chat parameter `parameter`, by
+        LiteLLM's own list for its provider and model."""
+        deployments = [
+            entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
+        ] or [{"model": self.provider_model(model)}]
+        for params in deployments:
+            try:
+                name, provider, _, _ = litellm.get_llm_provider(
+                    model=str(params["model"]), api_base=params.get("api_base")
+                )
+                supported = litellm.get_supported_openai_params(name, provider) or ()
+            except Exception:  # a provider LiteLLM cannot name: take nothing optional
+                return False
+            if parameter not in supported:
+                return False
+        return True
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Models per process, bounded
+    def limits(self, model: str) -> ModelLimits:
+        """What `model` accepts (see `proxy.limits.model_limits`); a wildcard route's
+        model, what its provider's model does."""
+        if model not in self._known:
+            model = self.provider_model(model)
+        return model_limits(self._settings, model)
+
+    def check(self, model: str) -> None:
+        """404 for a model that is neither configured nor an allowed provider/name."""
+        if self.serves(model):
+            return
+        raise ProxyError(
+            404,
+            f"The model `{model}` does not exist or is not served by this proxy.",
+            code="model_not_found",
+            param="model",
+        )
+
+
+def _is_provider_model(model: str) -> bool:
+    provider, _, name = model.partition("/")
+    return bool(name) and provider in litellm.provider_list
