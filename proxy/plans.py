@@ -50,10 +50,11 @@ def plan_record(
         if checkpoint.pinned:
             pinned = {"tokens": pinned_tokens, "facts": len(checkpoint.pinned)}
             parts.append({"kind": "pinned", **pinned, "checkpoint": state.checkpoints})
-    parts += [
-        {"kind": block.kind, "tokens": block.tokens, "units": list(block.units)}
-        for block in plan.inserted
-    ]
+    for block in plan.inserted:
+        part = {"kind": block.kind, "tokens": block.tokens, "units": list(block.units)}
+        if block.kind.startswith("memory"):
+            part["memory_id"] = request.memory_id
+        parts.append(part)
     parts.append(
         {
             "kind": "window",

@@ -197,7 +197,11 @@ function drawPart(part, session) {
   const label = PARTS[part.kind] || part.kind;
   box.append(el("h4", `${label}: ${number(part.tokens)} tokens`));
   const checkpoint = session.checkpoints[(part.checkpoint || 0) - 1];
-  if (part.kind === "summary") {
+  if (part.kind === "system") {
+    box.append(el("div", "The client's system prompt and tools: sent as the client sent them, not stored.", "muted"));
+  } else if (part.kind === "memory" || part.kind === "memory_recall") {
+    box.append(el("div", `From memory ${part.memory_id} (GET /v1/memories/${part.memory_id} shows what it holds).`, "muted"));
+  } else if (part.kind === "summary") {
     box.append(el("div", `Summary ${part.checkpoint}, of messages ${part.covers[0]}–${part.covers[1] - 1}`, "muted"));
     for (const text of (checkpoint && checkpoint.segments) || []) box.append(el("div", text, "message"));
   } else if (part.kind === "pinned") {

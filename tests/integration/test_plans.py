@@ -14,7 +14,7 @@ from proxy.sessions import PLANS_KEPT
 from tests.benchmarks.scorecard import generate
 from tests.conftest import MODEL
 from tests.integration.test_metrics import delta, scrape
-from tests.integration.test_recall_memory import client, drive, model_calls, start
+from tests.integration.test_recall_memory import ask, client, drive, model_calls, start
 from tests.upstream import FakeUpstream
 
 KEY = {"Authorization": "Bearer key-a"}
@@ -73,3 +73,14 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
     labels = {"model": MODEL, "api": "chat", "kind": "saved"}
     tokens = delta(before, after, "context_proxy_tokens_total", **labels)
     assert tokens == sum(record["tokens_saved"] for record in records)
+
+
+def test_a_memory_block_is_recorded_with_its_memory(upstream: FakeUpstream, start_proxy) -> None:
+    url = start(start_proxy, upstream, memory={"enabled": True})
+    shared = {"X-Memory-Id": "team-memory"}
+    ask(client(url, "monday", **shared), "The travel budget is $4,250.")
+    ask(client(url, "tuesday", **shared), "What is the travel budget?")
+    records = get(url, "/v1/sessions/tuesday/plans")["data"]
+    memory = [part for part in records[-1]["parts"] if part["kind"].startswith("memory")]
+    assert memory and all(part["memory_id"] == "team-memory" for part in memory)
+    assert sum(part["tokens"] for part in records[-1]["parts"]) == records[-1]["tokens_sent"]
