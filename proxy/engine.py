@@ -185,15 +185,11 @@ class Engine:
         if plan.summarize is not None:
             state, plan = await self._planning.summarized(request, state, plan.summarize)
         plan = await self._extended(request, state, plan)
+        turn = planned_turn(body, request, state, plan, lease)
         counter, checkpoint = request.counter, state.checkpoint
-        record = plan_record(
-            request,
-            state,
-            plan,
-            self._planning.summary_tokens(counter, checkpoint),
-            self._planning.pinned_tokens(counter, checkpoint),
-        )
-        return planned_turn(body, request, state, plan, lease, record)
+        summary = self._planning.summary_tokens(counter, checkpoint)
+        pinned = self._planning.pinned_tokens(counter, checkpoint)
+        return replace(turn, record=plan_record(turn, plan, summary, pinned))
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
         """The plan with what the window alone lacks: remembered facts after the system

@@ -13,17 +13,17 @@ import time
 from typing import Any
 
 from proxy.context import Plan
-from proxy.turns import Request, State
+from proxy.turns import Turn
 
 __all__ = ["plan_record", "saved_usd"]
 
 
-def plan_record(
-    request: Request, state: State, plan: Plan, summary_tokens: int, pinned_tokens: int
-) -> dict[str, Any]:
-    """The record of a planned turn: pure, and small whatever the session's length.
-    `summary_tokens` is the whole summary message's count, `pinned_tokens` the part of it
-    that is pinned facts. The session version it stored is added when it is stored."""
+def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int) -> dict[str, Any]:
+    """The record of a turn planned by `plan`: pure, and small whatever the session's
+    length. `summary_tokens` is the whole summary message's count, `pinned_tokens` the
+    part of it that is pinned facts. The session version is added when it is stored."""
+    request, state = turn.request, turn.state
+    assert request is not None and state is not None, "a turn of a session"
     checkpoint = state.checkpoint
     system = request.system_tokens + request.tools_tokens
     inserted = sum(block.tokens for block in plan.inserted)
@@ -63,7 +63,7 @@ def plan_record(
             "dropped": plan.dropped,
         }
     )
-    original = request.system_tokens + request.tools_tokens + state.totals[request.counter.name]
+    original = turn.tokens_original or 0
     saved = max(0, original - plan.tokens)
     return {
         "at": round(time.time(), 3),

@@ -143,7 +143,6 @@ def planned_turn(
     state: State,
     plan: Plan,
     lease: Lease | None = None,
-    record: dict[str, Any] | None = None,
 ) -> Turn:
     """The turn a plan makes of a request: pure, so a preview shows exactly what a turn
     would send. An unchanged conversation keeps its serialized form, sent as it is."""
@@ -171,7 +170,6 @@ def planned_turn(
         messages_json=state.serialized.whole if unchanged and state.serialized else None,
         lease=lease,
         input_price=request.input_price,
-        record=record,
     )
 
 
