@@ -162,7 +162,7 @@ class Proxy:
         inbound = door.inbound(body, caller.tenant)
         model = inbound.body["model"]
         telemetry.model = self.engine.label(model)
-        if not caller.may_use(model):
+        if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
         self.upstream.models.check(model)
         context = self._request_context(request, caller, raw, inbound)
@@ -268,7 +268,7 @@ class Proxy:
         caller = principal(request)
         inbound = self.messages.counted(parse_json(raw))
         model = inbound.body["model"]
-        if not caller.may_use(model):
+        if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
         self.upstream.models.check(model)
         context = self._request_context(request, caller, raw, inbound)

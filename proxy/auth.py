@@ -40,8 +40,10 @@ class Principal:
     provider_key: str | None = None  # passthrough: the caller's own provider key
     presented: tuple[str, ...] = ()  # every credential the caller sent: no error echoes one
 
-    def may_use(self, model: str) -> bool:
-        return self.models is None or model in self.models
+    def may_use(self, model: str, route: str | None = None) -> bool:
+        """Whether the key may use `model`, named or through the wildcard route (`openai/*`)
+        that serves it."""
+        return self.models is None or model in self.models or route in self.models
 
 
 class RateLimit:

@@ -85,7 +85,8 @@ class SessionApi:
             raise invalid("messages", "`messages` must be an array.")
         if body["messages"]:
             validate_parameters(body)
-        if not principal(request).may_use(body["model"]):
+        route = self.upstream.models.served_as(body["model"])
+        if not principal(request).may_use(body["model"], route):
             raise model_not_allowed(body["model"])
         self.upstream.models.check(body["model"])
         context = RequestContext(tenant=tenant, session_id=name)

@@ -277,3 +277,20 @@ def test_router_errors_are_logged_in_one_line(upstream: FakeUpstream, tmp_path: 
     # Every line is a record of its own (time first): no traceback, no debug dump.
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line) for line in output.splitlines())
     assert UPSTREAM_KEY not in output
+
+
+def test_a_key_limited_to_a_wildcard_route_may_use_what_it_matches(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    config = proxy_config(
+        upstream, auth={"keys": [{"key": "team-key-0123456789", "models": ["team/*"]}]}
+    )
+    params = config["model_list"][0]["litellm_params"]
+    config["model_list"].append(
+        {"model_name": "team/*", "litellm_params": {**params, "model": "openai/*"}}
+    )
+    url = start_proxy(config)
+    team = sdk(url, "team-key-0123456789")
+    assert team.chat.completions.create(model="team/gpt-4o", messages=SAY).choices
+    with pytest.raises(openai.PermissionDeniedError):
+        team.chat.completions.create(model=MODEL, messages=SAY)
