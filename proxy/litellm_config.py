@@ -14,9 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["LITELLM_SECTIONS", "translate"]
+__all__ = ["translate"]
 
-LITELLM_SECTIONS = ("litellm_settings", "general_settings", "environment_variables")
 # litellm_settings keys that are the Router's: moved to router_settings.
 ROUTER_KEYS = frozenset(
     {

@@ -5,6 +5,7 @@ what it accepts and costs, and which optional parameters it takes."""
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import litellm
 from litellm import Router
@@ -39,11 +40,8 @@ class Models:
         (`*`, `openai/*`) LiteLLM's Router matches it to; None for neither."""
         if model in self._known:
             return model
-        if self._patterns and self._router is not None:
-            found = self._router.pattern_router.route(model)
-            if found:
-                return str(found[0]["model_name"])
-        return None
+        route = self._route(model)
+        return str(route["model_name"]) if route else None
 
     def serves(self, model: str) -> bool:
         """Whether `model` may be asked for: configured, or an allowed provider/name."""
@@ -58,11 +56,17 @@ class Models:
         for entry in self._settings.model_list:
             if entry.model_name == model:
                 return str(entry.litellm_params["model"])
-        if self._patterns and self._router is not None:
-            found = self._router.pattern_router.route(model)
-            if found:
-                return str(found[0]["litellm_params"]["model"])
-        return model
+        route = self._route(model)
+        return str(route["litellm_params"]["model"]) if route else model
+
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
+    def _route(self, model: str) -> dict[str, Any] | None:
+        """The first deployment of the wildcard route LiteLLM's Router matches `model`
+        to, its `*` filled in (looked up once per name: the Router copies deployments)."""
+        if not self._patterns or self._router is None:
+            return None
+        found = self._router.pattern_router.route(model)
+        return found[0] if found else None
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
     def supports(self, model: str, parameter: str) -> bool:

@@ -19,9 +19,10 @@ __all__ = ["plan_record", "saved_usd"]
 
 
 def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int) -> dict[str, Any]:
-    """The record of a turn planned by `plan`: pure, and small whatever the session's
-    length. `summary_tokens` is the whole summary message's count, `pinned_tokens` the
-    part of it that is pinned facts. The session version is added when it is stored."""
+    """The record of a turn planned by `plan`: pure but for its time stamp, and small
+    whatever the session's length. `summary_tokens` is the whole summary message's
+    count, `pinned_tokens` the part of it that is pinned facts. The session version is
+    added when it is stored."""
     request, state = turn.request, turn.state
     assert request is not None and state is not None, "a turn of a session"
     checkpoint = state.checkpoint

@@ -58,11 +58,15 @@ def ui_credential(scope: Scope) -> str | None:
 
 def login_page(exc: ProxyError) -> Response:
     """`/ui` without a (valid) key: the page, which shows its key form, as a 401."""
-    return Response(_read("viewer.html"), exc.status_code, headers=_HEADERS, media_type="text/html")
+    return _page(exc.status_code)
 
 
 async def page(request: Request) -> Response:
-    return Response(_read("viewer.html"), headers=_HEADERS, media_type="text/html")
+    return _page(200)
+
+
+def _page(status: int) -> Response:
+    return Response(_read("viewer.html"), status, headers=_HEADERS, media_type="text/html")
 
 
 async def asset(request: Request) -> Response:
