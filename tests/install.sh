@@ -1,5 +1,6 @@
 #!/bin/sh
-# Everything the test suite needs, from nothing, into .venv: the Debian packages the
+# Everything the test suite needs, from nothing, into .venv (and the proxy alone, as
+# users install it, into .venv-deploy): the Debian packages the
 # tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp,
 # npm, Chromium for the session viewer's browser test), a pinned pip, the locked
 # packages, the project itself, and the coding agents the tests drive (Claude Code and
@@ -29,6 +30,13 @@ export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PWD/.cache/pip}"
 # for the build machine's CPU, and on VMs that advertise AVX-512/AMX it crashed in the
 # first batched decode; this portable AVX2 build works everywhere here.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
+
+# The proxy as users install it (the README's Quick start): the deploy lock alone, in a
+# venv of its own. Every proxy process the tests start runs from it, so an import that
+# the deploy lock lacks fails a test here before it fails a user.
+python3 -m venv .venv-deploy
+.venv-deploy/bin/pip install -q --require-hashes -r deploy/requirements.lock
+.venv-deploy/bin/pip install -q --no-deps -e .
 
 python3 -m venv .venv
 # An older pip (23.2 ships with Python 3.11.7) refuses some hashed locks: upgrade first.
