@@ -4,7 +4,8 @@
 # tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp,
 # npm, Chromium for the session viewer's browser test), a pinned pip, the locked
 # packages, the project itself, and the coding agents the tests drive (Claude Code and
-# Codex, pinned in tests/agents/package-lock.json). Nothing is started here, and
+# Codex, pinned in tests/agents/package-lock.json; aider, in .venv-aider from
+# tests/aider/requirements.lock). Nothing is started here, and
 # nothing is written outside this checkout and the system temp dir.
 set -eu
 cd "$(dirname "$0")/.."
@@ -43,6 +44,11 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --require-hashes -r tests/pip.lock
 .venv/bin/python -m pip install -q --require-hashes -r tests/requirements.lock
 .venv/bin/python -m pip install -q --no-deps -e .
+
+# aider pins its own dependencies (its own LiteLLM among them): a venv of its own.
+python3 -m venv .venv-aider
+.venv-aider/bin/python -m pip install -q --require-hashes -r tests/pip.lock
+.venv-aider/bin/python -m pip install -q --require-hashes -r tests/aider/requirements.lock
 
 # Each agent's npm package carries its own native binary; npm's cache stays here too.
 npm_config_cache="$PWD/.cache/npm" npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
