@@ -45,7 +45,7 @@ from proxy.stores import open_store, tenant_secret
 from proxy.telemetry import RequestTelemetry
 from proxy.turns import RequestContext
 from proxy.upstream import Upstream
-from proxy.validation import session_id
+from proxy.validation import header_session_id
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
@@ -103,7 +103,7 @@ class Proxy:
     ) -> RequestContext:
         header = self.settings.session.header
         name = request.headers.get(header)
-        named = session_id(name, header) if name else None
+        named = header_session_id(name, header) if name else None
         if inbound.session_id is not None and (named is None or inbound.continues is not None):
             named = inbound.session_id
         return RequestContext(
@@ -128,7 +128,7 @@ class Proxy:
             return None
         value = request.headers.get(memory.header)
         if value:
-            return session_id(value, memory.header)
+            return header_session_id(value, memory.header)
         return "tenant" if memory.per_tenant else None
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:

@@ -2,6 +2,10 @@
 
 A caller sees its own tenant's sessions only. An admin key may name another tenant
 (`?tenant=`) on every route, and lists every tenant's sessions when it names none.
+
+A route names its session by the path's segment (percent-encoded), or, with `-` as the
+segment, by `?id=`: any id, also `.` and `..` (which HTTP clients and browsers remove
+from a path) and one holding `/` (which splits a segment, even as `%2F`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = ["SessionApi", "session_view"]
 
 DEFAULT_PAGE = 20
 LARGEST_PAGE = 100
+BY_QUERY = "-"  # the path's segment that leaves the id to `?id=`
 
 
 class SessionApi:
@@ -61,7 +66,7 @@ class SessionApi:
 
     async def delete(self, request: Request) -> Response:
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
-        name = session_id(request.path_params["session_id"], "session_id")
+        name = _named(request, "session_id")
         if not await self.store.delete(tenant, name):
             raise _no_session(name)
         return ORJSONResponse({"id": name, "object": "session.deleted", "deleted": True})
@@ -122,7 +127,7 @@ class SessionApi:
     async def memory(self, request: Request) -> Response:
         """`GET /v1/memories/{id}`: what the tenant's memory holds, superseded values marked."""
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
-        name = session_id(request.path_params["memory_id"], "memory_id")
+        name = _named(request, "memory_id")
         memory = await self.engine.memories.memory(tenant, name)
         if memory is None:
             raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
@@ -134,14 +139,14 @@ class SessionApi:
     async def forget(self, request: Request) -> Response:
         """`DELETE /v1/memories/{id}`: erase everything the memory holds."""
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
-        name = session_id(request.path_params["memory_id"], "memory_id")
+        name = _named(request, "memory_id")
         if not await self.engine.memories.forget(tenant, name):
             raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
         return ORJSONResponse({"id": name, "object": "memory.deleted", "deleted": True})
 
     async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
-        name = session_id(request.path_params["session_id"], "session_id")
+        name = _named(request, "session_id")
         meta = await self.store.load(tenant, name)
         if meta is None:
             raise _no_session(name)
@@ -199,6 +204,26 @@ def _tenant(caller: Principal, named: str | None) -> str:
     if not named or ":" in named:
         raise invalid("tenant", "`tenant` must be a tenant name, without `:`.")
     return named
+
+
+def _named(request: Request, param: str) -> str:
+    """The session (or memory) a route names: its path's segment, or with the segment
+    `-` the `id` query parameter."""
+    segment = request.path_params[param]
+    named = request.query_params.get("id")
+    if named is not None:
+        if segment != BY_QUERY:
+            raise invalid("id", f"`id` is read only when the path's segment is `{BY_QUERY}`.")
+        return session_id(named, "id")
+    if b"%2f" in (request.scope.get("raw_path") or b"").lower():
+        # The server split the segment at the `/`: the route matched may not be the one meant.
+        raise ProxyError(
+            400,
+            f"An id holding `/` is named by `?id=`, with `{BY_QUERY}` as the path's segment.",
+            code="invalid_session_id",
+            param=param,
+        )
+    return session_id(segment, param)
 
 
 def _limit(value: str | None) -> int:

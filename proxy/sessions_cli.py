@@ -1,18 +1,22 @@
-"""`context-proxy sessions list|show|delete`: a running proxy's sessions API from a shell.
+"""`context-proxy sessions list|show|search|delete`: a running proxy's sessions API from a
+shell.
 
 The key comes from `--key` or `CONTEXT_PROXY_KEY` (an admin key lists every tenant's
 sessions); the proxy from `--url` or `CONTEXT_PROXY_URL`. Errors are the proxy's own
-one-line messages.
+one-line messages. A session is named as its id is, whatever it holds (`..`, `/`,
+spaces, JSON, unicode): the API's `?id=` form carries any.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import sys
 import time
+import unicodedata
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -21,6 +25,7 @@ __all__ = ["add_parser", "run"]
 URL_ENV = "CONTEXT_PROXY_URL"
 KEY_ENV = "CONTEXT_PROXY_KEY"
 DEFAULT_URL = "http://127.0.0.1:4000"
+PREVIEW_CHARS = 100
 
 
 def add_parser(commands: Any) -> None:
@@ -33,9 +38,16 @@ def add_parser(commands: Any) -> None:
     listing = actions.add_parser("list", help="sessions, with their size and last use")
     listing.add_argument("--tenant", help="an admin key: only this tenant's")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
-    for name, text in (("show", "one session, turn by turn"), ("delete", "delete a session")):
+    for name, text in (
+        ("show", "one session, turn by turn"),
+        ("search", "a session's messages that best match a query"),
+        ("delete", "delete a session"),
+    ):
         action = actions.add_parser(name, help=text)
         action.add_argument("session_id")
+        if name == "search":
+            action.add_argument("query")
+            action.add_argument("--limit", type=int, default=10, help="at most this many (10)")
         action.add_argument("--tenant", help="an admin key: the session's tenant")
 
 
@@ -44,14 +56,19 @@ def run(args: argparse.Namespace) -> int:
     key = args.key or os.environ.get(KEY_ENV)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     query = {"tenant": args.tenant} if args.tenant else {}
+    # An id or a message the terminal's encoding lacks is escaped, never a traceback.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
             if args.action == "list":
                 _list(client, query, args.limit)
             elif args.action == "show":
                 _show(client, args.session_id, query)
+            elif args.action == "search":
+                _search(client, args.session_id, args.query, args.limit, query)
             else:
-                _call(client, "DELETE", _path(args.session_id), query)
+                _call(client, "DELETE", SESSION, _named(args.session_id, query))
                 print(f"deleted {args.session_id}")
     except _Failed as exc:
         print(f"context-proxy: {exc}", file=sys.stderr)
@@ -78,8 +95,12 @@ def _call(client: httpx.Client, method: str, path: str, query: dict[str, str]) -
     return body
 
 
-def _path(session_id: str) -> str:
-    return f"/v1/sessions/{quote(session_id, safe='')}"
+# A session named by `?id=` rather than in the path: any id, `..` and `/` included.
+SESSION = "/v1/sessions/-"
+
+
+def _named(session_id: str, query: dict[str, str]) -> dict[str, str]:
+    return {**query, "id": session_id}
 
 
 def _list(client: httpx.Client, query: dict[str, str], limit: int) -> None:
@@ -96,14 +117,23 @@ def _list(client: httpx.Client, query: dict[str, str], limit: int) -> None:
         after = page.get("next_after")
         if not page.get("has_more"):
             break
-    print(f"{'SESSION':<40} {'TENANT':<24} {'MESSAGES':>8}  UPDATED")
+    # Columns as wide as their widest cell (as a terminal draws it), so every id is
+    # shown whole, ready to copy, and the columns stay aligned whatever the ids hold.
+    ids = [row["id"] for row in rows]
+    tenants = [row["tenant"] for row in rows]
+    id_width = max(map(_width, [*ids, "SESSION"]))
+    tenant_width = max(map(_width, [*tenants, "TENANT"]))
+    print(f"{_pad('SESSION', id_width)} {_pad('TENANT', tenant_width)} {'MESSAGES':>8}  UPDATED")
     for row in rows:
-        print(f"{row['id']:<40} {row['tenant']:<24} {row['messages']:>8}  {_when(row['updated'])}")
+        print(
+            f"{_pad(row['id'], id_width)} {_pad(row['tenant'], tenant_width)}"
+            f" {row['messages']:>8}  {_when(row['updated'])}"
+        )
 
 
 def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
-    session = _call(client, "GET", _path(session_id), query)
-    plans = _call(client, "GET", _path(session_id) + "/plans", query)["data"]
+    session = _call(client, "GET", SESSION, _named(session_id, query))
+    plans = _call(client, "GET", SESSION + "/plans", _named(session_id, query))["data"]
     saved = sum(record["tokens_saved"] for record in plans)
     priced = [record["saved_usd"] for record in plans if record["saved_usd"] is not None]
     usd = f"${sum(priced):.6f}" if priced else "unknown"
@@ -119,6 +149,51 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
             f"{record['version']:>7} {record['compression']:<11} {record['tokens_sent']:>7}"
             f" {record['tokens_original']:>7} {record['tokens_saved']:>7}  {parts}"
         )
+
+
+def _search(
+    client: httpx.Client, session_id: str, words: str, limit: int, query: dict[str, str]
+) -> None:
+    found = _call(
+        client,
+        "GET",
+        SESSION + "/search",
+        _named(session_id, query) | {"q": words, "limit": str(limit)},
+    )["data"]
+    if not found:
+        print("no message matches")
+    for match in found:
+        print(f"messages {match['start']}-{match['end'] - 1} ({', '.join(match['terms'])})")
+        for at, message in enumerate(match["messages"], match["start"]):
+            print(f"  {at:>5} {message.get('role', '?'):<9} {_preview(message)}")
+
+
+def _preview(message: dict[str, Any]) -> str:
+    """A message on one line: its text (else its parts or tool calls as JSON), cut short."""
+    content = message.get("content") or message.get("tool_calls") or ""
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    return _cut(" ".join(text.split()), PREVIEW_CHARS)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _width(text: str) -> int:
+    """Columns a terminal gives `text`: two for a wide character (CJK, most emoji), none
+    for a combining mark or a joiner."""
+    return sum(
+        0
+        if unicodedata.combining(char) or unicodedata.category(char) == "Cf"
+        else 2
+        if unicodedata.east_asian_width(char) in ("W", "F")
+        else 1
+        for char in text
+    )
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
 
 
 def _when(seconds: float) -> str:

@@ -17,14 +17,17 @@ __all__ = [
     "ROLES",
     "check_ranges",
     "check_types",
+    "header_session_id",
     "invalid",
     "session_id",
     "validate_messages",
     "validate_parameters",
 ]
 
-# Visible ASCII but "/": an id must be usable as one segment of /v1/sessions/{id}.
-_SESSION_ID = re.compile(r"[!-.0-~]{1,256}")
+# Any text a client can send (unicode, spaces, `/`, `.`, JSON), up to 256 characters,
+# but control characters, line separators and lone surrogates: those break a terminal's
+# line or a header, or cannot be stored as UTF-8. The sessions API names any id by `?id=`.
+_SESSION_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]{1,256}")
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # What each parameter must be, when present (and not null): `check_types`.
@@ -209,10 +212,21 @@ def invalid(param: str, message: str) -> ProxyError:
 def session_id(value: str, where: str) -> str:
     """`value` if it is a usable session id, else a 400 naming `where`."""
     if not _SESSION_ID.fullmatch(value):
-        raise ProxyError(
-            400,
-            f"{where}: a session id is 1-256 visible ASCII characters, without `/`.",
-            code="invalid_session_id",
-            param=where,
+        raise _invalid_session_id(
+            where, "a session id is 1-256 characters, with no control character or line separator."
         )
     return value
+
+
+def header_session_id(value: str, where: str) -> str:
+    """A session id sent in a header: its bytes (which Starlette reads as latin-1) as
+    UTF-8, so a unicode id arrives whole from a client that sends it as UTF-8."""
+    try:
+        text = value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise _invalid_session_id(where, "a session id header must be UTF-8.") from None
+    return session_id(text, where)
+
+
+def _invalid_session_id(where: str, why: str) -> ProxyError:
+    return ProxyError(400, f"{where}: {why}", code="invalid_session_id", param=where)

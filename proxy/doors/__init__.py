@@ -8,9 +8,11 @@ included. A door knows its wire format and nothing about budgets.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
 from starlette.responses import Response
 
 from proxy.errors import ProxyError
@@ -26,6 +28,7 @@ __all__ = [
     "Inbound",
     "body_session_id",
     "field_label",
+    "inner_session_id",
     "text_of",
     "unknown_fields",
 ]
@@ -121,7 +124,7 @@ def unknown_fields(body: dict[str, Any], known: frozenset[str]) -> list[str]:
 
 def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
     """The first of `fields` (dotted paths) that `body` has as a string (or as an object
-    with a string `id`), checked as a session id."""
+    with a string `id`), checked as a session id (Claude Code's: `inner_session_id`)."""
     for name in fields:
         value: Any = body
         for key in name.split("."):
@@ -129,8 +132,29 @@ def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
         if isinstance(value, dict):
             value = value.get("id")
         if isinstance(value, str) and value:
-            return session_id(value, name)
+            return session_id(inner_session_id(value), name)
     return None
+
+
+# Claude Code's `metadata.user_id` before 2.1.78: `user_<hash>_account_<uuid>_session_<uuid>`
+# (the account empty without a login).
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_CLAUDE_CODE_USER = re.compile(rf"user_[0-9a-f]+_account_(?:{_UUID})?_session_({_UUID})", re.I)
+
+
+def inner_session_id(value: str) -> str:
+    """The conversation's id inside an id that names more than it: Claude Code's
+    `metadata.user_id`, a JSON object (device, account, `session_id`) or its older
+    `user_…_account_…_session_<uuid>`; any other value as it is."""
+    if value.startswith("{"):
+        try:
+            found = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+        inner = found.get("session_id") if isinstance(found, dict) else None
+        return inner if isinstance(inner, str) and inner else value
+    older = _CLAUDE_CODE_USER.fullmatch(value)
+    return older.group(1) if older else value
 
 
 def text_of(content: Any) -> str:

@@ -1,6 +1,8 @@
 // The session viewer: sessions from GET /v1/sessions, and per session what each turn
 // sent (GET /v1/sessions/{id}/plans), drawn from the transcript and its checkpoints
-// (GET /v1/sessions/{id}). Everything shown is set as text, never parsed as HTML.
+// (GET /v1/sessions/{id}). Everything shown is set as text, never parsed as HTML. A
+// session is named by `?id=` (the path's segment `-`): any id, `.`, `..` and `/` too,
+// which a browser would rewrite in a path.
 "use strict";
 
 const COOKIE = "context_proxy_key";
@@ -99,8 +101,10 @@ function drawSessions() {
   for (const session of shown) {
     const row = el("tr");
     row.dataset.session = session.id;
+    const name = el("td", session.id);
+    name.style.overflowWrap = "anywhere"; // a long id (a JSON blob) wraps, not the table
     row.append(
-      el("td", session.id),
+      name,
       el("td", session.tenant),
       el("td", number(session.messages)),
       el("td", when(session.updated)),
@@ -116,13 +120,17 @@ function drawSessions() {
 // -- one session ------------------------------------------------------------------------
 
 async function loadSession(tenant, id) {
-  const query = `?tenant=${encodeURIComponent(tenant)}`;
-  const base = `/v1/sessions/${encodeURIComponent(id)}`;
-  const [session, plans] = await Promise.all([api(base + query), api(`${base}/plans${query}`)]);
+  const query = new URLSearchParams({ id, tenant });
+  const base = "/v1/sessions/-";
+  const [session, plans] = await Promise.all([
+    api(`${base}?${query}`),
+    api(`${base}/plans?${query}`),
+  ]);
   $("session-title").textContent = `Session ${session.id}`;
-  $("delete").onclick = () => removeSession(base + query, session.id);
+  $("session-title").style.overflowWrap = "anywhere";
+  $("delete").onclick = () => removeSession(`${base}?${query}`, session.id);
   $("find").value = "";
-  $("find").onchange = () => findIn(base, query, session);
+  $("find").onchange = () => findIn(`${base}/search`, query, session);
   $("matches").replaceChildren();
   drawTotals(session, plans.data);
   drawLegend();
@@ -233,12 +241,15 @@ function drawMessage(message, at) {
   return box;
 }
 
-async function findIn(base, query, session) {
+async function findIn(path, query, session) {
   const words = $("find").value.trim();
   const list = $("matches");
   list.replaceChildren();
   if (!words) return;
-  const found = await api(`${base}/search${query}&q=${encodeURIComponent(words)}&limit=10`);
+  const search = new URLSearchParams(query);
+  search.set("q", words);
+  search.set("limit", "10");
+  const found = await api(`${path}?${search}`);
   if (!found.data.length) list.append(el("li", "No message matches.", "muted"));
   for (const match of found.data) {
     const item = el("li");

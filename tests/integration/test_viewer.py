@@ -19,7 +19,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.benchmarks.scorecard import generate
 from tests.conftest import MODEL
 from tests.integration.test_auth import ADMIN, KEY_A, KEY_B, KEYS
+from tests.integration.test_messages import claude_config
 from tests.integration.test_recall_memory import client, drive, start
+from tests.integration.test_session_ids import WORDS, make_sessions
 from tests.upstream import FakeUpstream
 
 SESSION = "viewer-demo"
@@ -154,4 +156,37 @@ def test_a_wrong_key_is_told_so(url: str, browser: Browser) -> None:
     page.click("#login-form button")
     expect(page.locator("#login")).to_be_visible()
     expect(page.locator("#login-error")).to_contain_text("Invalid proxy key")
+    page.close()
+
+
+def test_odd_session_ids_open_search_and_delete(
+    upstream: FakeUpstream, start_proxy, browser: Browser
+) -> None:
+    """`.`, `..`, `-`, `/`, spaces with `%?#&+`, unicode and Claude Code's session (by its
+    inner id): each opens (a browser would rewrite `..` or split `/` in a path; the
+    viewer names the session by `?id=`), finds its own message, and is deleted."""
+    url = start_proxy(claude_config(upstream, auth=KEYS))
+    made = make_sessions(url)
+    page = logged_in(browser, url, KEY_A)
+    rows = page.locator("#sessions tbody tr")
+    expect(rows).to_have_count(len(made))
+    for left, (label, name) in enumerate(made.items()):
+        cell = page.get_by_role("cell", name=name, exact=True)
+        expect(cell).to_have_count(1)
+        cell.click()
+        expect(page.locator("#session-title")).to_have_text(f"Session {name}")
+        expect(page.locator("#turns > li")).to_have_count(1)
+        page.fill("#find", WORDS[label])
+        page.press("#find", "Enter")
+        expect(page.locator("#matches li").first).to_contain_text(f"a {WORDS[label]}")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#delete")
+        expect(page.locator("#list")).to_be_visible()
+        expect(rows).to_have_count(len(made) - left - 1)
+        gone = httpx.get(
+            url + "/v1/sessions/-",
+            params={"id": name},
+            headers={"Authorization": f"Bearer {KEY_A}"},
+        )
+        assert gone.status_code == 404, label
     page.close()
