@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,9 +13,20 @@ import httpx
 
 from proxy.local import serve_in_background as serve
 
-__all__ = ["guarded_env", "serve", "start", "stop", "wait_ready"]
+__all__ = ["DEPLOY_PYTHON", "guarded_env", "proxy_command", "serve", "start", "stop", "wait_ready"]
 
 NONET = Path(__file__).resolve().parent / "nonet"
+# The proxy as users install it: `tests/install.sh` builds this venv from
+# deploy/requirements.lock alone (the Quick start's line), so a proxy process that imports
+# what the deploy lock lacks fails here, not on a user's machine.
+DEPLOY_PYTHON = Path(__file__).resolve().parent.parent / ".venv-deploy" / "bin" / "python"
+
+
+def proxy_command(*args: str) -> list[str]:
+    """`context-proxy ARGS` as the deploy install runs it."""
+    if not DEPLOY_PYTHON.is_file():
+        raise AssertionError(f"{DEPLOY_PYTHON} is missing: the README's test command builds it")
+    return [str(DEPLOY_PYTHON), "-m", "proxy.cli", *args]
 
 
 def guarded_env(netlog: Path) -> dict[str, str]:
@@ -36,7 +46,7 @@ def start(
     env = guarded_env(netlog)
     env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)  # the proxy must set it itself
     env.pop("TIKTOKEN_CACHE_DIR", None)
-    command = [*wrapper, sys.executable, "-m", "proxy.cli", "serve", *args]
+    command = [*wrapper, *proxy_command("serve", *args)]
     return subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

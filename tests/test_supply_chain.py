@@ -6,11 +6,15 @@ was compromised through exactly such a file, run by every Python that started.)"
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import site
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from tests.servers import DEPLOY_PYTHON
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = [ROOT / "tests" / "requirements.lock", ROOT / "deploy" / "requirements.lock"]
@@ -62,8 +66,26 @@ def test_the_locks_pin_and_hash_everything() -> None:
     assert runtime["litellm"][0] == everything["litellm"][0] == "1.102.4"
     # The pip every test virtualenv upgrades to first is the one the test lock pins.
     assert locked(ROOT / "tests" / "pip.lock") == {"pip": everything["pip"]}
-    for name, (version, _) in runtime.items():
-        assert everything.get(name, (version,))[0] == version, f"{name}: the locks disagree"
+    for name, (version, _) in runtime.items():  # the test lock only adds test tools
+        assert everything.get(name, ("missing",))[0] == version, f"{name}: the locks disagree"
+
+
+def test_the_proxy_processes_run_on_the_deploy_lock_alone() -> None:
+    """`.venv-deploy`, where every proxy process of the suite runs (`tests.servers`), holds
+    what deploy/requirements.lock pins, at its versions, and nothing more: a module that
+    only the test lock brings (fastapi once came only with llama-cpp-python) is missing."""
+    listed = subprocess.run(
+        [str(DEPLOY_PYTHON), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installed = {_normal(p["name"]): p["version"] for p in json.loads(listed)}
+    runtime = {name: version for name, (version, _) in locked(LOCKS[1]).items()}
+    assert installed.pop("context-proxy") == "0.1.0"
+    for bundled in ("pip", "setuptools"):  # what `python3 -m venv` puts in every venv
+        installed.pop(bundled, None)
+    assert installed == runtime
 
 
 def test_the_environment_is_the_locked_one() -> None:

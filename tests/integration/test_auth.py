@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import yaml
 
 from proxy.config import hash_key, load_settings
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
+from tests.servers import proxy_command
 from tests.upstream import FakeUpstream
 
 KEY_A = "cp-team-a-0123456789abcdef"
@@ -304,7 +304,7 @@ def test_passthrough_streams_with_the_callers_key(
 def serve(tmp_path: Path, auth: dict[str, Any], host: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"auth": auth}))
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path), "--host", host]
+    command = proxy_command("serve", "--config", str(path), "--host", host)
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -14,7 +14,7 @@ import openai
 
 from proxy.local import held_port
 from tests.conftest import MODEL, ROOT, proxy_config
-from tests.servers import guarded_env, start, stop, wait_ready
+from tests.servers import guarded_env, proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
@@ -88,7 +88,7 @@ def test_invalid_config_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("context:\n  budget_ratio: 3\n")
     result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)],
+        proxy_command("serve", "--config", str(path)),
         capture_output=True,
         text=True,
         timeout=60,
@@ -159,7 +159,7 @@ def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
     if key is not None:
         env["CONTEXT_PROXY_KEY"] = key
     return subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *args],
+        proxy_command(*args),
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from proxy.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_metrics import delta, scrape
-from tests.servers import start, stop, wait_ready
+from tests.servers import proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 EXAMPLES = Path(litellm.__file__).parent / "proxy" / "example_config_yaml"
@@ -150,7 +149,7 @@ def serve_fails(tmp_path: Path, config: dict[str, Any], env: dict[str, str] | No
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path), "--port", "9"],
+        proxy_command("serve", "--config", str(path), "--port", "9"),
         capture_output=True,
         text=True,
         timeout=120,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_sessions import is_summarizer, small_model, words
-from tests.servers import stop, wait_ready
+from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -181,7 +180,7 @@ def serve_process(tmp_path: Path, upstream: FakeUpstream, *args: str, **env: str
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     log = (tmp_path / "proxy.log").open("w+")
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+    command = proxy_command("serve", "--config", str(path))
     with held_port() as port:  # until the proxy listens on it
         process = subprocess.Popen(
             [*command, "--port", str(port), *args],

@@ -32,7 +32,7 @@ import pytest
 
 from proxy.local import held_port
 from tests.readme import RUN, Snippet, on_port, snippet, snippets
-from tests.servers import guarded_env, wait_ready
+from tests.servers import DEPLOY_PYTHON, guarded_env, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,7 @@ def quickstart(
     """The README's config.yaml and serve command, in a directory of their own."""
     directory = tmp_path_factory.mktemp("readme")
     (directory / "config.yaml").write_text(snippet("# config.yaml").text)
-    (directory / ".venv").symlink_to(VENV)
+    (directory / ".venv").symlink_to(DEPLOY_PYTHON.parents[1])  # the proxy as users install it
     netlog = directory / "net.log"
     env = guarded_env(netlog) | {
         "OPENAI_BASE_URL": _shared_upstream.base_url,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ import yaml
 from proxy.local import held_port
 from tests.conftest import MODEL
 from tests.integration.test_sessions import is_summarizer, words
-from tests.servers import stop, wait_ready
+from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 # Shapes no pattern would recognise: only knowing the values can keep them out.
@@ -67,7 +66,7 @@ def config(upstream: FakeUpstream, tmp_path: Path, store: dict[str, Any], log: s
 @contextmanager
 def proxy(path: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     log = tmp_path / "proxy.log"
-    command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+    command = proxy_command("serve", "--config", str(path))
     with held_port() as port, log.open("w") as output:
         env = {**os.environ, "OPENAI_API_KEY": ENV_KEY}
         process = subprocess.Popen(
