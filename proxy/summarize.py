@@ -151,7 +151,8 @@ async def summarize_span(
         )
         frame = functools.partial(build_prompt, earlier, append=adding)
         prompt, start, tokens = _next_prompt(frame, lines, costs, start, counter, budget_tokens)
-        written = await _complete(complete, model, prompt, room if adding else max_summary_tokens)
+        cap = room if adding else max_summary_tokens
+        written = _within(await _complete(complete, model, prompt, cap), cap, counter)
         parts = [*parts, written] if adding else [written]
         calls += 1
         input_tokens += tokens
@@ -225,6 +226,24 @@ async def _complete(complete: Complete, model: str, prompt: list[Message], max_t
     if _ERRORISH.match(text):
         raise SummarizationError(f"summarizer returned an error, not a summary: {text[:200]!r}")
     return text
+
+
+def _within(text: str, max_tokens: int, counter: TokenCounting) -> str:
+    """`text` cut to `max_tokens`, at the last line or sentence end that keeps at least
+    half of it: a summarizer that ignores `max_tokens` (some servers do) must not make the
+    summary outgrow what it replaces."""
+    if counter.count_text(text) <= max_tokens:
+        return text
+    low, high = 0, len(text)  # the longest prefix within the cap, by bisection
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(text[:middle]) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    head = text[:low]
+    end = max(head.rfind("\n"), head.rfind(". ") + 1)
+    return (head[:end] if end >= low // 2 else head).rstrip()
 
 
 def _unique(facts: list[str]) -> list[str]:

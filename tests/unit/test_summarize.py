@@ -308,3 +308,22 @@ async def test_pinned_cap_skips_a_fact_too_big_for_the_budget() -> None:
     span = [user("Use tag1x with Bank of America Merrill Lynch.")]
     result = await summarize(span, FakeModel("Nothing."), max_summary=16)  # 4 pinned tokens
     assert result.pinned == ["tag1x"]
+
+
+async def test_a_summary_over_its_cap_is_cut_to_it_at_a_sentence_end() -> None:
+    """A summarizer that ignores max_tokens (the issue saw 59k tokens against 1,024): the
+    summary stored is within the cap, ending where a sentence does."""
+    sentences = " ".join(f"Fact number {i} holds." for i in range(2000))  # 8,000 words
+    model = FakeModel(sentences)
+    result = await summarize_span(
+        span=[user("a b c")],
+        complete=model,
+        model="m",
+        counter=COUNTER,
+        budget_tokens=500,
+        max_summary_tokens=100,
+    )
+    [summary] = result.segments
+    assert COUNTER.count_text(summary) <= 100
+    assert summary.startswith("Fact number 0 holds.") and summary.endswith("holds.")
+    assert COUNTER.count_text(summary) > 90  # cut at the cap, not far before it
