@@ -22,6 +22,7 @@ import orjson
 
 from proxy.archive import Archive
 from proxy.budget import Budgets
+from proxy.compaction import asks_to_compact
 from proxy.config import Settings
 from proxy.context import Plan
 from proxy.errors import ProxyError, previous_response_not_found
@@ -165,6 +166,12 @@ class Engine:
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)
+            if state.match.kind == "chapter":
+                state = await self._planning.chapter(request, state)
+            if state.match.kind != "side" and _compacting(request):
+                # Planned as a turn of its session (summary and window), never stored.
+                turn = await self._planned(body, request, state, lease)
+                return replace(turn, side=True)
             if state.match.kind != "side":
                 return await self._planned(body, request, state, lease)
         except BaseException:
@@ -186,7 +193,8 @@ class Engine:
             state, plan = await self._planning.summarized(request, state, plan.summarize)
         plan = await self._extended(request, state, plan)
         turn = planned_turn(body, request, state, plan, lease)
-        counter, checkpoint = request.counter, state.checkpoint
+        counter = request.counter
+        checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)
         pinned = self._planning.pinned_tokens(counter, checkpoint)
         return replace(turn, record=plan_record(turn, plan, summary, pinned))
@@ -209,6 +217,8 @@ class Engine:
         the span is reported and the messages shown are the truncation fallback."""
         request = self._request(body, context)
         state = await self._history.state(request)
+        if state.match.kind == "chapter":
+            state = await self._planning.chapter(request, state)
         due = None
         if state.match.kind == "side":  # as it would be sent: beside the session, counted
             turn = await self._stateless(body, request, replace(context, body=b""))
@@ -249,6 +259,8 @@ class Engine:
         the turn (its lease lapsed) is a conflict, never undone."""
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
+            return
+        if turn.side:  # planned as a turn of its session, answered, never stored
             return
         pending, base = state.pending, state.base
         for _ in range(CAS_ATTEMPTS):
@@ -384,6 +396,11 @@ class Engine:
             input_limit=request.input_limit,
             input_price=request.input_price,
         )
+
+
+def _compacting(request: Request) -> bool:
+    """The request asks for a summary of its conversation (an agent compacting it)."""
+    return bool(request.conversation) and asks_to_compact(request.conversation[-1])
 
 
 def _drops_stored(state: State) -> bool:

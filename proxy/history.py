@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from proxy.messages import Message, chain, message_hash
+from proxy.messages import GENESIS, Message, chain, message_hash
 from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.replies import stored_reply
 from proxy.sessions import MANY_MESSAGES, Checkpoint, SessionMeta, SessionStore, StoredMessage
@@ -66,8 +66,9 @@ class History:
         match = await off_loop(unseen, reconciled, request.size)
         if match == NEED_STORED_HASHES:
             assert meta is not None
+            origin = meta.origin
             stored = await self._store.messages(
-                *request.key, 0, min(len(conversation), meta.length)
+                *request.key, origin, min(origin + len(conversation), meta.length)
             )
             hashes = [s.hash for s in stored]
             match = await off_loop(unseen, lambda: reconciled(hashes), request.size)
@@ -228,10 +229,17 @@ class History:
         if match.whole and request.conversation and state.serialized is not None:
             head = state.new[-1].chain if state.new else match.head
             fingerprint = state.serialized.fingerprint(len(request.conversation), head)
-        if base is not None and match.keep:
+        origin = state.origin
+        if base is not None and match.keep > origin:
             first = base.first
         else:
             first = state.new[0].hash if state.new else reply.hash
+        if base is None or origin == 0:
+            origin_head, origin_totals = GENESIS, {}
+        elif match.kind == "chapter":
+            origin_head, origin_totals = match.head, dict(base.totals)
+        else:
+            origin_head, origin_totals = base.origin_head, base.origin_totals
         meta = SessionMeta(
             tenant=request.key[0],
             session_id=request.key[1],
@@ -245,6 +253,14 @@ class History:
             fingerprint=fingerprint,
             tail=(reply.hash,) if fingerprint is not None else (),
             frame=request.frame,
+            settled=bool(match.keep)
+            or bool(reply.message.get("tool_calls"))
+            or any(entry.message.get("role") == "assistant" for entry in state.new),
+            resent=match.whole
+            and (match.start > 0 or any(e.message.get("role") == "assistant" for e in state.new)),
+            origin=origin,
+            origin_head=origin_head,
+            origin_totals=origin_totals,
             created=base.created if base is not None and base.created else now,
             updated=now,
         )

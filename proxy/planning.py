@@ -60,16 +60,26 @@ class Planning:
         checkpoint = state.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
-        head = [summary_message(checkpoint.text, checkpoint.kept)] if checkpoint else []
+        speaks = checkpoint is not None and bool(checkpoint.text)
+        head = [summary_message(checkpoint.text, checkpoint.kept)] if speaks else []
         head_tokens = self.summary_tokens(request.counter, checkpoint)
         window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
         total = request.system_tokens + request.tools_tokens + head_tokens + window
+        whole = (
+            request.system_tokens
+            + request.tools_tokens
+            + state.totals[name]
+            - state.before_origin(name)
+        )
+        if speaks and whole <= min(total, request.budget):
+            # The summary costs more than what it covers: send the conversation as it is.
+            checkpoint, covers, head, total = None, state.origin, [], whole
         if total <= request.budget:
-            if state.match.whole:
-                recent = request.conversation[covers:]
+            if state.match.whole and covers >= state.origin:
+                recent = request.conversation[covers - state.origin :]
             else:
                 recent = [s.message for s in await self._history.window(request, state, covers)]
-            compression = "summary" if checkpoint else "none"
+            compression = "summary" if head else "none"
             return Plan([*request.system, *head, *recent], total, compression, None, 0)
         entries = await self._history.window(request, state, covers)
         await self._history.fill(entries, {name}, request.counter)
@@ -118,7 +128,7 @@ class Planning:
                 system=request.system,
                 transcript=messages,
                 transcript_tokens=counts,
-                summary=checkpoint.text if checkpoint else None,
+                summary=checkpoint.text if checkpoint and checkpoint.text else None,
                 summary_covers=0,
                 budget=budget or request.budget,
                 counter=request.counter,
@@ -177,6 +187,22 @@ class Planning:
             return state, await self.plan(request, state, allow_summary=False)
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
+
+    async def chapter(self, request: Request, state: State) -> State:
+        """A client that compacted its own history goes on from its own summary: the
+        transcript so far is covered by a checkpoint with no text (archived for recall,
+        stored with the turn), so the window starts at the client's new conversation."""
+        assert request.key is not None and state.base is not None
+        previous = state.checkpoint
+        start = previous.covers_until if previous else 0
+        span = await self._store.messages(*request.key, start, state.keep)
+        archived = await self._archive.of(request.key, state.checkpoints, previous)
+        checkpoint = await self._summaries.chapter(
+            span, state.keep, previous, state.base.totals, archived.ledger
+        )
+        return replace(
+            state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
+        )
 
     async def _changed(self, key: SessionKey, state: State) -> bool:
         """The stored session changed since `state` was read: under the turn lock, only a
@@ -258,7 +284,7 @@ class Planning:
 
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
         """Tokens of the summary message (counted once per summary and tokenizer)."""
-        if checkpoint is None:
+        if checkpoint is None or not checkpoint.text:
             return 0
         key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
         return self._counts.message(counter, summary_message(checkpoint.text, checkpoint.kept), key)

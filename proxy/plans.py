@@ -25,7 +25,11 @@ def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int)
     added when it is stored."""
     request, state = turn.request, turn.state
     assert request is not None and state is not None, "a turn of a session"
+    # The summary sent, if any: a chapter's checkpoint has none, and a summary that would
+    # cost more than what it covers is not sent (`Planning.plan`).
     checkpoint = state.checkpoint
+    if checkpoint is not None and (not checkpoint.text or plan.compression == "none"):
+        checkpoint = None
     system = request.system_tokens + request.tools_tokens
     inserted = sum(block.tokens for block in plan.inserted)
     # What is left of the plan's messages once the system prompt, the summary, the marker

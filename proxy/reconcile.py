@@ -16,12 +16,13 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from proxy.compaction import resumes
 from proxy.messages import GENESIS, Message, chain, message_hash
 from proxy.sessions import Fingerprint, Mode, SessionMeta
 
 __all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "frame_of", "reconcile"]
 
-Kind = Literal["new", "full", "append", "fork", "side"]
+Kind = Literal["new", "full", "append", "fork", "side", "chapter"]
 NEED_STORED_HASHES: Final = "need stored hashes"
 _COMMA, _CLOSE = ord(","), ord("]")
 
@@ -79,7 +80,8 @@ def frame_of(system_json: bytes, tools_json: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The transcript becomes stored[:keep] + conversation[start:]."""
+    """The transcript becomes stored[:keep] + conversation[start:]; when `whole`,
+    conversation[i] is transcript[origin + i]."""
 
     kind: Kind
     keep: int
@@ -89,8 +91,13 @@ class Match:
 
     @property
     def whole(self) -> bool:
-        """The client sent the whole conversation (so transcript[i] == conversation[i])."""
+        """The client sent its whole conversation (transcript[origin:] and what is new)."""
         return self.kind not in ("append", "side")
+
+    @property
+    def origin(self) -> int:
+        """Where the client's conversation starts in the transcript (when `whole`)."""
+        return self.keep - self.start
 
 
 def reconcile(
@@ -109,13 +116,22 @@ def reconcile(
     append: always append all of C.
     full:   C is the whole conversation: append the tail if T is a prefix of C, else
             fork at the common prefix (which may be empty).
-    side:   (auto and full) C shares no first message with T, comes with other system
-            messages or tools than T's latest turn (`frame`), and T is known to be a
-            full-resend conversation: an agent's side request (a title, a quota check)
-            under the same session id. It is answered and never stored.
-    An empty C never changes the session. `stored_hashes` (T's hashes, up to len(C)) is
-    needed only to tell an edit from a new turn; without it that case returns
-    `NEED_STORED_HASHES`.
+    side:   (auto and full) C does not go on from T, comes with other system messages
+            or tools than T's latest turn (`frame`), and T is known to be a full-resend
+            conversation: an agent's side request (a title, a quota check)
+            under the same session id. It is answered and never stored, unless the
+            session holds only a one-shot (one exchange that asked for nothing more,
+            `settled` false) and C is longer: the conversation that continues replaces it,
+            whichever arrived first.
+    chapter: (auto) C shares no first message with T, comes in T's frame, and T's client
+            resent its earlier messages last time (`resent`): its client compacted its own history (Claude
+            Code's /compact) and goes on from its own summary. C is stored after T, which
+            stays; from then on C is the conversation (`SessionMeta.origin`). Also C
+            that keeps T's first messages but then opens with an agent's own summary
+            (Codex: `proxy.compaction.resumes`), which would otherwise fork T away.
+    An empty C never changes the session. `stored_hashes` (T's hashes from its origin, up
+    to len(C)) is needed only to tell an edit from a new turn; without it that case
+    returns `NEED_STORED_HASHES`.
     """
     if meta is None or meta.length == 0:
         return Match("new", 0, 0, [message_hash(m) for m in conversation], GENESIS)
@@ -130,13 +146,21 @@ def reconcile(
         and len(conversation) >= fingerprint.count
         and serialized.starts_with(fingerprint)
     ):
-        return _after_fingerprint(meta, fingerprint, conversation)
+        match = _after_fingerprint(meta, fingerprint, conversation)
+        if match.kind == "full" or not _other_frame(meta, mode, frame):
+            return match
+        return _beside(meta, conversation, [message_hash(m) for m in conversation])
     hashes = [message_hash(m) for m in conversation]
-    running = chain(hashes)
-    if len(hashes) >= meta.length and running[meta.length - 1] == meta.head:
-        return Match("full", meta.length, meta.length, hashes[meta.length :], meta.head)
-    if hashes[0] != meta.first and _side(meta, mode, frame):
-        return Match("side", meta.length, len(conversation), [], meta.head)
+    origin = meta.origin
+    running = chain(hashes, start=meta.origin_head)
+    known = meta.length - origin  # the client's conversation, as stored
+    if len(hashes) >= known and running[known - 1] == meta.head:
+        return Match("full", meta.length, known, hashes[known:], meta.head)
+    if _other_frame(meta, mode, frame):
+        return _beside(meta, conversation, hashes)
+    same_frame = bool(meta.frame) and frame == meta.frame
+    if hashes[0] != meta.first and mode == "auto" and meta.resent and same_frame:
+        return Match("chapter", meta.length, 0, hashes, meta.head)
     if mode != "full" and hashes[0] != meta.first:
         return Match("append", meta.length, 0, hashes, meta.head)
     if stored_hashes is None:
@@ -144,13 +168,31 @@ def reconcile(
     k = _common_prefix(stored_hashes, hashes)
     if k == 0 and mode != "full":
         return Match("append", meta.length, 0, hashes, meta.head)
-    return Match("fork", k, k, hashes[k:], running[k - 1] if k else GENESIS)
+    if mode == "auto" and meta.resent and resumes(conversation[k:]):
+        # Codex keeps its first messages when it compacts: not an edit, a new chapter.
+        return Match("chapter", meta.length, 0, hashes, meta.head)
+    return Match("fork", origin + k, k, hashes[k:], running[k - 1] if k else meta.origin_head)
 
 
-def _side(meta: SessionMeta, mode: Mode, frame: str) -> bool:
-    """A request beside the session's conversation, not a turn of it."""
-    resends = mode == "full" or meta.fingerprint is not None
-    return resends and bool(meta.frame) and bool(frame) and frame != meta.frame
+def _other_frame(meta: SessionMeta, mode: Mode, frame: str) -> bool:
+    """The request comes with other system messages or tools than the resent
+    conversation's latest turn."""
+    return _resends(meta, mode) and bool(meta.frame) and bool(frame) and frame != meta.frame
+
+
+def _beside(meta: SessionMeta, conversation: list[Message], hashes: list[str]) -> Match:
+    """A request in another frame that does not go on from the conversation: beside it,
+    even when it opens with the same words (a title of the first message must not fork
+    the session), unless the session holds only a one-shot and this conversation is
+    longer: then the one-shot yields."""
+    if not meta.settled and len(conversation) > meta.length - meta.origin:
+        return Match("fork", meta.origin, 0, hashes, meta.origin_head)
+    return Match("side", meta.length, len(conversation), [], meta.head)
+
+
+def _resends(meta: SessionMeta, mode: Mode) -> bool:
+    """The session's client sends its whole conversation every time."""
+    return mode == "full" or meta.fingerprint is not None
 
 
 def _after_fingerprint(
@@ -162,9 +204,9 @@ def _after_fingerprint(
     rest = [message_hash(m) for m in conversation[count:]]
     k = _common_prefix(list(meta.tail), rest)
     if k == len(meta.tail):
-        return Match("full", meta.length, meta.length, rest[k:], meta.head)
+        return Match("full", meta.length, count + k, rest[k:], meta.head)
     head = chain(rest[:k], start=fingerprint.head)[-1] if k else fingerprint.head
-    return Match("fork", count + k, count + k, rest[k:], head)
+    return Match("fork", meta.origin + count + k, count + k, rest[k:], head)
 
 
 def _common_prefix(left: list[str], right: list[str]) -> int:

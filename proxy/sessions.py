@@ -197,6 +197,17 @@ class SessionMeta:
     fingerprint: Fingerprint | None = None
     tail: tuple[str, ...] = ()  # hashes of transcript[fingerprint.count:length]
     frame: str = ""  # digest of the latest turn's system messages and tools (`frame`)
+    # False while the transcript is one exchange that asked for nothing more (a title, a
+    # quota check): such a one-shot yields the session to a conversation that continues.
+    settled: bool = True
+    # The client's last turn resent earlier messages: it sends its whole conversation.
+    resent: bool = False
+    # Where the client's conversation starts in the transcript: after a client compacts
+    # its own history (Claude Code's /compact), it resends a new, shorter conversation,
+    # stored after the old one (which stays: recalled, shown) as a chapter of its own.
+    origin: int = 0
+    origin_head: str = GENESIS  # the chain value before transcript[origin]
+    origin_totals: dict[str, int] = field(default_factory=dict)  # tokens before it
     created: float = 0.0
     updated: float = 0.0
 
@@ -217,6 +228,11 @@ class SessionMeta:
             "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
             "tail": list(self.tail),
             "frame": self.frame,
+            "settled": self.settled,
+            "resent": self.resent,
+            "origin": self.origin,
+            "origin_head": self.origin_head,
+            "origin_totals": self.origin_totals,
             "created": self.created,
             "updated": self.updated,
         }
@@ -237,6 +253,11 @@ class SessionMeta:
             fingerprint=Fingerprint.from_dict(fingerprint) if fingerprint else None,
             tail=tuple(data["tail"]),
             frame=data.get("frame", ""),
+            settled=data.get("settled", True),
+            resent=data.get("resent", False),
+            origin=data.get("origin", 0),
+            origin_head=data.get("origin_head", GENESIS),
+            origin_totals=dict(data.get("origin_totals", {})),
             created=data["created"],
             updated=data["updated"],
         )

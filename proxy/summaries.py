@@ -157,11 +157,38 @@ class Summaries:
             chain_hash=span[-1].chain,
             segments=result.segments,
             pinned=tuple(result.pinned),
-            kept=previous.kept if previous else _kept(messages[0] if end == len(span) else None),
+            kept=_kept_after(previous, messages, end),
             tokens=counter.count_text(result.text),
             model=summary_model,
             created=time.time(),
             before=before,
+            index=index,
+            ledger=facts,
+        )
+
+    async def chapter(
+        self,
+        span: Sequence[StoredMessage],
+        end: int,
+        previous: Checkpoint | None,
+        before: dict[str, int],
+        ledger: Sequence[Fact] = (),
+    ) -> Checkpoint:
+        """A checkpoint with no summary that covers transcript[:end], the conversation a
+        client replaced with its own summary (`span`, what the previous checkpoint left):
+        its messages are archived for recall, as a fold's are, and no model is called."""
+        messages = [stored.message for stored in span]
+        follows = previous.chain_hash if previous else GENESIS
+        work = functools.partial(_archived, messages, end - len(span), follows, ledger)
+        index, facts, _ = await off_loop(messages, work)
+        return Checkpoint(
+            covers_until=end,
+            chain_hash=span[-1].chain if span else follows,
+            segments=(),
+            tokens=0,
+            model="",
+            created=time.time(),
+            before=dict(before),
             index=index,
             ledger=facts,
         )
@@ -258,6 +285,14 @@ def _kept(first: Message | None) -> tuple[str, ...]:
     if first is None or first.get("role") != "user":
         return ()
     return tuple(_AGENT_CONTEXT.findall(message_text(first)))
+
+
+def _kept_after(previous: Checkpoint | None, span: list[Message], end: int) -> tuple[str, ...]:
+    """The agent context a new summary keeps: its predecessor's, or that of the first
+    message it folds when that starts the conversation (or a client's new chapter)."""
+    if previous is not None and previous.text:
+        return previous.kept
+    return _kept(span[0] if previous is not None or end == len(span) else None)
 
 
 def _archived(

@@ -101,6 +101,24 @@ class State:
     def length(self) -> int:
         return self.match.keep + len(self.new)
 
+    @property
+    def origin(self) -> int:
+        """Where the client's conversation starts in the transcript (after its earlier
+        chapters: `SessionMeta.origin`)."""
+        if self.match.whole:
+            return self.match.origin
+        return self.base.origin if self.base is not None else 0
+
+    def before_origin(self, name: str) -> int:
+        """Tokens (by tokenizer `name`) of the chapters before the client's conversation:
+        not the client's to send, so never counted as saved."""
+        base, origin = self.base, self.origin
+        if base is None or origin == 0:
+            return 0
+        if self.match.kind == "chapter":
+            return base.totals.get(name, 0)
+        return base.origin_totals.get(name, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -148,7 +166,7 @@ def planned_turn(
     would send. An unchanged conversation keeps its serialized form, sent as it is."""
     checkpoint = state.checkpoint
     summarized = checkpoint is not None and plan.compression == "summary"
-    history = state.totals[request.counter.name]
+    history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
     unchanged = (
         plan.compression == "none"
         and state.match.whole

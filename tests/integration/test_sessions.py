@@ -110,6 +110,39 @@ def test_a_side_request_is_answered_beside_the_session(
     assert contents == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
 
 
+def test_a_title_that_came_first_does_not_claim_the_session(
+    proxy_url: str, upstream: FakeUpstream
+) -> None:
+    """opencode's first request under its session id generates a title. The conversation
+    that follows, in its own frame, is the session's transcript from its second turn on
+    (its first was answered beside the title), and later titles are side requests."""
+    client = sdk(proxy_url, "title-first")
+    title = [
+        {"role": "system", "content": "Generate a title for this conversation."},
+        {"role": "user", "content": "fix the build"},
+    ]
+    assert "x-context-session-turn" not in chat(client, title).headers  # it came first
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are opencode."}]
+    turns = []
+    for text in ("fix the build", "make fails", "now it builds"):
+        messages.append({"role": "user", "content": text})
+        turns.append(chat(client, messages, tools=tools))
+        messages.append(turns[-1].parse().choices[0].message.model_dump(exclude_none=True))
+    assert turns[0].headers["x-context-session-turn"] == "side"  # the title still held it
+    assert ["x-context-session-turn" in turn.headers for turn in turns[1:]] == [False, False]
+    assert chat(client, title).headers["x-context-session-turn"] == "side"
+    contents = [m["content"] for m in stored(proxy_url, "title-first").json()["messages"]]
+    assert contents == [
+        "fix the build",
+        "echo: fix the build",
+        "make fails",
+        "echo: make fails",
+        "now it builds",
+        "echo: now it builds",
+    ]
+
+
 def test_append_only_client_gets_history_restored(proxy_url: str, upstream: FakeUpstream) -> None:
     client = sdk(proxy_url, "append-only")
     chat(client, [{"role": "user", "content": "My name is Ada."}])

@@ -208,7 +208,11 @@ def test_only_a_known_resend_conversation_in_another_frame_has_side_requests() -
     same_frame = reconcile(
         meta_for(T4, sent=3).evolve(frame=AGENT), new_turn, "auto", None, None, AGENT
     )
-    assert isinstance(same_frame, Match) and same_frame.kind == "append"
+    assert isinstance(same_frame, Match) and same_frame.kind == "append"  # never resent
+    compacted = reconcile(
+        meta_for(T4, sent=3).evolve(frame=AGENT, resent=True), new_turn, "auto", None, None, AGENT
+    )
+    assert isinstance(compacted, Match) and compacted.kind == "chapter"  # it compacted
     unknown = reconcile(meta_for(T4, sent=3), new_turn, "auto", None, None, TITLE)
     assert isinstance(unknown, Match) and unknown.kind == "append"  # stored before frames
     turn = reconcile(
@@ -220,6 +224,67 @@ def test_only_a_known_resend_conversation_in_another_frame_has_side_requests() -
         TITLE,
     )
     assert isinstance(turn, Match) and turn.kind == "full"  # new tools, same conversation
+
+
+def test_a_one_shot_that_came_first_yields_to_the_conversation_that_goes_on() -> None:
+    """opencode's first request under its session id is a title generator: stored, it
+    must not turn the real conversation into side requests. While the session holds one
+    exchange that asked for nothing more, a longer conversation in another frame takes
+    it over; once the conversation goes on, a one-shot is a side request again."""
+    title = [user("Title for: fix the build"), bot("Fixing the build")]
+    one_shot = meta_for(title, sent=1).evolve(frame=TITLE, settled=False)
+    first_turn = [user("fix the build")]
+    match = reconcile(one_shot, first_turn, "auto", Serialized(first_turn), None, AGENT)
+    assert isinstance(match, Match) and match.kind == "side"  # not longer: nothing yet
+    conversation = [user("fix the build"), bot("Which error?"), user("make fails")]
+    match = reconcile(one_shot, conversation, "auto", Serialized(conversation), None, AGENT)
+    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("fork", 0, 0)
+    assert match.head == GENESIS and len(match.hashes) == 3 and match.whole
+    settled = meta_for(T4, sent=3).evolve(frame=AGENT)  # the conversation, gone on
+    again = reconcile(settled, [user("Title")], "auto", Serialized([user("Title")]), None, TITLE)
+    assert isinstance(again, Match) and again.kind == "side"
+    longer = [user("a"), bot("b"), user("c"), bot("d"), user("e")]
+    kept = reconcile(settled, longer, "auto", Serialized(longer), None, TITLE)
+    assert isinstance(kept, Match) and kept.kind == "side"  # a settled session never yields
+
+
+def test_a_client_that_compacts_its_history_starts_a_chapter_that_goes_on() -> None:
+    """Claude Code's /compact: the next request is a new, short conversation (its own
+    summary first) in the same frame. It is stored after the old transcript, which stays,
+    and its next turns are recognised as the whole conversation from that origin on."""
+    meta = meta_for(T4, sent=3).evolve(frame=AGENT, resent=True)
+    restart = [user("This session is being continued. Summary: u1, u2."), user("u3")]
+    match = reconcile(meta, restart, "auto", Serialized(restart), None, AGENT)
+    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 4, 0)
+    assert match.whole and match.origin == 4 and match.head == meta.head
+    # The commit leaves: T4 + restart + a reply, the conversation starting at 4.
+    hashes = [message_hash(m) for m in [*T4, *restart, bot("a3")]]
+    heads = chain(hashes)
+    chapter = SessionMeta(
+        tenant="t",
+        session_id="s",
+        length=7,
+        head=heads[-1],
+        first=hashes[4],
+        frame=AGENT,
+        resent=True,
+        origin=4,
+        origin_head=heads[3],
+        fingerprint=Serialized(restart).fingerprint(2, heads[5]),
+        tail=(hashes[6],),
+    )
+    goes_on = [*restart, bot("a3"), user("u4")]
+    fast = reconcile(chapter, goes_on, "auto", Serialized(goes_on), None, AGENT)
+    assert isinstance(fast, Match) and (fast.kind, fast.keep, fast.start) == ("full", 7, 3)
+    slow = reconcile(chapter.evolve(fingerprint=None), goes_on, "full", None, None, AGENT)
+    assert isinstance(slow, Match) and (slow.kind, slow.keep, slow.start) == ("full", 7, 3)
+    assert fast.origin == slow.origin == 4 and fast.hashes == slow.hashes
+    edited = [restart[0], user("u3, edited")]
+    asked = reconcile(chapter.evolve(fingerprint=None), edited, "full", None, None, AGENT)
+    assert asked == NEED_STORED_HASHES
+    fork = reconcile(chapter.evolve(fingerprint=None), edited, "full", None, hashes[4:6], AGENT)
+    assert isinstance(fork, Match) and (fork.kind, fork.keep, fork.start) == ("fork", 5, 1)
+    assert fork.head == heads[4]  # the old chapter stays: the edit forks inside the new one
 
 
 def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> None:

@@ -1,0 +1,50 @@
+"""Agents that compact their own history, as their requests show it (pure).
+
+Claude Code (`/compact`, and on its own near its window) and Codex send the conversation
+with a last user message asking for a summary of it, then go on with a new, short
+conversation that opens with that summary. The proxy keeps the session through both: the
+request for a summary is answered as a turn of the session and not stored, and the new
+conversation becomes a chapter after the old one (`proxy.reconcile`), which stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["asks_to_compact", "resumes"]
+
+# The openings of the agents' own prompts (Claude Code 2.1, Codex 0.169).
+_REQUESTS = (
+    "Your task is to create a detailed summary of the conversation so far",
+    "You are performing a CONTEXT CHECKPOINT COMPACTION",
+)
+_RESUMED = (
+    "This session is being continued from a previous conversation",
+    "Another language model started to solve this problem and produced a summary",
+)
+
+
+def asks_to_compact(message: Any) -> bool:
+    """`message` is an agent's request for a summary of its conversation."""
+    return _says(message, _REQUESTS)
+
+
+def resumes(messages: Sequence[Any]) -> bool:
+    """One of `messages` opens a conversation an agent went on with from its summary."""
+    return any(_says(message, _RESUMED) for message in messages)
+
+
+def _says(message: Any, openings: tuple[str, ...]) -> bool:
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, str):
+        texts = [content]
+    elif isinstance(content, list):
+        texts = [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    else:
+        return False
+    return any(isinstance(text, str) and opening in text for text in texts for opening in openings)
