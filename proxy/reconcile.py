@@ -11,6 +11,7 @@ which `reconcile` asks for by returning `NEED_STORED_HASHES`.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -70,10 +71,15 @@ class Serialized:
         return self.digest(end) == fingerprint.digest
 
 
+# Claude Code's first system block carries a billing line whose version suffix follows the
+# conversation's first message: it changes when the agent compacts, the frame must not.
+_BILLING = re.compile(rb"x-anthropic-billing-header:[^\"\\]*")
+
+
 def frame_of(system_json: bytes, tools_json: bytes) -> str:
     """A turn's frame: the digest of its system messages and tools (their orjson bytes),
     which an agent keeps for its conversation and changes for its side requests."""
-    digest = hashlib.sha256(system_json)
+    digest = hashlib.sha256(_BILLING.sub(b"", system_json))
     digest.update(tools_json)
     return digest.hexdigest()[:32]
 

@@ -142,7 +142,9 @@ class Checkpoint:
         ledger = data.pop("ledger", None)
         # Stored before segments: one text, pinned facts inside it.
         text = data.pop("text", None)
-        segments = data.pop("segments", None) or [text]
+        segments = data.pop("segments", None)
+        if segments is None:
+            segments = [text] if text is not None else []
         pinned = data.pop("pinned", ())
         kept = data.pop("kept", ())
         return cls(

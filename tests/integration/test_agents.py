@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,65 @@ def test_codex_sixteen_turns(
     assert summarized, "no request carried the summary"
     context = [m for m in summarized[-1] if m.get("role") in ("system", "developer")]
     assert "<environment_context>" in json.dumps(context)  # Codex's context kept
+
+
+def test_claude_code_compacts_mid_way_and_keeps_its_session(
+    url: str, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Thirty turns, Claude Code's own `/compact`, thirty more: one session throughout.
+    The compaction request is answered and not stored; the conversation Claude Code goes
+    on with (its summary first) is stored after the old one, which stays in the session
+    and is found by search; the new part is summarized in turn, and nothing is truncated."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    notes = work / "notes.txt"
+    notes.write_text(NOTES + "\n")
+    agent_upstream(upstream, reply_tokens=5000, notes=notes)
+    env = claude_env(url, home)
+    claude = agent("claude")
+    before = scrape(url)
+    turns = [f"turn {n}" for n in range(1, 61)]
+    turns[44] = "turn 45: read the notes"
+    for n, text in enumerate(turns):
+        if n == 30:
+            compacted = run([claude, "-p", "--continue", "/compact"], env, work)
+            assert "Compacted" in compacted or compacted.strip() == "", compacted[-300:]
+        command = [claude, "-p", text] if n == 0 else [claude, "-p", "--continue", text]
+        out = run(command, env, work).strip()
+        if "read the notes" in text:
+            assert "HERON" in out, out
+        else:  # the first turn after /compact comes after the command's own record
+            assert out.endswith(text), out[-300:]
+    after = scrape(url)
+
+    [session] = sessions(url)
+    stored = transcript(url, session["id"])
+    asked = [re.sub(r"(?s).*\n\s*(?=turn \d+)", "", t) for t in user_texts(stored)]
+    assert [t for t in asked if t.startswith("turn")] == turns, asked  # each turn once
+    summary_at = [
+        i
+        for i, m in enumerate(stored)
+        if m["role"] == "user" and "This session is being continued" in json.dumps(m["content"])
+    ]
+    assert len(summary_at) == 1, "Claude Code's own summary opens the new chapter, once"
+    assert not any("Your task is to create a detailed summary" in json.dumps(m) for m in stored)
+    found = httpx.get(
+        f"{url}/v1/sessions/-/search",
+        params={"id": session["id"], "q": "turn 7"},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert found.status_code == 200, found.text
+    starts = [hit["start"] for hit in found.json()["data"]]
+    assert any(start < summary_at[0] for start in starts), starts  # the old chapter
+    methods = within_budget(before, after, CLAUDE, "messages")
+    assert methods["summary"] > 0 and methods["truncated"] == 0, methods
+    requests = upstream.messages_requests()
+    resumed = next(
+        i
+        for i, r in enumerate(requests)
+        if "This session is being continued" in json.dumps(r.body["messages"][:1])
+    )
+    later = [r.body for r in requests[resumed:] if "Summary of the earlier" in json.dumps(r.body)]
+    assert later, "the new chapter was never summarized"
+    assert "turn 31" not in json.dumps(later[-1]["system"])  # folded, not sent verbatim
