@@ -130,8 +130,8 @@ def reconcile(
             `settled` false) and C is longer: the conversation that continues replaces it,
             whichever arrived first.
     chapter: (auto) C shares no first message with T, comes in T's frame, and T's client
-            resent its earlier messages last time (`resent`): its client compacted its own history (Claude
-            Code's /compact) and goes on from its own summary. C is stored after T, which
+            resent its earlier messages last time (`resent`): it compacted its own history
+            (Claude Code's /compact) and goes on from its own summary. C is stored after T, which
             stays; from then on C is the conversation (`SessionMeta.origin`). Also C
             that keeps T's first messages but then opens with an agent's own summary
             (Codex: `proxy.compaction.resumes`), which would otherwise fork T away.
