@@ -159,7 +159,7 @@ class Proxy:
         body = parse_json(raw)
         await pause(len(raw))
         caller = principal(request)
-        inbound = door.inbound(body, caller.tenant)
+        inbound = await door.inbound(body, caller.tenant)
         model = inbound.body["model"]
         telemetry.model = self.engine.label(model)
         if not caller.may_use(model, self.upstream.models.served_as(model)):
@@ -380,7 +380,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     chat = proxy.door(ChatDoor())
     messages = proxy.door(proxy.messages)
     ids = ResponseIds(tenant_secret(settings.session))
-    responses = proxy.door(ResponsesDoor(ids, settings.session.id_fields))
+    responses = proxy.door(ResponsesDoor(ids, settings.session.id_fields, store))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

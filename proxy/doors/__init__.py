@@ -81,7 +81,10 @@ class Framer(Protocol):
 class Door(Protocol):
     api: Api
 
-    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound: ...
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        """The request in the one conversation model (it may read the store: a Responses
+        `item_reference` names a stored reply)."""
+        ...
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]

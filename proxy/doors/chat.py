@@ -20,7 +20,7 @@ __all__ = ["ChatDoor"]
 class ChatDoor:
     api: Api = "chat"
 
-    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         validate_parameters(body)
         return Inbound(body)
 

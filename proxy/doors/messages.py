@@ -89,7 +89,7 @@ class MessagesDoor:
     def __init__(self, id_fields: list[str]) -> None:
         self._id_fields = id_fields
 
-    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         chat, dropped = to_chat(body)
         named = body_session_id(body, self._id_fields)
         own = tuple(key for key in unknown_fields(body, _PARAMETERS) if key not in _CARRIED)

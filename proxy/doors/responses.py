@@ -2,8 +2,9 @@
 
 `instructions` become the system message; `input` items become chat messages (a
 `function_call` joins the assistant message before it, as one turn's output does;
-a `function_call_output` is a tool message). `previous_response_id` is served by
-the proxy itself, for any backend: a response id names its session and the
+a `function_call_output` is a tool message; an `item_reference` is the output item it
+names, read from the session's stored reply: `responses_items`). `previous_response_id`
+is served by the proxy itself, for any backend: a response id names its session and the
 transcript length it left, signed for the tenant that made it, so it continues
 exactly that conversation for that caller and nobody else.
 
@@ -14,21 +15,19 @@ functions (`web_search`, `namespace`, …) are dropped and said, never refused;
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import uuid
 from typing import Any
 
 from starlette.responses import Response
 
 from proxy.doors import Api, Inbound, body_session_id, text_of, unknown_fields
+from proxy.doors.responses_items import ItemNames, References, ResponseIds
 from proxy.doors.responses_native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses_stream import ResponsesFramer, output_items, response_object
-from proxy.errors import previous_response_not_found
 from proxy.http import ORJSONResponse
 from proxy.messages import RESPONSES_OUTPUT
 from proxy.openai_compatible import Completion
+from proxy.sessions import SessionStore
 from proxy.turns import Turn
 from proxy.validation import check_ranges, check_types, invalid
 
@@ -96,49 +95,23 @@ _KINDS = {
 }
 
 
-class ResponseIds:
-    """Response ids that name a session and its length, signed per tenant:
-    `resp_<mac>.<length>.<session id, base64url>`."""
-
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
-
-    def mint(self, tenant: str, session_id: str, length: int) -> str:
-        name = base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
-        return f"resp_{self._mac(tenant, session_id, length)}.{length}.{name}"
-
-    def read(self, tenant: str, response_id: Any) -> tuple[str, int]:
-        """The session and length `response_id` names for `tenant`, else a 404."""
-        try:
-            mac, length, name = str(response_id).removeprefix("resp_").split(".", 2)
-            session_id = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
-            count = int(length)
-        except (ValueError, UnicodeDecodeError):
-            raise previous_response_not_found() from None
-        if not hmac.compare_digest(mac, self._mac(tenant, session_id, count)):
-            raise previous_response_not_found()
-        return session_id, count
-
-    def _mac(self, tenant: str, session_id: str, length: int) -> str:
-        message = f"{tenant}\0{session_id}\0{length}".encode()
-        return hmac.new(self._secret, message, hashlib.blake2b).hexdigest()[:32]
-
-
 class ResponsesDoor:
     api: Api = "responses"
 
-    def __init__(self, ids: ResponseIds, id_fields: list[str]) -> None:
+    def __init__(self, ids: ResponseIds, id_fields: list[str], store: SessionStore) -> None:
         self._ids = ids
         self._id_fields = id_fields
+        self._references = References(ids, store)
 
-    def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        referenced = await self._references.resolve(body, tenant)
         chat, dropped = to_chat(body)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
         if previous is not None:
             session_id, length = self._ids.read(tenant, previous)
-        else:
-            session_id, length = body_session_id(body, self._id_fields), None
+        else:  # else the session the body names, or that its item references name
+            session_id, length = body_session_id(body, self._id_fields) or referenced, None
             if session_id is None and body.get("store") is not False:
                 session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable
         own = unknown_fields(body, _PARAMETERS)
@@ -159,12 +132,22 @@ class ResponsesDoor:
         tenant, session_id = turn.key
         return self._ids.mint(tenant, session_id, turn.state.length + 1)
 
+    def item_names(self, turn: Turn) -> ItemNames:
+        """The ids of the reply's output items, which name the stored reply."""
+        state = turn.state
+        if turn.key is None or state is None:
+            return ItemNames(uuid.uuid4().hex)  # nothing stored: nothing to refer to
+        head = state.new[-1].chain if state.new else state.match.head
+        return ItemNames(self._ids.reply(*turn.key, state.length + 1, head))
+
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
     ) -> Response:
-        rid = self.response_id(turn)
+        rid, names = self.response_id(turn), self.item_names(turn)
         if completion.native is not None:  # the provider's own response, as it came
             own = completion.native | {"id": rid, "model": inbound.body["model"]}
+            if isinstance(own.get("output"), list):  # under ids that name the stored reply
+                own["output"] = names.renamed(own["output"])
             return ORJSONResponse(own, headers=headers)
         data = completion.data
         message = ((data.get("choices") or [{}])[0]).get("message") or {}
@@ -173,13 +156,18 @@ class ResponsesDoor:
             inbound.body["model"],
             inbound.extra["echo"],
             "completed",
-            output_items(message, rid),
+            output_items(message, names),
             data.get("usage"),
         )
         return ORJSONResponse(body, headers=headers)
 
     def framer(self, inbound: Inbound, turn: Turn) -> ResponsesFramer:
-        return ResponsesFramer(self.response_id(turn), inbound.body["model"], inbound.extra["echo"])
+        return ResponsesFramer(
+            self.response_id(turn),
+            self.item_names(turn),
+            inbound.body["model"],
+            inbound.extra["echo"],
+        )
 
 
 # -- the request ----------------------------------------------------------------------
@@ -281,7 +269,7 @@ class _Items:
             self._messages.append(_function_output(item, where))
         elif kind in _TURN_ITEMS:  # reasoning, a hosted tool's call, …: the model's turn
             self._pending.append(item)
-        else:  # `item_reference` among them: this proxy keeps no items by id
+        else:  # an `item_reference` is resolved before (`References`)
             raise invalid(f"{where}.type", f"`{where}`: items of type `{kind}` are not supported.")
 
     def close(self) -> None:

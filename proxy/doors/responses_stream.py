@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.doors import text_of
+from proxy.doors.responses_items import ItemNames
 from proxy.errors import ProxyError
 
 __all__ = ["ResponsesFramer", "output_items", "response_object"]
@@ -41,16 +42,17 @@ def response_object(
     }
 
 
-def output_items(message: dict[str, Any], response_id: str) -> list[dict[str, Any]]:
+def output_items(message: dict[str, Any], names: ItemNames) -> list[dict[str, Any]]:
     """A chat reply message as output items: its text, then its function calls."""
     items: list[dict[str, Any]] = []
     content = text_of(message.get("content"))
     if content:
-        items.append(_message_item(_item_id("msg", response_id, 0), content, "completed"))
+        items.append(_message_item(names.mint("message"), content, "completed"))
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         items.append(
             _call_item(
+                names.mint("function_call"),
                 call.get("id") or "",
                 function.get("name") or "",
                 function.get("arguments") or "",
@@ -74,10 +76,6 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _item_id(prefix: str, response_id: str, number: int) -> str:
-    return f"{prefix}_{response_id.removeprefix('resp_')[:32]}_{number}"
-
-
 def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
     content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
     return {
@@ -89,10 +87,12 @@ def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]
     }
 
 
-def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str
+) -> dict[str, Any]:
     return {
         "type": "function_call",
-        "id": "fc_" + call_id,
+        "id": item_id,
         "call_id": call_id,
         "name": name,
         "arguments": arguments,
@@ -104,7 +104,9 @@ class ResponsesFramer:
     """One streamed response: the open output item, and everything `response.completed`
     repeats at the end."""
 
-    def __init__(self, response_id: str, model: str, echo: dict[str, Any]) -> None:
+    def __init__(
+        self, response_id: str, names: ItemNames, model: str, echo: dict[str, Any]
+    ) -> None:
         self._id = response_id
         self._model = model
         self._echo = echo
@@ -115,6 +117,8 @@ class ResponsesFramer:
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}  # a chunk's tool call index -> item
         self._usage: dict[str, Any] | None = None
+        self._names = names
+        self._renamed: list[tuple[bytes, bytes]] = []  # a provider's item ids, and ours
 
     def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
         out: list[bytes] = []
@@ -133,7 +137,16 @@ class ResponsesFramer:
 
     def relay(self, raw: bytes) -> bytes:
         """OpenAI's own event, its response under this proxy's id (which continues it)
-        and the model name asked for."""
+        and the model name asked for, its output items under ids that name the stored
+        reply (`ItemNames`)."""
+        kind, _, data = raw.partition(b"\ndata: ")
+        if kind == b"event: response.output_item.added":
+            item = orjson.loads(data).get("item")
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                ours = self._names.mint(str(item.get("type", "message")))
+                self._renamed.append((orjson.dumps(item["id"]), orjson.dumps(ours)))
+        for theirs, ours in self._renamed:
+            raw = raw.replace(theirs, ours)
         if b'"response"' not in raw:
             return raw
         kind, _, data = raw.partition(b"\ndata: ")
@@ -161,9 +174,7 @@ class ResponsesFramer:
         if delta.get("content"):
             if self._open is None or self._open["type"] != "message":
                 out.append(self._close())
-                item = _message_item(
-                    _item_id("msg", self._id, len(self._output)), None, "in_progress"
-                )
+                item = _message_item(self._names.mint("message"), None, "in_progress")
                 out.append(self._add(item))
                 part = {"type": "output_text", "text": "", "annotations": []}
                 out.append(
@@ -185,7 +196,11 @@ class ResponsesFramer:
             if number not in self._calls:
                 out.append(self._close())
                 item = _call_item(
-                    call.get("id") or "", function.get("name") or "", "", "in_progress"
+                    self._names.mint("function_call"),
+                    call.get("id") or "",
+                    function.get("name") or "",
+                    "",
+                    "in_progress",
                 )
                 self._calls[number] = item
                 out.append(self._add(item))
