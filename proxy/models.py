@@ -88,6 +88,15 @@ class Models:
         return True
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Models per process, bounded
+    def reasons(self, model: str) -> bool:
+        """Whether `model` reasons before it answers, by LiteLLM's model map: such a model
+        (gpt-5.5, Codex's) refuses any temperature but its default."""
+        try:
+            return bool(litellm.supports_reasoning(model=self.provider_model(model)))
+        except Exception:  # a model LiteLLM's map does not know
+            return False
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Models per process, bounded
     def limits(self, model: str) -> ModelLimits:
         """What `model` accepts (see `proxy.limits.model_limits`); a wildcard route's
         model, what its provider's model does."""

@@ -123,11 +123,12 @@ class Upstream:
         max_tokens: int,
         api_key: str | None = None,
     ) -> str:
-        """One plain completion's text: what the summarizer needs from a model."""
-        completion = await self.complete(
-            {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0},
-            api_key=api_key,
-        )
+        """One plain completion's text: what the summarizer needs from a model (at
+        temperature 0 where the model takes one)."""
+        params: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
+        if not self.models.reasons(model):
+            params["temperature"] = 0
+        completion = await self.complete(params, api_key=api_key)
         choices = completion.data.get("choices") or [{}]
         return str((choices[0].get("message") or {}).get("content") or "")
 

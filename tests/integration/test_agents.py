@@ -22,7 +22,6 @@ import httpx
 import pytest
 
 from tests import upstream_responses as responses_api
-from tests.conftest import MODEL
 from tests.integration.test_messages import claude_config
 from tests.integration.test_metrics import Samples, delta, scrape
 from tests.integration.test_sessions import is_summarizer
@@ -32,18 +31,27 @@ from tests.upstream_messages import last_user_text
 
 AGENTS = Path(__file__).resolve().parents[1] / "agents" / "node_modules" / ".bin"
 KEY = "agent-key-0123456789abcdef"
-CLAUDE = "claude-sonnet"  # the README's model names
+CLAUDE = "claude-sonnet-4-5"  # the README's model names, which the agents know
+CODEX = "gpt-5.5"
 CLAUDE_SETUP = snippet("export ANTHROPIC_BASE_URL=")
 CODEX_SETUP = snippet('wire_api = "responses"')
 
 
 def agents_config(upstream: FakeUpstream, native_responses: bool = False) -> dict[str, Any]:
     """The README's model names on the test upstream: Claude by the Messages API; the
-    Codex model by chat completions, or (`native_responses`) by the Responses API."""
+    Codex model by chat completions, or (`native_responses`) by the Responses API, with
+    the window of the test's own model (its long replies outgrow it in 16 turns)."""
     config = claude_config(upstream, auth={"keys": [{"key": KEY}]})
     config["model_list"][-1]["model_name"] = CLAUDE
+    codex = {
+        "model_name": CODEX,
+        "litellm_params": config["model_list"][0]["litellm_params"] | {"model": f"openai/{CODEX}"},
+        "model_info": {"max_input_tokens": 128000, "max_output_tokens": 16384},
+    }
     if native_responses:
         config["model_list"][0]["model_info"] = {"native_api": True}
+        codex["model_info"]["native_api"] = True
+    config["model_list"].append(codex)
     return config
 
 
@@ -70,7 +78,7 @@ def codex_home(url: str, home: Path) -> None:
     """The README's Codex config.toml, as `~/.codex/config.toml`."""
     (home / ".codex").mkdir(parents=True)
     config = on_port(CODEX_SETUP.text, port(url))
-    assert f'model = "{MODEL}"' in config and f'base_url = "{url}/v1"' in config
+    assert f'model = "{CODEX}"' in config and f'base_url = "{url}/v1"' in config
     (home / ".codex" / "config.toml").write_text(config)
 
 
@@ -289,14 +297,18 @@ def test_codex_sixteen_turns(
     [session] = sessions(url)
     asked = user_texts(transcript(url, session["id"]))
     assert [t for t in asked if t.startswith("turn")] == turns, asked
-    methods = within_budget(before, after, MODEL, "responses")
+    methods = within_budget(before, after, CODEX, "responses")
     assert methods["summary"] > 0 and methods["truncated"] == 0, methods
-    agents = upstream.responses_requests() if route == "responses" else upstream.chat_requests()
-    assert agents and all(r.body["model"] == MODEL for r in agents)
-    sent = [r.body.get("input") or r.body.get("messages") for r in agents]
-    summarized = [m for m in sent if "Summary of the earlier" in json.dumps(m[:4])]
+    # LiteLLM sends gpt-5.5's chat completions by the Responses API (its bridge).
+    agents = [
+        r for r in upstream.responses_requests() if "You maintain the summary" not in str(r.body)
+    ]
+    assert agents and all(r.body["model"] == CODEX for r in agents)
+    # The bridge sends system messages as `instructions`; the native route as items.
+    sent = [[r.body.get("instructions") or "", *r.body["input"]] for r in agents]
+    summarized = [m for m in sent if "Summary of the earlier" in json.dumps(m[:5])]
     assert summarized, "no request carried the summary"
-    context = [m for m in summarized[-1] if m.get("role") in ("system", "developer")]
+    context = [m for m in summarized[-1] if not isinstance(m, dict) or m.get("role") != "user"]
     assert "<environment_context>" in json.dumps(context)  # Codex's context kept
 
 
