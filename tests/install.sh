@@ -3,8 +3,9 @@
 # users install it, into .venv-deploy): the Debian packages the
 # tests run (redis-server with redis-cli, prometheus, a C++ compiler for llama.cpp,
 # npm, Chromium for the session viewer's browser test), a pinned pip, the locked
-# packages, the project itself, and the coding agents the tests drive (Claude Code and
-# Codex, pinned in tests/agents/package-lock.json; aider, in .venv-aider from
+# packages, the project itself, and the coding agents and clients the tests drive (Claude
+# Code, Codex, opencode, the AI SDK and openai-node, pinned in
+# tests/agents/package-lock.json; aider, in .venv-aider from
 # tests/aider/requirements.lock). Nothing is started here, and
 # nothing is written outside this checkout and the system temp dir.
 set -eu
