@@ -8,8 +8,9 @@ chain value before the reply (so a reply that took the same place after an edit 
 has other ids). An `item_reference`, which the AI SDK sends from its second turn on (its
 earlier output, as references to it), is so resolved from the one stored reply it names,
 read by position: no index to keep, no walk of the history. A provider's own output items
-(`proxy.native`) take such ids on their way to the client; the stored reply keeps the
-provider's, which go back to it as they came.
+(`proxy.native`) take such ids on their way to the client, with the provider's own after
+a `~`: the stored reply keeps the provider's items as they came, and an item a client
+echoes whole goes back to the provider under its own id (`as_given`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from proxy.messages import GENESIS, RESPONSES_OUTPUT, Message
 from proxy.sessions import SessionStore
 from proxy.validation import invalid
 
-__all__ = ["ItemNames", "References", "ResponseIds"]
+__all__ = ["ItemNames", "References", "ResponseIds", "as_given"]
 
 _PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs"}
 _KINDS = {prefix: kind for kind, prefix in _PREFIXES.items()}
@@ -90,19 +91,34 @@ class ItemNames:
         self._reply = reply
         self._counts: Counter[str] = Counter()
 
-    def mint(self, kind: str) -> str:
+    def mint(self, kind: str, given: str | None = None) -> str:
+        """The next item's id; the id its provider `given` it, if any, after a `~`."""
         number = self._counts[kind]
         self._counts[kind] += 1
-        return f"{_PREFIXES.get(kind, kind)}_{self._reply}.{number}"
+        ours = f"{_PREFIXES.get(kind, kind)}_{self._reply}.{number}"
+        return f"{ours}~{given}" if given else ours
 
     def renamed(self, output: list[Any]) -> list[Any]:
         """A provider's output items under this reply's ids."""
         return [
-            item | {"id": self.mint(str(item.get("type", "message")))}
+            item | {"id": self.mint(str(item.get("type", "message")), _given(item))}
             if isinstance(item, dict)
             else item
             for item in output
         ]
+
+
+def as_given(item: dict[str, Any]) -> dict[str, Any]:
+    """An output item under the id its provider gave it (a client echoes the proxy's)."""
+    item_id = item.get("id")
+    if isinstance(item_id, str) and "~" in item_id:
+        return item | {"id": item_id.split("~", 1)[1]}
+    return item
+
+
+def _given(item: dict[str, Any]) -> str | None:
+    given = item.get("id")
+    return given if isinstance(given, str) and given and "~" not in given else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +198,7 @@ class References:
 
 def _named(item_id: str) -> _Named:
     """What an item id of this proxy's says (its signature unchecked), else a 400."""
-    head, _, number = item_id.rpartition(".")
+    head, _, number = item_id.split("~", 1)[0].rpartition(".")
     first, _, rest = head.partition(".")  # `<prefix>_<mac>`, `<length>.<name>`
     prefix, _, mac = first.rpartition("_")
     parsed = _parsed(f"{mac}.{rest}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.doors import text_of
+from proxy.doors.responses_items import as_given
 from proxy.errors import ProxyError
 from proxy.messages import RESPONSES_OUTPUT
 from proxy.native import NativeApi
@@ -183,7 +184,7 @@ def _items(message: dict[str, Any]) -> list[dict[str, Any]]:
         text = content if isinstance(content, str) else text_of(content)
         return [{"type": "message", "role": role, "content": text}]
     if message.get(RESPONSES_OUTPUT):
-        return list(message[RESPONSES_OUTPUT])
+        return [as_given(item) for item in message[RESPONSES_OUTPUT]]
     items: list[dict[str, Any]] = []
     text = text_of(content)
     if text:

@@ -143,7 +143,7 @@ class ResponsesFramer:
         if kind == b"event: response.output_item.added":
             item = orjson.loads(data).get("item")
             if isinstance(item, dict) and isinstance(item.get("id"), str):
-                ours = self._names.mint(str(item.get("type", "message")))
+                ours = self._names.mint(str(item.get("type", "message")), item["id"])
                 self._renamed.append((orjson.dumps(item["id"]), orjson.dumps(ours)))
         for theirs, ours in self._renamed:
             raw = raw.replace(theirs, ours)

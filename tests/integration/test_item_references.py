@@ -106,6 +106,23 @@ def test_references_in_the_responses_api_send_the_providers_own_items(
     assert [m["role"] for m in stored(url, f"native-{stream}")] == ["user", "assistant"] * 2
 
 
+def test_items_echoed_whole_go_back_under_the_providers_ids(
+    url: str, upstream: FakeUpstream
+) -> None:
+    """A client that sends its earlier output whole (`store: false`) echoes the proxy's
+    ids: the provider gets its items under the ids it gave them."""
+    upstream.queue(Reply(content="Hello Ada.", blocks=[REASONING]))
+    client = sdk(url, **{"X-Session-Id": "whole"})
+    first = client.responses.create(model=NATIVE, input=[user("I am Ada")], store=False)
+    echoed = [item.model_dump(exclude_none=True) for item in first.output]
+    assert echoed[0]["id"].endswith("~" + REASONING["id"])
+    history = [user("I am Ada"), *echoed, user("Who am I?")]
+    client.responses.create(model=NATIVE, input=history, store=False)
+    sent = upstream.responses_requests()[-1].body["input"]
+    assert sent[1]["id"] == REASONING["id"] and sent[1]["encrypted_content"]
+    assert sent[2]["id"].startswith("msg_test_")
+
+
 def test_a_response_of_another_session_is_read_from_its_own(
     url: str, upstream: FakeUpstream
 ) -> None:
