@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["asks_to_compact", "resumes"]
+__all__ = ["asks_to_compact", "restarts", "resumes"]
 
 # The openings of the agents' own prompts (Claude Code 2.1, Codex 0.169).
 _REQUESTS = (
@@ -23,6 +23,9 @@ _RESUMED = (
     "This session is being continued from a previous conversation",
     "Another language model started to solve this problem and produced a summary",
 )
+# Any other client's: a first message that says it is a summary, near its start.
+_SUMMARY = ("summary", "Summary", "SUMMARY", "summarized", "previous conversation")
+_HEAD = 400
 
 
 def asks_to_compact(message: Any) -> bool:
@@ -35,7 +38,17 @@ def resumes(messages: Sequence[Any]) -> bool:
     return any(_says(message, _RESUMED) for message in messages)
 
 
-def _says(message: Any, openings: tuple[str, ...]) -> bool:
+def restarts(conversation: Sequence[Any]) -> bool:
+    """`conversation`, which shares no first message with its session's, replaces the
+    history with a summary of it: an agent's own opening (`resumes`), or any client's
+    summary in its first message, with more after it. A client that sends only its new
+    turn (one message) does not."""
+    if len(conversation) < 2:
+        return False
+    return resumes(conversation[:3]) or _says(conversation[0], _SUMMARY, head=_HEAD)
+
+
+def _says(message: Any, openings: tuple[str, ...], head: int | None = None) -> bool:
     if not isinstance(message, dict) or message.get("role") != "user":
         return False
     content = message.get("content")
@@ -47,4 +60,6 @@ def _says(message: Any, openings: tuple[str, ...]) -> bool:
         ]
     else:
         return False
-    return any(isinstance(text, str) and opening in text for text in texts for opening in openings)
+    if head is not None:  # only the start of its first text
+        texts = [text[:head] for text in texts[:1]]
+    return any(opening in text for text in texts for opening in openings)

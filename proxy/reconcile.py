@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from proxy.compaction import resumes
+from proxy.compaction import restarts, resumes
 from proxy.messages import GENESIS, Message, chain, message_hash
 from proxy.sessions import Fingerprint, Mode, SessionMeta
 
@@ -129,9 +129,10 @@ def reconcile(
             session holds only a one-shot (one exchange that asked for nothing more,
             `settled` false) and C is longer: the conversation that continues replaces it,
             whichever arrived first.
-    chapter: (auto) C shares no first message with T, comes in T's frame, and T's client
-            resent its earlier messages last time (`resent`): it compacted its own history
-            (Claude Code's /compact) and goes on from its own summary. C is stored after T, which
+    chapter: (auto) C shares no first message with T, comes in T's frame, T's client
+            resent its earlier messages last time (`resent`), and C opens with a summary
+            (`proxy.compaction.restarts`): the client compacted its own history (Claude
+            Code's /compact) and goes on from its own summary. C is stored after T, which
             stays; from then on C is the conversation (`SessionMeta.origin`). Also C
             that keeps T's first messages but then opens with an agent's own summary
             (Codex: `proxy.compaction.resumes`), which would otherwise fork T away.
@@ -166,6 +167,8 @@ def reconcile(
         return _beside(meta, conversation, hashes)
     same_frame = bool(meta.frame) and frame == meta.frame
     if hashes[0] != meta.first and mode == "auto" and meta.resent and same_frame:
+        if not restarts(conversation):
+            return Match("append", meta.length, 0, hashes, meta.head)
         return Match("chapter", meta.length, 0, hashes, meta.head)
     if mode != "full" and hashes[0] != meta.first:
         return Match("append", meta.length, 0, hashes, meta.head)

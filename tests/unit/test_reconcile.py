@@ -209,9 +209,11 @@ def test_only_a_known_resend_conversation_in_another_frame_has_side_requests() -
         meta_for(T4, sent=3).evolve(frame=AGENT), new_turn, "auto", None, None, AGENT
     )
     assert isinstance(same_frame, Match) and same_frame.kind == "append"  # never resent
-    compacted = reconcile(
-        meta_for(T4, sent=3).evolve(frame=AGENT, resent=True), new_turn, "auto", None, None, AGENT
-    )
+    resent = meta_for(T4, sent=3).evolve(frame=AGENT, resent=True)
+    only_new = reconcile(resent, new_turn, "auto", None, None, AGENT)
+    assert isinstance(only_new, Match) and only_new.kind == "append"  # switched to appending
+    restarted = [user("Summary of the conversation so far: u1, u2."), user("u3")]
+    compacted = reconcile(resent, restarted, "auto", None, None, AGENT)
     assert isinstance(compacted, Match) and compacted.kind == "chapter"  # it compacted
     unknown = reconcile(meta_for(T4, sent=3), new_turn, "auto", None, None, TITLE)
     assert isinstance(unknown, Match) and unknown.kind == "append"  # stored before frames
