@@ -193,17 +193,25 @@ def within_budget(before: Samples, after: Samples, model: str, api: str) -> dict
     return methods
 
 
-def test_claude_code_thirty_turns_with_a_tool_round_trip(
+def claude_code(
     url: str, upstream: FakeUpstream, tmp_path: Path
-) -> None:
+) -> tuple[dict[str, str], str, Path]:
+    """Claude Code as the README sets it up, with a home and a work folder of its own
+    (whose notes.txt a turn reads), against long replies: its environment, its command
+    and its work folder."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     notes = work / "notes.txt"
     notes.write_text(NOTES + "\n")
     agent_upstream(upstream, reply_tokens=5000, notes=notes)
-    env = claude_env(url, home)
-    claude = agent("claude")
+    return claude_env(url, home), agent("claude"), work
+
+
+def test_claude_code_thirty_turns_with_a_tool_round_trip(
+    url: str, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    env, claude, work = claude_code(url, upstream, tmp_path)
     before = scrape(url)
     turns = [f"turn {n}" for n in range(1, 33)]
     turns[9] = "turn 10: read the notes"
@@ -319,14 +327,7 @@ def test_claude_code_compacts_mid_way_and_keeps_its_session(
     The compaction request is answered and not stored; the conversation Claude Code goes
     on with (its summary first) is stored after the old one, which stays in the session
     and is found by search; the new part is summarized in turn, and nothing is truncated."""
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    notes = work / "notes.txt"
-    notes.write_text(NOTES + "\n")
-    agent_upstream(upstream, reply_tokens=5000, notes=notes)
-    env = claude_env(url, home)
-    claude = agent("claude")
+    env, claude, work = claude_code(url, upstream, tmp_path)
     before = scrape(url)
     turns = [f"turn {n}" for n in range(1, 61)]
     turns[44] = "turn 45: read the notes"
