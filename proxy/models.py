@@ -14,7 +14,18 @@ from proxy.config import Settings
 from proxy.errors import ProxyError
 from proxy.limits import ModelLimits, model_limits
 
-__all__ = ["Models"]
+__all__ = ["OPENAI_OWN", "Models"]
+
+# OpenAI's chat parameters that LiteLLM carries to no other provider: its own call keeps
+# `metadata` for its logging and never sends `prompt_cache_retention`, and it lists the
+# rest for few OpenAI models or none. An `openai/…` deployment takes them (`Upstream`
+# sends them as the client did); no other model does.
+OPENAI_OWN = frozenset(
+    {"metadata", "moderation", "prompt_cache_options", "prompt_cache_retention", "verbosity"}
+)
+# Parameters LiteLLM lists for all of a provider's models but takes only from a model
+# whose entry in its model map says so (Anthropic's fast mode): the entry's key.
+_CAPABILITIES = {"speed": "supports_speed"}
 
 
 class Models:
@@ -71,7 +82,8 @@ class Models:
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
     def supports(self, model: str, parameter: str) -> bool:
         """Whether every deployment of `model` takes the chat parameter `parameter`, by
-        LiteLLM's own list for its provider and model."""
+        LiteLLM's own list for its provider and model (`OPENAI_OWN`: by its provider;
+        `_CAPABILITIES`: by its model map too)."""
         deployments = [
             entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
         ] or [{"model": self.provider_model(model)}]
@@ -83,7 +95,11 @@ class Models:
                 supported = litellm.get_supported_openai_params(name, provider) or ()
             except Exception:  # a provider LiteLLM cannot name: take nothing optional
                 return False
-            if parameter not in supported:
+            taken = provider == "openai" if parameter in OPENAI_OWN else parameter in supported
+            capability = _CAPABILITIES.get(parameter)
+            if capability is not None:
+                taken = taken and litellm.model_cost.get(name, {}).get(capability) is True
+            if not taken:
                 return False
         return True
 

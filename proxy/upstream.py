@@ -23,7 +23,7 @@ from litellm import Router
 
 from proxy.config import ConfigError, Settings
 from proxy.errors import ProxyError
-from proxy.models import Models
+from proxy.models import OPENAI_OWN, Models
 from proxy.native import NativeApi, NativeStream, native_events, native_json
 from proxy.openai_compatible import Completion, DirectClient, Events
 from proxy.redaction import Redactor
@@ -35,10 +35,10 @@ T = TypeVar("T")
 litellm.suppress_debug_info = True
 litellm.telemetry = False
 
-# Standard OpenAI chat-completion parameters: only these reach a provider. Anything
-# else (api_base, api_key, custom_llm_provider, fallbacks, mock_response, …) could
-# redirect traffic or change routing, so it is rejected, as OpenAI rejects unknown
-# arguments.
+# Standard OpenAI chat-completion parameters (every one the pinned openai SDK sends:
+# tests/integration/test_sdk_parameters.py): only these reach a provider. Anything else
+# (api_base, api_key, custom_llm_provider, fallbacks, mock_response, …) could redirect
+# traffic or change routing, so it is rejected, as OpenAI rejects unknown arguments.
 CHAT_PARAMETERS = frozenset(
     {
         "model",
@@ -51,13 +51,19 @@ CHAT_PARAMETERS = frozenset(
         "logprobs",
         "max_completion_tokens",
         "max_tokens",
+        "metadata",
         "modalities",
+        "moderation",
         "n",
         "parallel_tool_calls",
         "prediction",
         "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
         "reasoning_effort",
         "response_format",
+        "safety_identifier",
         "seed",
         "service_tier",
         "stop",
@@ -70,9 +76,14 @@ CHAT_PARAMETERS = frozenset(
         "top_logprobs",
         "top_p",
         "user",
+        "verbosity",
         "web_search_options",
     }
 )
+# Chat parameters that are hints only OpenAI has (caching, moderation, abuse tracking,
+# metadata, verbosity): sent to a model that takes them (`Models.supports`), dropped and
+# said for any other, never refused.
+PROVIDER_HINTS = tuple(sorted(OPENAI_OWN | {"prompt_cache_key", "safety_identifier"}))
 
 # Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
 # sometimes reports these as a 500, so the exception chain is searched for them.
@@ -291,6 +302,10 @@ class Upstream:
         options |= _credentials(api_key)
         if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
             options["drop_params"] = True
+        own = {name: params[name] for name in OPENAI_OWN if name in params}
+        if own:  # left in only for an `openai/…` model: the body's own, as the client sent it
+            params = {name: value for name, value in params.items() if name not in own}
+            options["extra_body"] = own
         if self._router is not None and self.models.served_as(params["model"]) is not None:
             return await self._router.acompletion(**params, **options)
         return await litellm.acompletion(**params, **options)

@@ -12,9 +12,13 @@ from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse
 from proxy.openai_compatible import Completion
 from proxy.turns import Turn
+from proxy.upstream import PROVIDER_HINTS
 from proxy.validation import validate_parameters
 
 __all__ = ["ChatDoor"]
+
+# OpenAI's hints, which not every model takes: sent to one that does, else dropped and said.
+OPTIONAL = tuple((name,) for name in PROVIDER_HINTS)
 
 
 class ChatDoor:
@@ -22,7 +26,11 @@ class ChatDoor:
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         validate_parameters(body)
-        return Inbound(body)
+        dropped: tuple[str, ...] = ()
+        if "stream_options" in body and body.get("stream") is not True:
+            del body["stream_options"]  # a stream's only: LiteLLM leaves it out, OpenAI refuses it
+            dropped = ("stream_options",)
+        return Inbound(body, dropped=dropped, optional=OPTIONAL)
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]

@@ -34,14 +34,13 @@ from proxy.validation import check_ranges, check_types, invalid
 
 __all__ = ["MessagesDoor", "anthropic_error", "to_chat"]
 
-# The Messages API's parameters this door serves (metadata names the session).
+# The Messages API's parameters this door serves on either route.
 _PARAMETERS = frozenset(
     {
         "model",
         "messages",
         "system",
         "max_tokens",
-        "metadata",
         "stop_sequences",
         "stream",
         "temperature",
@@ -50,10 +49,13 @@ _PARAMETERS = frozenset(
         "tools",
         "tool_choice",
         "thinking",
-        "service_tier",
         "output_config",
     }
 )
+# Those only the Messages API itself carries (`messages_native`): dropped and said on the
+# chat translation (`metadata` names the session either way). What LiteLLM's Messages
+# route does not carry (`service_tier`, `diagnostics`, …) is dropped and said on both.
+_NATIVE = frozenset({"metadata", "container", "inference_geo"})
 _ROLES = ("user", "assistant", "system")
 # Chat parameters this door may produce that not every provider takes: the client's
 # own thinking budget, where a model takes it, else its effort level.
@@ -62,9 +64,11 @@ OPTIONAL = (
     ("thinking", "reasoning_effort"),
     ("response_format",),
     ("context_management",),
+    ("cache_control",),
+    ("speed",),
 )
-# Vendor fields carried as they are, to a provider that takes them.
-_CARRIED = ("context_management",)
+# Fields carried as they are, to a provider that takes them (LiteLLM maps each to Claude).
+_CARRIED = ("context_management", "cache_control", "speed")
 # `thinking.budget_tokens` as an effort, for a provider whose reasoning is a level.
 _EFFORTS = ((2048, "low"), (16384, "medium"))
 
@@ -92,7 +96,8 @@ class MessagesDoor:
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         chat, dropped = to_chat(body)
         named = body_session_id(body, self._id_fields)
-        own = tuple(key for key in unknown_fields(body, _PARAMETERS) if key not in _CARRIED)
+        known = _PARAMETERS | _NATIVE
+        own = tuple(key for key in unknown_fields(body, known) if key not in _CARRIED)
         return Inbound(
             chat,
             session_id=named,

@@ -45,7 +45,10 @@ _FORWARDED = (
     "thinking",
     "output_config",
     "context_management",
-    "service_tier",
+    "cache_control",
+    "container",
+    "inference_geo",
+    "speed",
     "metadata",
 )
 _BREAKPOINTS = 4  # cache breakpoints Anthropic takes in one request
@@ -56,7 +59,8 @@ _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 class MessagesNative:
     api: NativeApi = "anthropic_messages"
-    optional: tuple[tuple[str, str], ...] = ()  # LiteLLM fits Claude's to the model
+    # Fast mode where the model has it; LiteLLM fits Claude's thinking and effort itself.
+    optional: tuple[tuple[str, str], ...] = (("speed", "speed"),)
 
     def __init__(self, body: dict[str, Any]) -> None:
         self._body = body

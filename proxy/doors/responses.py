@@ -29,10 +29,30 @@ from proxy.messages import RESPONSES_OUTPUT
 from proxy.openai_compatible import Completion
 from proxy.sessions import SessionStore
 from proxy.turns import Turn
+from proxy.upstream import PROVIDER_HINTS
 from proxy.validation import check_ranges, check_types, invalid
 
 __all__ = ["ResponseIds", "ResponsesDoor", "to_chat"]
 
+# Parameters the chat translation sends under their own name (with `text.verbosity` as
+# `verbosity`).
+_SAME_IN_CHAT = (
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "metadata",
+    "moderation",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "safety_identifier",
+    "service_tier",
+    "store",
+)
+
+# The Responses API's parameters this door serves on either route (`previous_response_id`
+# and `conversation` are served by the proxy itself).
 _PARAMETERS = frozenset(
     {
         "model",
@@ -46,22 +66,35 @@ _PARAMETERS = frozenset(
         "max_output_tokens",
         "stream",
         "previous_response_id",
-        "store",
-        "metadata",
+        "conversation",
         "text",
         "reasoning",
         "user",
-        "prompt_cache_key",
-        "safety_identifier",
-        "conversation",
-        "truncation",
+        *_SAME_IN_CHAT,
+    }
+)
+# Those only the Responses API itself carries (`responses_native`): dropped and said on
+# the chat translation.
+_NATIVE = frozenset(
+    {
+        "background",
+        "context_management",
         "include",
-        "service_tier",
+        "max_tool_calls",
+        "prompt",
         "stream_options",
+        "top_logprobs",
+        "truncation",
     }
 )
 # Chat parameters this door may produce that not every provider takes.
-OPTIONAL = (("reasoning_effort",), ("response_format",))
+OPTIONAL = (
+    ("reasoning_effort",),
+    ("response_format",),
+    ("service_tier",),
+    ("store",),
+    *((name,) for name in PROVIDER_HINTS),
+)
 # Echoed in the response object, as OpenAI does.
 ECHOED = (
     "instructions",
@@ -114,7 +147,7 @@ class ResponsesDoor:
             session_id, length = body_session_id(body, self._id_fields) or referenced, None
             if session_id is None and body.get("store") is not False:
                 session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable
-        own = unknown_fields(body, _PARAMETERS)
+        own = unknown_fields(body, _PARAMETERS | _NATIVE)
         return Inbound(
             chat,
             session_id,
@@ -204,7 +237,7 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     if len(said) == (1 if instructions is not None else 0):
         raise invalid("input", "`input` holds no message.")
     out: dict[str, Any] = {"model": model, "messages": messages}
-    for name in ("temperature", "top_p", "parallel_tool_calls", "user"):
+    for name in _SAME_IN_CHAT:
         if body.get(name) is not None:
             out[name] = body[name]
     if body.get("max_output_tokens") is not None:
@@ -227,6 +260,8 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     text = body.get("text")
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         out |= _format(text["format"])
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}

@@ -29,19 +29,28 @@ _FORWARDED = (
     "parallel_tool_calls",
     "temperature",
     "top_p",
+    "top_logprobs",
     "reasoning",
     "text",
     "include",
     "store",
     "metadata",
     "user",
+    "prompt",
     "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
     "safety_identifier",
     "service_tier",
     "truncation",
+    "context_management",
+    "max_tool_calls",
+    "background",
+    "stream_options",
 )
-# Vendor fields OpenAI's own clients send it (Codex): carried in the body as they are.
-CARRIED = ("client_metadata",)
+# Fields LiteLLM's Responses route takes no argument for (Codex's `client_metadata`,
+# `moderation`): carried in the body as they are.
+CARRIED = ("client_metadata", "moderation")
 
 
 class ResponsesNative:

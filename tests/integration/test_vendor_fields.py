@@ -94,6 +94,7 @@ def test_the_same_request_to_an_openai_deployment(url: str, upstream: FakeUpstre
     # gpt-4o-mini takes no reasoning effort and no context management (LiteLLM's list).
     assert "reasoning_effort" not in sent and "context_management" not in sent
     assert dropped(response) == [
+        "metadata",  # Anthropic's own: it names the session here, and is sent to Claude only
         "thinking.adaptive",
         "tools.web_search",
         "reasoning_effort",
@@ -141,7 +142,10 @@ def test_codexs_request_through_responses(url: str, upstream: FakeUpstream) -> N
     sent = upstream.requests[-1].body
     assert [tool["function"]["name"] for tool in sent["tools"]] == ["shell"]
     assert "client_metadata" not in sent and "reasoning_effort" not in sent
+    # Chat completions have these too: sent under their own names.
+    assert sent["store"] is False and sent["prompt_cache_key"] == "codex-conversation-1"
     assert dropped(response) == [
+        "include",
         "client_metadata",
         "tools.web_search",
         "tools.mcp__files",
@@ -198,4 +202,4 @@ def test_the_dropped_header_names_only_plain_names_and_not_too_many(url: str) ->
     assert response.status_code == 200, response.text
     assert "set-cookie" not in response.headers
     names = dropped(response)
-    assert names[:2] == ["other", "other"] and names[-1] == "..." and len(names) == 17, names
+    assert names[1:3] == ["other", "other"] and names[-1] == "..." and len(names) == 17, names
