@@ -154,7 +154,9 @@ def reconcile(
         and serialized.starts_with(fingerprint)
     ):
         match = _after_fingerprint(meta, fingerprint, conversation)
-        if match.kind == "full" or not _other_frame(meta, mode, frame):
+        if match.kind == "full" or len(conversation) > fingerprint.count:
+            return match  # it goes on, or edits the reply and goes on: this conversation
+        if not _other_frame(meta, mode, frame):
             return match
         return _beside(meta, conversation, [message_hash(m) for m in conversation])
     hashes = [message_hash(m) for m in conversation]
