@@ -289,6 +289,22 @@ def test_a_client_that_compacts_its_history_starts_a_chapter_that_goes_on() -> N
     assert fork.head == heads[4]  # the old chapter stays: the edit forks inside the new one
 
 
+def test_codex_keeps_its_first_messages_when_it_compacts_a_chapter_not_a_fork() -> None:
+    """Codex's compacted history keeps its opening context, then its own summary: an
+    edit of history by shape, which would fork the old transcript away; a chapter."""
+    context = user("<environment_context>cwd: /src</environment_context>")
+    transcript = [context, user("u1"), bot("a1"), user("u2"), bot("a2")]
+    meta = meta_for(transcript, sent=4).evolve(frame=AGENT, resent=True)
+    summary = user("Another language model started to solve this problem and produced a summary")
+    compacted = [context, user("u2"), summary, user("u3")]
+    stored = [message_hash(m) for m in transcript[: len(compacted)]]
+    match = reconcile(meta, compacted, "auto", None, stored, AGENT)
+    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 5, 0)
+    edited = [context, user("u1, edited")]
+    fork = reconcile(meta, edited, "auto", None, stored, AGENT)
+    assert isinstance(fork, Match) and (fork.kind, fork.keep) == ("fork", 1)  # a real edit
+
+
 def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> None:
     meta = meta_for(T4)
     assert reconcile(meta, [user("u3")], "auto", None).kind == "append"  # type: ignore[union-attr]
