@@ -52,4 +52,7 @@ python3 -m venv .venv-aider
 .venv-aider/bin/python -m pip install -q --require-hashes -r tests/aider/requirements.lock
 
 # Each agent's npm package carries its own native binary; npm's cache stays here too.
-npm_config_cache="$PWD/.cache/npm" npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
+# The versions are the lock's; `npm install --no-save` rather than `npm ci`, which refuses
+# a lock without opencode's binaries for other platforms (some of which the registry
+# does not serve, so no lock can hold them).
+npm_config_cache="$PWD/.cache/npm" npm install --prefix tests/agents --no-save --no-audit --no-fund --loglevel=error
