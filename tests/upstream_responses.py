@@ -81,8 +81,9 @@ def event(kind: str, data: dict[str, Any], number: int) -> bytes:
 async def response_events(
     reply: dict[str, Any], fail_after: int | None = None
 ) -> AsyncIterator[bytes]:
-    """OpenAI's event sequence for `reply`: text in word deltas, call arguments in two
-    pieces, other items whole."""
+    """OpenAI's event sequence for `reply`: text in word deltas inside its content part
+    (as the openai SDK's stream accumulates it), call arguments in two pieces, other
+    items whole."""
     started = reply | {"status": "in_progress", "output": [], "usage": None}
     events = [("response.created", {"response": started})]
     for index, item in enumerate(reply["output"]):
@@ -95,11 +96,15 @@ async def response_events(
                 )
             )
             text = item["content"][0]["text"]
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            empty = {"type": "output_text", "text": "", "annotations": []}
+            events.append(("response.content_part.added", where | {"part": empty}))
             for n, word in enumerate(text.split(" ")):
-                delta = {"item_id": item["id"], "output_index": index, "content_index": 0}
                 events.append(
-                    ("response.output_text.delta", delta | {"delta": (" " if n else "") + word})
+                    ("response.output_text.delta", where | {"delta": (" " if n else "") + word})
                 )
+            events.append(("response.output_text.done", where | {"text": text}))
+            events.append(("response.content_part.done", where | {"part": item["content"][0]}))
         elif kind == "function_call":
             events.append(
                 (
