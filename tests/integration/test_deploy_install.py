@@ -8,7 +8,6 @@ The suite's own `.venv` adds test tools to the same pins (`tests/test_supply_cha
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from proxy.local import held_port
 from proxy.summarize import SYSTEM_PROMPT
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_metrics import delta, scrape
-from tests.servers import DEPLOY_PYTHON, start, stop, wait_ready
+from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
 KEY = "deploy-install-key-0123456789"
@@ -61,14 +60,9 @@ def deploy_config(upstream: FakeUpstream) -> dict[str, Any]:
 
 @contextmanager
 def deployed(upstream: FakeUpstream, directory: Path) -> Iterator[tuple[str, list[str]]]:
-    """The deploy install's proxy; yields its URL and, once stopped, what it printed."""
-    installed = subprocess.run(
-        [str(DEPLOY_PYTHON), "-m", "pip", "list", "--format=freeze"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "pytest==" not in installed and "anthropic==" not in installed, "not the deploy lock"
+    """The deploy install's proxy (`tests.servers.start` runs it from `.venv-deploy`, whose
+    packages `tests/test_supply_chain.py` checks against the deploy lock); yields its URL
+    and, once stopped, what it printed."""
     config = deploy_config(upstream)
     config["session"] = {"path": str(directory / "sessions")}
     path = directory / "config.yaml"
