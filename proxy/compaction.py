@@ -4,15 +4,22 @@ Claude Code (`/compact`, and on its own near its window) and Codex send the conv
 with a last user message asking for a summary of it, then go on with a new, short
 conversation that opens with that summary. The proxy keeps the session through both: the
 request for a summary is answered as a turn of the session and not stored, and the new
-conversation becomes a chapter after the old one (`proxy.reconcile`), which stays.
+conversation becomes a chapter after the old one (`proxy.reconcile`), which stays. Where
+the session's own summary already covers the conversation, the request is answered from
+it (`answer`), without a model call.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["asks_to_compact", "restarts", "resumes"]
+from proxy.messages import Message
+from proxy.summarize import render_transcript
+
+__all__ = ["answer", "asks_to_compact", "restarts", "resumes"]
 
 # The openings of the agents' own prompts (Claude Code 2.1, Codex 0.169).
 _REQUESTS = (
@@ -46,6 +53,48 @@ def restarts(conversation: Sequence[Any]) -> bool:
     if len(conversation) < 2:
         return False
     return resumes(conversation[:3]) or _says(conversation[0], _SUMMARY, head=_HEAD)
+
+
+class _Counter(Protocol):
+    def count_text(self, text: str) -> int: ...
+
+
+def answer(
+    summary: str, recent: Sequence[Message], model: str, counter: _Counter
+) -> dict[str, Any]:
+    """The reply to a request for a summary, made of the session's summary and the
+    messages after the span it covers (`recent`, as they were): a chat completion whose
+    usage counts no prompt tokens (no model read anything)."""
+    text = summary
+    if recent:
+        text += "\n\nThe latest messages, as they were:\n\n" + render_transcript(list(recent))
+    tokens = counter.count_text(text)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def answer_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
+    """`answer`'s completion as a stream's chunks: the text, the finish, the usage."""
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    return [
+        head | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None}]},
+        head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        head | {"choices": [], "usage": completion["usage"]},
+    ]
 
 
 def _says(message: Any, openings: tuple[str, ...], head: int | None = None) -> bool:

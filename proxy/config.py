@@ -73,6 +73,10 @@ class ContextSettings(_Section):
     # (prompt caches keep them); false: every fold rewrites the summary into one.
     summary_segments: bool = True
     summary_timeout_seconds: float = Field(60.0, gt=0)
+    # An agent's request for a summary of its conversation (Claude Code's /compact, Codex's
+    # compaction) is answered from the session's summary, with no model call, when that
+    # summary covers all of the conversation but its last max_summary_tokens.
+    answer_compaction: bool = True
     # After this many failed summaries in a row the summarizer is left alone (turns
     # truncate) for summary_backoff_seconds, doubled after each failed retry (to 300 s).
     summary_breaker_failures: int = Field(3, ge=1)

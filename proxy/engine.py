@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from proxy import compaction
 from proxy.archive import Archive
 from proxy.budget import Budgets
 from proxy.compaction import asks_to_compact
@@ -105,14 +106,17 @@ class Engine:
         turn = await self._prepare(body, context)
         try:
             observer.planned(turn)
-            observer.upstream_started()
-            if native is not None:
+            if turn.answer is not None:  # made here, with no model call
+                completion = Completion(turn.answer)
+            elif native is not None:
+                observer.upstream_started()
                 request = native.request(turn.body, turn.compression == "summary")
                 reply = await self.upstream.native_complete(
                     native.api, request, context.provider_key
                 )
                 completion = Completion(native.completion(reply), native=reply)
             else:
+                observer.upstream_started()
                 completion = await self.upstream.complete(
                     turn.body, turn.messages_json, context.provider_key
                 )
@@ -135,6 +139,10 @@ class Engine:
         once the stream is complete, and the caller ends the turn (`TurnEvents.aclose`)."""
         turn = await self._prepare(body, context)
         key = context.provider_key
+        if turn.answer is not None:  # made here, with no model call
+            observer.planned(turn)
+            events = _made(turn.answer)
+            return TurnEvents(turn, events, observer, self._answered, self._finish)
         try:
             observer.planned(turn)
             observer.upstream_started()
@@ -169,7 +177,11 @@ class Engine:
             if state.match.kind == "chapter":
                 state = await self._planning.chapter(request, state)
             if state.match.kind != "side" and _compacting(request):
-                # Planned as a turn of its session (summary and window), never stored.
+                # Answered from the session's summary, or planned as a turn of its
+                # session (summary and window); never stored.
+                answer = await self._planning.answer(request, state)
+                if answer is not None:
+                    return _answer_turn(body, request, state, lease, answer)
                 turn = await self._planned(body, request, state, lease)
                 return replace(turn, side=True)
             if state.match.kind != "side":
@@ -327,7 +339,7 @@ class Engine:
         self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
     ) -> None:
         """The upstream finished its reply: learn from its usage, store the turn."""
-        if turn.managed:
+        if turn.managed and turn.answer is None:
             self.budgets.observe(turn.model, turn.tokens_sent, usage)
         await self._commit(turn, reply)
 
@@ -401,6 +413,38 @@ class Engine:
 def _compacting(request: Request) -> bool:
     """The request asks for a summary of its conversation (an agent compacting it)."""
     return bool(request.conversation) and asks_to_compact(request.conversation[-1])
+
+
+def _answer_turn(
+    body: dict[str, Any], request: Request, state: State, lease: Lease, answer: dict[str, Any]
+) -> Turn:
+    """A request for a summary answered from the session's (`Planning.answer`): nothing
+    sent, nothing stored."""
+    name = request.counter.name
+    history = state.totals[name] - state.before_origin(name)
+    assert state.checkpoint is not None
+    return Turn(
+        body,
+        request.model,
+        managed=True,
+        key=request.key,
+        tokens_original=request.system_tokens + request.tools_tokens + history,
+        tokens_sent=0,
+        compression="summary",
+        summary_created=state.checkpoint.created,
+        input_limit=request.input_limit,
+        request=request,
+        state=state,
+        lease=lease,
+        side=True,
+        input_price=request.input_price,
+        answer=answer,
+    )
+
+
+async def _made(answer: dict[str, Any]) -> AsyncIterator[Events]:
+    """A reply made here, as one batch of stream chunks."""
+    yield Events(compaction.answer_chunks(answer))
 
 
 def _drops_stored(state: State) -> bool:

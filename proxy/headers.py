@@ -14,5 +14,6 @@ COMPRESSION = "X-Context-Compression"
 # What the request carried that did not reach the provider (fields, server tools).
 DROPPED = "X-Context-Dropped"
 SUMMARY_AGE = "X-Context-Summary-Age"
-# "side": a request beside its session (an agent's title or quota check), not stored.
+# "side": a request beside its session (an agent's title or quota check), not stored;
+# "answered": an agent's request for a summary, answered from the session's, not stored.
 SESSION_TURN = "X-Context-Session-Turn"

@@ -12,7 +12,9 @@ import asyncio
 import functools
 import logging
 from dataclasses import replace
+from typing import Any
 
+from proxy import compaction
 from proxy.archive import Archive
 from proxy.config import Settings
 from proxy.context import (
@@ -203,6 +205,26 @@ class Planning:
         return replace(
             state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
         )
+
+    async def answer(self, request: Request, state: State) -> dict[str, Any] | None:
+        """The reply to an agent's request for a summary of its conversation (the
+        request's last message), made from the session's summary with no model call:
+        where that summary covers all of the conversation but its latest messages, at
+        most `max_summary_tokens` of them, which follow it as they were. None: the
+        model must write it."""
+        context, checkpoint = self._settings.context, state.checkpoint
+        if not context.answer_compaction or checkpoint is None or not checkpoint.text:
+            return None  # no summary, or a client's own (a chapter's): nothing to answer from
+        name = request.counter.name
+        covered = checkpoint.before.get(name)
+        asked = state.new[-1].tokens.get(name) if state.new else None
+        if covered is None or asked is None:
+            return None
+        if state.totals[name] - covered - asked > context.max_summary_tokens:
+            return None
+        recent = await self._history.window(request, state, checkpoint.covers_until)
+        messages = [stored.message for stored in recent[:-1]]
+        return compaction.answer(checkpoint.text, messages, request.model, request.counter)
 
     async def _changed(self, key: SessionKey, state: State) -> bool:
         """The stored session changed since `state` was read: under the turn lock, only a

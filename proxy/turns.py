@@ -140,6 +140,9 @@ class Turn:
     side: bool = False  # named a session but is not a turn of it: answered, not stored
     input_price: float | None = None  # USD per input token, to price the tokens saved
     record: dict[str, Any] | None = None  # the plan record stored with the turn (`proxy.plans`)
+    # The reply made here, with no model call: an agent's request for a summary answered
+    # from the session's own (`proxy.compaction.answer`).
+    answer: dict[str, Any] | None = None
 
     def response_headers(self) -> dict[str, str]:
         if not self.managed:
@@ -151,7 +154,7 @@ class Turn:
         if self.summary_created is not None:
             values[headers.SUMMARY_AGE] = str(max(0, int(time.time() - self.summary_created)))
         if self.side:
-            values[headers.SESSION_TURN] = "side"
+            values[headers.SESSION_TURN] = "side" if self.answer is None else "answered"
         return values
 
 

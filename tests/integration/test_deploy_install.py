@@ -81,8 +81,8 @@ def deployed(upstream: FakeUpstream, directory: Path) -> Iterator[tuple[str, lis
 
 def long_answers(body: dict[str, Any]) -> str:
     """About 500 tokens a turn, so that ten turns outgrow a 4k window's budget; the
-    summarizer's answer is short."""
-    if SYSTEM_PROMPT in json.dumps(body.get("messages", [])[:1]):
+    summarizer's answer (its prompt first, or as the Messages API's `system`) is short."""
+    if SYSTEM_PROMPT in json.dumps([body.get("system"), body.get("messages", [])[:1]]):
         return "The user sent numbered turns; each answer was long."
     return " ".join(f"w{i}" for i in range(250)) + " done."
 
