@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.config import load_settings
 from proxy.errors import ProxyError
@@ -147,3 +149,53 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
     with pytest.raises(ProxyError):
         await planning._background(request, 30)
     assert summaries.failures == [("gpt-4o-mini", "background")]
+
+
+class StoredHistory(FilledHistory):
+    async def window(self, request: Request, state: State, start: int) -> Any:
+        return TRANSCRIPT[start:]
+
+
+def planned_with() -> Planning:
+    return Planning(
+        load_settings(None, environ={}),
+        Store(version=1),  # type: ignore[arg-type]
+        StoredHistory(state(1, None)),  # type: ignore[arg-type]
+        Summaries(),  # type: ignore[arg-type]
+        CountCache(),
+        None,  # type: ignore[arg-type]
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(words=st.integers(min_value=1, max_value=120), budget=st.integers(60, 2000))
+async def test_a_plan_never_sends_more_than_the_conversation_uncompressed(
+    words: int, budget: int
+) -> None:
+    """However long the summary in effect (a summarizer that wrote too much, a span of
+    short messages), the plan sends at most what the conversation costs as it is."""
+    summary = " ".join(f"fact{i}" for i in range(words))
+    covered = Checkpoint(4, TRANSCRIPT[3].chain, (summary,), words, "m", 1.0, {COUNTER: 40})
+    planning = planned_with()
+    request = Request(
+        model="gpt-4o-mini",
+        counter=TOKENIZER,
+        budget=budget,
+        input_limit=budget + budget // 4,
+        messages=CONVERSATION,
+        system=[],
+        conversation=CONVERSATION,
+        system_tokens=3,
+        tools_tokens=0,
+        mode="auto",
+        key=KEY,
+        size=None,
+    )
+    whole = 3 + 10 * len(TRANSCRIPT)  # the system's tokens and the transcript's
+    plan = await planning.plan(request, state(1, covered), allow_summary=False)
+    assert plan.tokens <= whole
+    if plan.compression == "none":
+        assert plan.messages == CONVERSATION  # sent as it is
+    else:  # the summary is the cheaper way: it replaces what it covers
+        assert plan.messages[1:] == CONVERSATION[4:]
+        assert plan.tokens < whole
