@@ -170,7 +170,8 @@ class Proxy:
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):
             native = None  # the chat translation, for any other provider
-        dropped = self._dropped(door, inbound, native)
+        sent = [name for name in door.unsent_headers if name in request.headers]
+        dropped = self._dropped(door, inbound, native, sent)
         if dropped:
             response_headers[headers.DROPPED] = ", ".join(dropped)
         if inbound.stream:
@@ -196,11 +197,13 @@ class Proxy:
         )
         return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
 
-    def _dropped(self, door: Door, inbound: Inbound, native: Native | None) -> list[str]:
+    def _dropped(
+        self, door: Door, inbound: Inbound, native: Native | None, unsent: list[str]
+    ) -> list[str]:
         """What the request carries that will not reach the provider: what the door could
         not carry, and the optional parameters this model does not take (removed here).
         In the door's own API (`native`), what that API does not have, and its optional
-        fields this model does not take."""
+        fields this model does not take. Then the door's `unsent` headers it carries."""
         body, model = inbound.body, inbound.body["model"]
         dropped = list(inbound.native_dropped if native else inbound.dropped)
         refuse = self.settings.server.drop_params is False
@@ -219,6 +222,7 @@ class Proxy:
                     del body[name]
             if kept is None:
                 dropped += present
+        dropped += unsent
         for name in dropped:
             DROPPED_FIELDS.labels(door.api, field_label(name)).inc()
         # Named as the client named them, where that is a plain name: a header value

@@ -80,6 +80,10 @@ class Framer(Protocol):
 
 class Door(Protocol):
     api: Api
+    # Request headers of the door's API that act on the provider's account (which
+    # workspace bills the call, whom it is attributed to): the proxy calls with its own
+    # key, so they are not passed on, and are named as dropped when a client sends them.
+    unsent_headers: tuple[str, ...]
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         """The request in the one conversation model (it may read the store: a Responses

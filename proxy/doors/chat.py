@@ -23,6 +23,7 @@ OPTIONAL = tuple((name,) for name in PROVIDER_HINTS)
 
 class ChatDoor:
     api: Api = "chat"
+    unsent_headers: tuple[str, ...] = ()
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         validate_parameters(body)

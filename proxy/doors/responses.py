@@ -130,6 +130,7 @@ _KINDS = {
 
 class ResponsesDoor:
     api: Api = "responses"
+    unsent_headers: tuple[str, ...] = ()
 
     def __init__(self, ids: ResponseIds, id_fields: list[str], store: SessionStore) -> None:
         self._ids = ids

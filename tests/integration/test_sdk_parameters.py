@@ -145,7 +145,8 @@ SPOKEN = {
 # Served by the proxy itself, never sent: the conversation they name is (the whole of it).
 SERVED = {"previous_response_id", "conversation"}
 FIRST = "First turn, sdk-continued."
-# Sent by the anthropic SDK as request headers, which the proxy passes to no provider.
+# Sent by the anthropic SDK as request headers, which the proxy passes to no provider
+# (they act on the provider's account, and the proxy calls with its own key): named.
 AS_HEADERS = {
     "user_profile_id": "anthropic-user-profile-id",
     "workspace_id": "anthropic-workspace-id",
@@ -297,8 +298,9 @@ def _judged(
     said = any(name in sent.dropped for name in names)
     if key in AS_HEADERS:  # not in the body at all: only the SDK's header says it
         header = AS_HEADERS[key]
-        ok = sent.headers.get(header) == fields[key] and key not in sent.body
-        return None if ok else f"not sent as the `{header}` header"
+        if sent.headers.get(header) != fields[key] or key in sent.body:
+            return f"not sent as the `{header}` header"
+        return None if header in sent.dropped else f"`{header}` not named in {DROPPED}"
     if key in SERVED:
         if key in sent.body:
             return "served by the proxy, yet sent on"
