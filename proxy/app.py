@@ -256,9 +256,11 @@ class Proxy:
             status = 200
         except ProxyError as exc:
             status = exc.status_code
-            yield framer.error(
-                exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
+            scrubbed = exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
+            logger.warning(
+                "a %s stream failed (%d): %s", events.turn.model, status, scrubbed.message
             )
+            yield framer.error(scrubbed)
             return
         finally:
             telemetry.finish(status)
@@ -327,7 +329,12 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         assert isinstance(exc, ProxyError)
         caller = request.scope.get("state", {}).get("principal")
         own = caller.presented if isinstance(caller, Principal) else ()
-        return error_response(request.url.path, exc.redacted(lambda text: redact(text, own)))
+        scrubbed = exc.redacted(lambda text: redact(text, own))
+        if scrubbed.status_code >= 500:  # ours or the provider's: the operator's to know
+            logger.warning(
+                "%s answered %d: %s", request.url.path, exc.status_code, scrubbed.message
+            )
+        return error_response(request.url.path, scrubbed)
 
     return proxy_error
 

@@ -81,11 +81,18 @@ def test_429_keeps_the_providers_retry_after(
     assert stored(url) == []
 
 
-def test_a_reply_that_is_not_json_is_502(start: Callable[..., str], upstream: FakeUpstream) -> None:
+def test_a_reply_that_is_not_json_is_502(
+    start: Callable[..., str], upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
     url = start()
     upstream.queue(Reply(raw=b"<html>bad gateway</html>"))
-    error_of(chat(url, USER), 502)
+    error = error_of(chat(url, USER), 502)
     assert stored(url) == []
+    # The operator learns why from the log (scrubbed as the error body is), not only
+    # from a 502 counted in the metrics.
+    said = [r.getMessage() for r in caplog.records if r.name == "context_proxy.doors"]
+    assert said == [f"/v1/chat/completions answered 502: {error['message']}"], said
+    assert KEY not in caplog.text
 
 
 def test_a_stalled_upstream_is_504_within_one_deadline(
@@ -132,7 +139,7 @@ def test_a_rejected_key_benches_no_deployment(
 
 @pytest.mark.parametrize("end", ["clean", "garbage", "cut"])
 def test_a_stream_the_provider_did_not_finish_is_an_error_and_not_stored(
-    start: Callable[..., str], upstream: FakeUpstream, end: str
+    start: Callable[..., str], upstream: FakeUpstream, end: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = start()
     first = [*USER]
@@ -155,6 +162,9 @@ def test_a_stream_the_provider_did_not_finish_is_an_error_and_not_stored(
         assert "data: [DONE]" not in lines
     else:  # it came with them: an error status
         assert status == 502
+    [said] = [r.getMessage() for r in caplog.records if r.name == "context_proxy.doors"]
+    logged = (f"a {MODEL} stream failed (502): ", "/v1/chat/completions answered 502: ")
+    assert said.startswith(logged), said  # why, for the operator
     assert stored(url) == before  # exactly as before the failed turn
     # The client retries the same turn: stored once.
     status, lines = stream(url, turn)
