@@ -135,7 +135,8 @@ def reconcile(
             Code's /compact) and goes on from its own summary. C is stored after T, which
             stays; from then on C is the conversation (`SessionMeta.origin`). Also C
             that keeps T's first messages but then opens with an agent's own summary
-            (Codex: `proxy.compaction.resumes`), which would otherwise fork T away.
+            (Codex: `proxy.compaction.resumes`), which would otherwise fork T away, or
+            be beside T (Codex reorders its context when it compacts: another frame).
     An empty C never changes the session. `stored_hashes` (T's hashes from its origin, up
     to len(C)) is needed only to tell an edit from a new turn; without it that case
     returns `NEED_STORED_HASHES`.
@@ -166,6 +167,10 @@ def reconcile(
     if len(hashes) >= known and running[known - 1] == meta.head:
         return Match("full", meta.length, known, hashes[known:], meta.head)
     if _other_frame(meta, mode, frame):
+        if mode == "auto" and meta.resent and resumes(conversation[1:]):
+            # Codex compacted: its first messages kept, then its summary, and its
+            # context in another order (another frame): a new chapter.
+            return Match("chapter", meta.length, 0, hashes, meta.head)
         return _beside(meta, conversation, hashes)
     same_frame = bool(meta.frame) and frame == meta.frame
     if hashes[0] != meta.first and mode == "auto" and meta.resent and same_frame:

@@ -305,6 +305,23 @@ def test_codex_keeps_its_first_messages_when_it_compacts_a_chapter_not_a_fork() 
     assert isinstance(fork, Match) and (fork.kind, fork.keep) == ("fork", 1)  # a real edit
 
 
+def test_codex_reorders_its_context_when_it_compacts_a_chapter_not_a_side_request() -> None:
+    """Codex 0.169 puts its kept messages before its developer context when it compacts:
+    the compacted history comes in another frame, yet is the conversation going on."""
+    context = user("<environment_context>cwd: /src</environment_context>")
+    transcript = [context, user("u1"), bot("a1"), user("u2"), bot("a2")]
+    meta = meta_for(transcript, sent=4).evolve(frame=AGENT, resent=True)
+    summary = user("Another language model started to solve this problem and produced a summary")
+    compacted = [user("u1"), user("u2"), context, summary, user("u3")]
+    match = reconcile(meta, compacted, "auto", None, None, TITLE)
+    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 5, 0)
+    title = [user("Write a title for: u1")]  # another frame, no summary: beside it
+    beside = reconcile(meta, title, "auto", None, None, TITLE)
+    assert isinstance(beside, Match) and beside.kind == "side"
+    quoted = [summary, user("title?")]  # an agent's summary first is Claude Code's chapter
+    assert reconcile(meta, quoted, "auto", None, None, TITLE).kind == "side"  # type: ignore[union-attr]
+
+
 def test_stored_hashes_are_asked_for_only_to_tell_an_edit_from_a_new_turn() -> None:
     meta = meta_for(T4)
     assert reconcile(meta, [user("u3")], "auto", None).kind == "append"  # type: ignore[union-attr]
