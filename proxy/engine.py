@@ -511,8 +511,13 @@ class TurnEvents:
         self._finish = finish
 
     async def __aiter__(self) -> AsyncIterator[Events]:
+        """The events as they come, but from the reply's finish on (its finish reason,
+        usage, a native stream's own end event) only once it is stored: a client that
+        hangs up when it has the end (Codex, at `response.completed`) has a stored turn,
+        and one that hears of a failed store was never told the reply was done."""
         reply = StreamedReply()
         usage: dict[str, Any] | None = None
+        held: list[Events] = []
         async for batch in self._events:
             for chunk in batch.chunks:
                 reply.add(chunk)
@@ -521,9 +526,14 @@ class TurnEvents:
                     self._observer.used(usage)
                 elif _has_output(chunk):
                     self._observer.first_token()
-            yield batch
+            if reply.finished:
+                held.append(batch)
+            else:
+                yield batch
         self._observer.upstream_finished()
         await self._answered(self.turn, reply.message(), usage)
+        for batch in held:
+            yield batch
 
     async def aclose(self) -> None:
         await self._finish(self.turn)
