@@ -11,6 +11,7 @@ compression must reach a summary and never truncate."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -137,8 +138,10 @@ def agent_upstream(upstream: FakeUpstream, reply_tokens: int, notes: Path | None
 
     def respond(body: dict[str, Any]) -> str | Reply:
         if "input" in body:  # the Responses API: Codex's turn, as it sent it
-            return long_reply(responses_api.last_user_text(body).strip(), reply_tokens)
+            return codex_reply(body)
         system = body.get("system")
+        if CODEX_COMPACTS in last_user_text(body):  # on the chat route, its compaction
+            return CODEX_HANDOFF
         if is_summarizer(body) or (
             isinstance(system, list) and "You maintain the summary" in json.dumps(system)
         ):
@@ -166,19 +169,49 @@ def agent_upstream(upstream: FakeUpstream, reply_tokens: int, notes: Path | None
             return Reply(tool_calls=[call])
         return long_reply(text, reply_tokens)
 
+    def codex_reply(body: dict[str, Any]) -> str | Reply:
+        """Codex's turn: for "read the notes" its `exec_command` tool, whose output
+        comes back as the next request's last item."""
+        last = body["input"][-1] if isinstance(body["input"], list) else {}
+        if last.get("type") == "function_call_output":
+            return long_reply(f"read: {json.dumps(last.get('output'))}", 200)
+        text = responses_api.last_user_text(body).strip()
+        if text.startswith(CODEX_COMPACTS):
+            return CODEX_HANDOFF
+        if text.endswith("read the notes"):
+            arguments = json.dumps({"cmd": "cat notes.txt"})
+            function = {"name": "exec_command", "arguments": arguments}
+            call = {"id": "call_notes", "type": "function", "function": function}
+            return Reply(tool_calls=[call])
+        return long_reply(text, reply_tokens)
+
     upstream.default = Reply(respond=respond)
 
 
-def within_budget(before: Samples, after: Samples, model: str, api: str) -> dict[str, float]:
+def failures_logged(caplog: Any) -> str:
+    """What the proxy logged about requests that did not succeed: its warnings, and the
+    access log's lines of every non-2xx answer (with when and how long)."""
+    lines = [
+        f"{record.created:.3f} {record.getMessage()} {getattr(record, 'latency_ms', '')}"
+        for record in caplog.records
+        if record.levelno >= logging.WARNING or getattr(record, "status", 200) >= 300
+    ]
+    return "\n".join(lines)
+
+
+def within_budget(
+    before: Samples, after: Samples, model: str, api: str, log: str = ""
+) -> dict[str, float]:
     """How the agent's requests were fitted; every one answered 2xx (whatever its model:
-    an agent's side requests may name another) and within the 0.8 budget."""
+    an agent's side requests may name another) and within the 0.8 budget. A failure
+    shows what the proxy logged (`log`: why it answered 5xx)."""
     answered = {
         labels: value - before.get((name, labels), 0.0)
         for (name, labels), value in after.items()
         if name == "context_proxy_requests_total"
     }
     failed = {labels: n for labels, n in answered.items() if n and dict(labels)["status"][0] != "2"}
-    assert not failed and sum(answered.values()) > 0, failed
+    assert not failed and sum(answered.values()) > 0, (failed, log[-3000:])
     methods = {
         method: delta(
             before, after, "context_proxy_compressions_total", model=model, api=api, method=method
@@ -282,30 +315,57 @@ def side_requests_leave_the_session_as_it_was(url: str, session_id: str) -> None
     assert httpx.get(path, headers=auth).content == stored
 
 
-@pytest.mark.parametrize("route", ["chat", "responses"])
-def test_codex_sixteen_turns(
-    route: str, upstream: FakeUpstream, start_proxy: Any, tmp_path: Path
+CODEX_SUMMARY = "Another language model started to solve this problem"  # Codex's prefix
+CODEX_COMPACTS = "You are performing a CONTEXT CHECKPOINT COMPACTION"
+CODEX_HANDOFF = "Handoff: the user sends numbered turns, each answered at length."
+
+
+def codex_session(
+    url: str, upstream: FakeUpstream, tmp_path: Path, turns: list[str], compact_at: int = 0
 ) -> None:
-    """Codex's turns to a chat deployment (translated), and to one that speaks the
-    Responses API (in Codex's own items, reasoning and hosted tools as it sent them)."""
-    url = start_proxy(agents_config(upstream, native_responses=route == "responses"))
+    """Codex as the README sets it up (compacting its history on its own once a reply's
+    usage reaches `compact_at` tokens, if given): `codex exec`, then `codex exec resume
+    --last` for each further turn; a turn that ends in "read the notes" runs Codex's
+    `exec_command` tool on notes.txt."""
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
+    (work / "notes.txt").write_text(NOTES + "\n")
     codex_home(url, home)
+    if compact_at:
+        config = home / ".codex" / "config.toml"
+        config.write_text(f"model_auto_compact_token_limit = {compact_at}\n{config.read_text()}")
     agent_upstream(upstream, reply_tokens=9000)
     env = {**os.environ, "HOME": str(home), "PROXY_API_KEY": KEY}
     codex = [agent("codex"), "exec", "--skip-git-repo-check"]
-    before = scrape(url)
-    turns = [f"turn {n}" for n in range(1, 17)]
     for n, text in enumerate(turns):
         command = [*codex, text] if n == 0 else [*codex, "resume", "--last", text]
         out = run(command, env, work)
-        assert f"echo: {text}" in out, out[-300:]
+        if "read the notes" in text:
+            assert "HERON" in out, out[-500:]  # the command's output came back
+        else:
+            assert f"echo: {text}" in out, out[-300:]
+
+
+@pytest.mark.parametrize("route", ["chat", "responses"])
+def test_codex_thirty_turns_with_a_tool_round_trip(
+    route: str, upstream: FakeUpstream, start_proxy: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """Codex's turns to a chat deployment (translated), and to one that speaks the
+    Responses API (in Codex's own items, reasoning and hosted tools as it sent them):
+    thirty, one of which runs its `exec_command` tool."""
+    caplog.set_level(logging.INFO, logger="context_proxy.access")
+    url = start_proxy(agents_config(upstream, native_responses=route == "responses"))
+    before = scrape(url)
+    turns = [f"turn {n}" for n in range(1, 31)]
+    turns[19] = "turn 20: read the notes"
+    codex_session(url, upstream, tmp_path, turns)
     after = scrape(url)
     [session] = sessions(url)
-    asked = user_texts(transcript(url, session["id"]))
-    assert [t for t in asked if t.startswith("turn")] == turns, asked
-    methods = within_budget(before, after, CODEX, "responses")
+    stored = transcript(url, session["id"])
+    assert [t for t in user_texts(stored) if t.startswith("turn")] == turns
+    outputs = [m for m in stored if m["role"] == "tool"]
+    assert outputs and "HERON" in json.dumps(outputs), "the tool's output was not stored"
+    methods = within_budget(before, after, CODEX, "responses", failures_logged(caplog))
     assert methods["summary"] > 0 and methods["truncated"] == 0, methods
     # LiteLLM sends gpt-5.5's chat completions by the Responses API (its bridge).
     agents = [
@@ -320,13 +380,51 @@ def test_codex_sixteen_turns(
     assert "<environment_context>" in json.dumps(context)  # Codex's context kept
 
 
+def test_codex_compacts_on_its_own_and_keeps_its_session(
+    upstream: FakeUpstream, start_proxy: Any, tmp_path: Path, caplog: Any
+) -> None:
+    """Codex compacts when a reply's usage passes its limit, and that usage is what the
+    proxy sent: with the proxy in front, Codex compacts only below the proxy's budget
+    (set low here, 40k tokens), where the proxy has nothing to summarize yet. Each time
+    it asks for a handoff summary (answered, not stored) and goes on with its kept user
+    turns, its context in another order and the summary: a chapter of the same session
+    each time, the old ones kept."""
+    caplog.set_level(logging.INFO, logger="context_proxy.access")
+    url = start_proxy(agents_config(upstream, native_responses=True))
+    before = scrape(url)
+    turns = [f"turn {n}" for n in range(1, 13)]
+    turns[7] = "turn 8: read the notes"
+    codex_session(url, upstream, tmp_path, turns, compact_at=40_000)
+    after = scrape(url)
+    [session] = sessions(url)
+    stored = transcript(url, session["id"])
+    asked = user_texts(stored)
+    # Every turn, in order (a chapter repeats the user turns Codex kept when it compacted)
+    assert list(dict.fromkeys(t for t in asked if t.startswith("turn"))) == turns, asked
+    resumed = [m for m in stored if CODEX_SUMMARY in json.dumps(m)]
+    assert len(resumed) >= 2 and CODEX_HANDOFF in json.dumps(resumed), "no chapters"
+    assert not any(CODEX_COMPACTS in json.dumps(m) for m in stored)  # the request, unstored
+    outputs = [m for m in stored if m["role"] == "tool"]
+    assert outputs and "HERON" in json.dumps(outputs), "the tool's output was not stored"
+    methods = within_budget(before, after, CODEX, "responses", failures_logged(caplog))
+    assert methods["truncated"] == 0, methods
+
+
+@pytest.mark.parametrize("answered", [False, True], ids=["by-the-model", "from-the-summary"])
 def test_claude_code_compacts_mid_way_and_keeps_its_session(
-    url: str, upstream: FakeUpstream, tmp_path: Path
+    answered: bool, upstream: FakeUpstream, start_proxy: Any, tmp_path: Path, caplog: Any
 ) -> None:
     """Thirty turns, Claude Code's own `/compact`, thirty more: one session throughout.
-    The compaction request is answered and not stored; the conversation Claude Code goes
-    on with (its summary first) is stored after the old one, which stays in the session
-    and is found by search; the new part is summarized in turn, and nothing is truncated."""
+    The compaction request is answered and not stored: by the model, or (where the
+    proxy's summary leaves at most `max_summary_tokens` after it, set high here) from
+    that summary with no model call. The conversation Claude Code goes on with (its
+    summary first) is stored after the old one, which stays in the session and is
+    found by search; the new part is summarized in turn, and nothing is truncated."""
+    caplog.set_level(logging.INFO, logger="context_proxy.access")
+    config = agents_config(upstream)
+    if answered:
+        config["context"] = {"max_summary_tokens": 100_000}
+    url = start_proxy(config)
     env, claude, work = claude_code(url, upstream, tmp_path)
     before = scrape(url)
     turns = [f"turn {n}" for n in range(1, 61)]
@@ -354,6 +452,12 @@ def test_claude_code_compacts_mid_way_and_keeps_its_session(
     ]
     assert len(summary_at) == 1, "Claude Code's own summary opens the new chapter, once"
     assert not any("Your task is to create a detailed summary" in json.dumps(m) for m in stored)
+    asked_model = [
+        r for r in upstream.messages_requests() if "create a detailed summary" in json.dumps(r.body)
+    ]
+    assert len(asked_model) == (0 if answered else 1), len(asked_model)
+    if answered:  # Claude Code went on from the proxy's summary
+        assert SUMMARY in json.dumps(stored[summary_at[0]]["content"])
     found = httpx.get(
         f"{url}/v1/sessions/-/search",
         params={"id": session["id"], "q": "turn 7"},
@@ -362,7 +466,7 @@ def test_claude_code_compacts_mid_way_and_keeps_its_session(
     assert found.status_code == 200, found.text
     starts = [hit["start"] for hit in found.json()["data"]]
     assert any(start < summary_at[0] for start in starts), starts  # the old chapter
-    methods = within_budget(before, after, CLAUDE, "messages")
+    methods = within_budget(before, after, CLAUDE, "messages", failures_logged(caplog))
     assert methods["summary"] > 0 and methods["truncated"] == 0, methods
     requests = upstream.messages_requests()
     resumed = next(
