@@ -14,6 +14,7 @@ from proxy.headers import DROPPED
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_responses import sdk
 from tests.upstream import FakeUpstream, Reply
+from tests.upstream_responses import last_user_text
 
 NATIVE = "gpt-native"
 NO_REASONING = "gpt-native-mini"
@@ -133,6 +134,27 @@ def test_the_stream_is_the_providers_own(url: str, upstream: FakeUpstream) -> No
     follow = client.responses.create(model=NATIVE, input="again", previous_response_id=done.id)
     assert follow.status == "completed"
     assert upstream.responses_requests()[-1].body["input"][1] == REASONING
+
+
+def test_a_client_that_hangs_up_at_response_completed_has_its_turn_stored(
+    url: str, upstream: FakeUpstream
+) -> None:
+    """Codex stops reading at `response.completed`: the turn is stored before that
+    event goes out, so its leaving cancels nothing (long replies: storing one takes a
+    while, counting its tokens)."""
+    headers = {"Authorization": "Bearer client-key", "X-Session-Id": "hangs-up"}
+    long = " ".join(f"w{i}" for i in range(100_000))
+    upstream.default = Reply(respond=lambda body: f"{long} reply {last_user_text(body)[-1]}")
+    for n in range(2):
+        body = {"model": NATIVE, "input": f"turn {n}", "stream": True}
+        with httpx.stream(
+            "POST", url + "/v1/responses", json=body, headers=headers, timeout=30
+        ) as response:
+            for line in response.iter_lines():
+                if line == "event: response.completed":
+                    break  # and leave, as Codex does
+        said = [m["content"] for m in stored(url, "hangs-up") if m["role"] == "assistant"]
+        assert [text[-7:] for text in said] == [f"reply {i}" for i in range(n + 1)]
 
 
 def test_other_deployments_keep_the_chat_translation(url: str, upstream: FakeUpstream) -> None:
