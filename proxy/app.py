@@ -25,6 +25,7 @@ from proxy.doors import Door, Framer, Inbound, field_label
 from proxy.doors.chat import ChatDoor
 from proxy.doors.messages import MessagesDoor, anthropic_error
 from proxy.doors.responses import ResponseIds, ResponsesDoor
+from proxy.doors.responses_compact import CompactDoor
 from proxy.engine import Engine, TurnEvents
 from proxy.errors import ProxyError
 from proxy.history import pause
@@ -391,7 +392,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
     chat = proxy.door(ChatDoor())
     messages = proxy.door(proxy.messages)
     ids = ResponseIds(tenant_secret(settings.session))
-    responses = proxy.door(ResponsesDoor(ids, settings.session.id_fields, store))
+    responses_door = ResponsesDoor(ids, settings.session.id_fields, store)
+    responses = proxy.door(responses_door)
+    compact = proxy.door(CompactDoor(responses_door))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -417,6 +420,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", proxy.count_tokens, methods=["POST"]),
             Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/responses/compact", compact, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/health/live", proxy.live, methods=["GET"]),
             Route("/health/ready", proxy.ready, methods=["GET"]),

@@ -19,16 +19,33 @@ from typing import Any, Protocol
 from proxy.messages import Message
 from proxy.summarize import render_transcript
 
-__all__ = ["answer", "asks_to_compact", "restarts", "resumes"]
+__all__ = [
+    "REQUEST",
+    "RESUMED",
+    "answer",
+    "answer_chunks",
+    "asks_to_compact",
+    "restarts",
+    "resumes",
+]
 
-# The openings of the agents' own prompts (Claude Code 2.1, Codex 0.169).
+# The proxy's own request for a summary (OpenAI's `responses/compact`), and the opening
+# of the summary it answers with, which the compacted conversation goes on from.
+REQUEST = (
+    "Summarize the conversation so far for whoever goes on with it: what was asked, "
+    "decided and done, what is still open, and every name, number and path it needs."
+)
+RESUMED = "This conversation goes on from a summary of its earlier part:\n\n"
+# The openings of the agents' own prompts (Claude Code 2.1, Codex 0.169), and ours.
 _REQUESTS = (
     "Your task is to create a detailed summary of the conversation so far",
     "You are performing a CONTEXT CHECKPOINT COMPACTION",
+    REQUEST[:60],
 )
 _RESUMED = (
     "This session is being continued from a previous conversation",
     "Another language model started to solve this problem and produced a summary",
+    RESUMED.strip(),
 )
 # Any other client's: a first message that says it is a summary, near its start.
 _SUMMARY = ("summary", "Summary", "SUMMARY", "summarized", "previous conversation")

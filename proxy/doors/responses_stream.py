@@ -32,7 +32,7 @@ def response_object(
         "output": output,
         "error": None,
         "incomplete_details": None,
-        "usage": _usage(usage) if usage else None,
+        "usage": response_usage(usage) if usage else None,
         **echo,
         "tools": echo.get("tools") or [],
         "tool_choice": echo.get("tool_choice") or "auto",
@@ -62,7 +62,8 @@ def output_items(message: dict[str, Any], names: ItemNames) -> list[dict[str, An
     return items
 
 
-def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+def response_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """Chat usage in the Responses API's terms."""
     prompt = usage.get("prompt_tokens") or 0
     completion = usage.get("completion_tokens") or 0
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0

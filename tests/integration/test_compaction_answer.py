@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from proxy import headers
+from proxy import compaction, headers
 from tests.conftest import MODEL
 from tests.integration.test_deploy_install import (
     CLAUDE,
@@ -164,3 +164,45 @@ def test_a_stale_summary_or_the_setting_off_leaves_the_answer_to_the_model(
     answer = send(url, "messages", CLAUDE, "stale", asking, stream=True)
     assert asked_for(upstream, CLAUDE_CODE) == 1  # the model wrote it
     assert answer.endswith("done.") and not answer.startswith(SUMMARY), answer[:300]
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["from-the-summary", "by-the-model"])
+def test_responses_compact_returns_a_conversation_that_goes_on_as_a_chapter(
+    fresh: bool, upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """OpenAI's `responses/compact` (Codex's remote compaction), by the openai SDK: the
+    user messages, then the summary as a user message; the conversation that goes on
+    from it is a chapter of the same session, the old one kept."""
+    upstream.default = Reply(respond=long_answers)
+    config = deploy_config(upstream)
+    config["context"] = {"max_summary_tokens": WINDOW if fresh else 64}
+    url = start_proxy(config)
+    messages = conversation(url, "responses", NATIVE, "compacts", stream=False)
+    stored = transcript_length(url, "compacts")
+    sdk = openai.OpenAI(
+        base_url=url + "/v1",
+        api_key=KEY,
+        max_retries=0,
+        default_headers={"X-Session-Id": "compacts"},
+        timeout=60,
+    )
+    raw = sdk.responses.with_raw_response.compact(model=NATIVE, input=messages)
+    compacted = raw.parse()
+    assert compacted.object == "response.compaction" and compacted.usage.output_tokens > 0
+    *kept, resumed = raw.http_response.json()["output"]
+    assert kept == [m for m in messages if m["role"] == "user"]  # the user messages
+    assert resumed["role"] == "user"
+    summary = resumed["content"][0]["text"]
+    assert summary.startswith(compaction.RESUMED)
+    assert asked_for(upstream, compaction.REQUEST) == (0 if fresh else 1)
+    if fresh:
+        assert summary.removeprefix(compaction.RESUMED).startswith(SUMMARY)
+        assert raw.headers[headers.SESSION_TURN] == "answered"
+    assert transcript_length(url, "compacts") == stored  # the request is not stored
+    going_on = [*kept, resumed, {"role": "user", "content": "turn 10"}]
+    assert send(url, "responses", NATIVE, "compacts", going_on, False).endswith("done.")
+    got = httpx.get(
+        url + "/v1/sessions/compacts", headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ).json()["messages"]
+    assert len(got) == stored + len(going_on) + 1  # a chapter after the old conversation
+    assert compaction.RESUMED.strip() in json.dumps(got[stored:])
