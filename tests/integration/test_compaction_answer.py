@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
 import httpx
 import openai
 import pytest
@@ -18,55 +17,21 @@ from proxy import compaction, headers
 from tests.conftest import MODEL
 from tests.integration.test_deploy_install import (
     CLAUDE,
+    KEY,
     NATIVE,
     WINDOW,
     deploy_config,
     long_answers,
+    send,
 )
 from tests.upstream import FakeUpstream, Reply
 
-KEY = "deploy-install-key-0123456789"
 SUMMARY = "The user sent numbered turns; each answer was long."  # the summarizer's, here
 CLAUDE_CODE = (
     "Your task is to create a detailed summary of the conversation so far, paying close "
     "attention to the user's explicit requests and your previous actions."
 )
 CODEX = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary."
-
-
-def send(
-    url: str, door: str, model: str, session: str, messages: list[dict[str, str]], stream: bool
-) -> str:
-    """The whole conversation through `door`, as an agent resends it; the reply's text."""
-    extra = {"X-Session-Id": session}
-    if door == "messages":
-        client = anthropic.Anthropic(
-            base_url=url, api_key=KEY, max_retries=0, default_headers=extra, timeout=60
-        )
-        if stream:
-            with client.messages.stream(model=model, max_tokens=256, messages=messages) as s:
-                final = s.get_final_message()
-        else:
-            final = client.messages.create(model=model, max_tokens=256, messages=messages)
-        assert final.stop_reason == "end_turn", final
-        return "".join(block.text for block in final.content if block.type == "text")
-    sdk = openai.OpenAI(
-        base_url=url + "/v1", api_key=KEY, max_retries=0, default_headers=extra, timeout=60
-    )
-    if door == "responses":
-        if stream:
-            with sdk.responses.stream(model=model, input=messages) as events:
-                response = events.get_final_response()
-        else:
-            response = sdk.responses.create(model=model, input=messages)
-        assert response.status == "completed", response
-        return response.output_text
-    if stream:
-        chunks = list(sdk.chat.completions.create(model=model, messages=messages, stream=True))
-        assert [c for c in chunks if c.choices][-1].choices[0].finish_reason == "stop"
-        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    reply = sdk.chat.completions.create(model=model, messages=messages)
-    return reply.choices[0].message.content or ""
 
 
 def conversation(url: str, door: str, model: str, session: str, stream: bool) -> list[dict]:

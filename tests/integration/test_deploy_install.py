@@ -88,36 +88,40 @@ def long_answers(body: dict[str, Any]) -> str:
 
 
 def turn(url: str, door: str, model: str, session: str, n: int, stream: bool) -> str:
-    """One turn of `session` through `door`, as its SDK sends it; the reply's text."""
+    """One turn of `session` through `door`, sent alone: the reply's text."""
+    return send(url, door, model, session, [{"role": "user", "content": f"turn {n}"}], stream)
+
+
+def send(
+    url: str, door: str, model: str, session: str, messages: list[dict[str, str]], stream: bool
+) -> str:
+    """`messages` through `door`, as its SDK sends them; the reply's text."""
     headers = {"X-Session-Id": session}
-    text = f"turn {n}"
     if door == "messages":
         client = anthropic.Anthropic(
             base_url=url, api_key=KEY, max_retries=0, default_headers=headers, timeout=60
         )
-        messages = [{"role": "user", "content": text}]
         if stream:
             with client.messages.stream(model=model, max_tokens=256, messages=messages) as s:
                 final = s.get_final_message()
         else:
             final = client.messages.create(model=model, max_tokens=256, messages=messages)
         assert final.stop_reason == "end_turn", final
-        return final.content[-1].text
+        return "".join(block.text for block in final.content if block.type == "text")
     sdk = openai.OpenAI(
         base_url=url + "/v1", api_key=KEY, max_retries=0, default_headers=headers, timeout=60
     )
     if door == "responses":
         if stream:
-            with sdk.responses.stream(model=model, input=text) as events:
+            with sdk.responses.stream(model=model, input=messages) as events:
                 response = events.get_final_response()
         else:
-            response = sdk.responses.create(model=model, input=text)
+            response = sdk.responses.create(model=model, input=messages)
         assert response.status == "completed", response
         return response.output_text
-    messages = [{"role": "user", "content": text}]
     if stream:
         chunks = list(sdk.chat.completions.create(model=model, messages=messages, stream=True))
-        assert chunks[-1].choices[0].finish_reason == "stop"
+        assert [c for c in chunks if c.choices][-1].choices[0].finish_reason == "stop"
         return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     reply = sdk.chat.completions.create(model=model, messages=messages)
     return reply.choices[0].message.content or ""

@@ -69,6 +69,25 @@ def state(version: int, checkpoint: Checkpoint | None) -> State:
     )
 
 
+def planned_request(budget: int, system_tokens: int) -> Request:
+    """A request for the conversation, with no system message or tools but
+    `system_tokens` (the model's input limit a quarter over the budget)."""
+    return Request(
+        model="gpt-4o-mini",
+        counter=TOKENIZER,
+        budget=budget,
+        input_limit=budget + budget // 4,
+        messages=CONVERSATION,
+        system=[],
+        conversation=CONVERSATION,
+        system_tokens=system_tokens,
+        tools_tokens=0,
+        mode="auto",
+        key=KEY,
+        size=None,
+    )
+
+
 async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_again() -> None:
     landed = Checkpoint(4, TRANSCRIPT[3].chain, ("They said hello.",), 5, "m", 1.0, {COUNTER: 40})
     history = History(state(2, landed))
@@ -80,20 +99,7 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
         CountCache(),
         None,  # type: ignore[arg-type]
     )
-    request = Request(
-        model="gpt-4o-mini",
-        counter=TOKENIZER,
-        budget=1000,
-        input_limit=1250,
-        messages=CONVERSATION,
-        system=[],
-        conversation=CONVERSATION,
-        system_tokens=3,
-        tools_tokens=0,
-        mode="auto",
-        key=KEY,
-        size=None,
-    )
+    request = planned_request(budget=1000, system_tokens=3)
     read_before = state(1, None)  # version 1: before the background summary was stored
     after, plan = await planning.summarized(request, read_before, (0, 4))
     assert history.reads == 1 and after.checkpoint == landed
@@ -132,20 +138,7 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
         CountCache(),
         None,  # type: ignore[arg-type]
     )
-    request = Request(
-        model="gpt-4o-mini",
-        counter=TOKENIZER,
-        budget=30,
-        input_limit=40,
-        messages=CONVERSATION,
-        system=[],
-        conversation=CONVERSATION,
-        system_tokens=40,  # more than the budget: no plan can fit
-        tools_tokens=0,
-        mode="auto",
-        key=KEY,
-        size=None,
-    )
+    request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
     with pytest.raises(ProxyError):
         await planning._background(request, 30)
     assert summaries.failures == [("gpt-4o-mini", "background")]
@@ -177,20 +170,7 @@ async def test_a_plan_never_sends_more_than_the_conversation_uncompressed(
     summary = " ".join(f"fact{i}" for i in range(words))
     covered = Checkpoint(4, TRANSCRIPT[3].chain, (summary,), words, "m", 1.0, {COUNTER: 40})
     planning = planned_with()
-    request = Request(
-        model="gpt-4o-mini",
-        counter=TOKENIZER,
-        budget=budget,
-        input_limit=budget + budget // 4,
-        messages=CONVERSATION,
-        system=[],
-        conversation=CONVERSATION,
-        system_tokens=3,
-        tools_tokens=0,
-        mode="auto",
-        key=KEY,
-        size=None,
-    )
+    request = planned_request(budget=budget, system_tokens=3)
     whole = 3 + 10 * len(TRANSCRIPT)  # the system's tokens and the transcript's
     plan = await planning.plan(request, state(1, covered), allow_summary=False)
     assert plan.tokens <= whole
