@@ -383,9 +383,9 @@ def test_codex_thirty_turns_with_a_tool_round_trip(
 def test_codex_compacts_on_its_own_and_keeps_its_session(
     upstream: FakeUpstream, start_proxy: Any, tmp_path: Path, caplog: Any
 ) -> None:
-    """Codex compacts when a reply's usage passes its limit, and that usage is what the
-    proxy sent: with the proxy in front, Codex compacts only below the proxy's budget
-    (set low here, 40k tokens), where the proxy has nothing to summarize yet. Each time
+    """Codex compacts when a reply's usage passes its limit (40k tokens here), and that
+    usage is what the proxy sent: with the proxy in front, Codex compacts only where its
+    limit is below the proxy's budget, before the proxy has anything to summarize. Each time
     it asks for a handoff summary (answered, not stored) and goes on with its kept user
     turns, its context in another order and the summary: a chapter of the same session
     each time, the old ones kept."""
