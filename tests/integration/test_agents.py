@@ -1,6 +1,7 @@
 """The real coding agents through the proxy, at full length: Claude Code (`claude -p`,
 then `--continue`, 32 turns with a tool round trip) on the Messages door and Codex
-(`codex exec`, then `exec resume --last`, 16 turns) on the Responses door, as installed
+(`codex exec`, then `exec resume --last`, 30 turns with a tool round trip) on the
+Responses door, and each compacting its own history on the way, as installed
 by the test command (tests/agents), against the loopback test upstream. Each runs with
 a home of its own and the README's own setup (its Claude Code exports and its Codex
 config.toml, only the port changed), and no proxy workaround: what they send beyond
@@ -41,7 +42,7 @@ CODEX_SETUP = snippet('wire_api = "responses"')
 def agents_config(upstream: FakeUpstream, native_responses: bool = False) -> dict[str, Any]:
     """The README's model names on the test upstream: Claude by the Messages API; the
     Codex model by chat completions, or (`native_responses`) by the Responses API, with
-    the window of the test's own model (its long replies outgrow it in 16 turns)."""
+    the window of the test's own model (its long replies outgrow it in about 12 turns)."""
     config = claude_config(upstream, auth={"keys": [{"key": KEY}]})
     config["model_list"][-1]["model_name"] = CLAUDE
     codex = {
