@@ -31,6 +31,20 @@ SECRET_REF = "os.environ/"
 KEY_HASH_PREFIX = "sha256:"
 _KEY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MIN_KEY_LENGTH = 20
+# Keys printed in LiteLLM's docs and example configs: whoever has read them has these.
+_EXAMPLE_KEYS = frozenset(
+    {
+        "sk-1234",
+        "sk-12345",
+        "sk-1234567890",
+        "sk-master-key",
+        "sk-my-master-key",
+        "sk-litellm-master-key",
+        "sk-my-litellm-master-key",
+        "changeme",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -254,6 +268,7 @@ def load_settings(
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
         raw = dict(loaded or {})
+    _check_master_key(raw, environ)
     before = set(environ)
     raw, refused = translate(raw, environ)
     if refused:
@@ -314,10 +329,36 @@ def _hashed_keys(settings: Settings, environ: dict[str, str]) -> Settings:
                             f"environment variable {variable} is not set"
                         )
                     key = environ[variable]
+                _check_strength(key, f"auth.{section}[{index}].key")
                 entry = entry.model_copy(update={"key": None, "key_hash": hash_key(key)})
             entries.append(entry)
         sections[section] = entries
     return settings.model_copy(update={"auth": settings.auth.model_copy(update=sections)})
+
+
+def _check_master_key(raw: dict[str, Any], environ: dict[str, str]) -> None:
+    """LiteLLM's `master_key` becomes an admin key: refuse a weak one under its own name."""
+    general = raw.get("general_settings")
+    master = general.get("master_key") if isinstance(general, dict) else None
+    if isinstance(master, str) and master:
+        if master.startswith(SECRET_REF):
+            master = environ.get(master[len(SECRET_REF) :]) or None
+        if master is not None:
+            _check_strength(master, "general_settings.master_key")
+
+
+def _check_strength(key: str, where: str) -> None:
+    """Refuse a key anyone could guess: short, or one that example configs publish."""
+    if key in _EXAMPLE_KEYS or key.lower() in _EXAMPLE_KEYS:
+        problem = "is an example key from published configs"
+    elif len(key) < MIN_KEY_LENGTH:
+        problem = f"is shorter than {MIN_KEY_LENGTH} characters"
+    else:
+        return
+    raise ConfigError(
+        f"{where}: refusing a weak proxy key: it {problem}; "
+        "use a long random one (`openssl rand -hex 32`)"
+    )
 
 
 _UNKNOWN_SECTION = (

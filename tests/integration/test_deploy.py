@@ -158,8 +158,8 @@ def k8s_environment(container: dict[str, Any]) -> dict[str, str]:
 # What the example config's `os.environ/` references need, as a deployment provides it.
 EXAMPLE_ENV = {
     "OPENAI_API_KEY": "sk-example",
-    "PROXY_API_KEY": "proxy-key-example",
-    "PROXY_ADMIN_KEY": "proxy-admin-key-example",
+    "PROXY_API_KEY": "proxy-key-example-0123456789",
+    "PROXY_ADMIN_KEY": "proxy-admin-key-example-0123456789",
 }
 
 

@@ -45,7 +45,7 @@ def user(text: str) -> dict[str, str]:
 
 
 def stored(url: str, session: str) -> list[dict[str, Any]]:
-    auth = {"Authorization": "Bearer client-key"}
+    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
     return httpx.get(f"{url}/v1/sessions/{session}", headers=auth).json()["messages"]
 
 
@@ -138,7 +138,7 @@ def test_a_response_of_another_session_is_read_from_its_own(
 
 
 def _sessions(url: str) -> list[dict[str, Any]]:
-    auth = {"Authorization": "Bearer client-key"}
+    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
     return httpx.get(f"{url}/v1/sessions", headers=auth).json()["data"]
 
 
@@ -148,17 +148,17 @@ def test_unknown_references_are_a_400_naming_the_id(
     """Not an id of the proxy's, another key's, one whose session was deleted, one of a
     response that was never stored, a call its response never made: each a 400 that
     names the id and `input`; the upstream is never called."""
-    keys = {"keys": [{"key": "client-key"}, {"key": "other-key"}]}
+    keys = {"keys": [{"key": "client-key-0123456789abcdef"}, {"key": "other-key-0123456789abcdef"}]}
     url = start_proxy(proxy_config(upstream, auth=keys))
     client = sdk(url)
     kept = client.responses.create(model=MODEL, input="I am Ada")
     unstored = client.responses.create(model=MODEL, input="Hi", store=False)
     gone = sdk(url, **{"X-Session-Id": "gone"}).responses.create(model=MODEL, input="Bye")
-    auth = {"Authorization": "Bearer client-key"}
+    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
     assert httpx.delete(f"{url}/v1/sessions/gone", headers=auth).status_code == 200
     cases = [
         (client, "msg_0123"),
-        (sdk(url, key="other-key"), kept.output[0].id),
+        (sdk(url, key="other-key-0123456789abcdef"), kept.output[0].id),
         (client, gone.output[0].id),
         (client, unstored.output[0].id),
         (client, kept.output[0].id.replace("msg_", "fc_")),

@@ -282,14 +282,14 @@ def test_a_key_limited_to_a_wildcard_route_may_use_what_it_matches(
     upstream: FakeUpstream, start_proxy
 ) -> None:
     config = proxy_config(
-        upstream, auth={"keys": [{"key": "team-key-0123456789", "models": ["team/*"]}]}
+        upstream, auth={"keys": [{"key": "team-key-0123456789abcdef", "models": ["team/*"]}]}
     )
     params = config["model_list"][0]["litellm_params"]
     config["model_list"].append(
         {"model_name": "team/*", "litellm_params": {**params, "model": "openai/*"}}
     )
     url = start_proxy(config)
-    team = sdk(url, "team-key-0123456789")
+    team = sdk(url, "team-key-0123456789abcdef")
     assert team.chat.completions.create(model="team/gpt-4o", messages=SAY).choices
     with pytest.raises(openai.PermissionDeniedError):
         team.chat.completions.create(model=MODEL, messages=SAY)

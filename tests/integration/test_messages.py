@@ -173,14 +173,16 @@ def test_a_stream_cut_off_ends_with_an_error_event_and_stores_nothing(
 
 
 def test_errors_are_anthropic_shaped(upstream: FakeUpstream, start_proxy: Any) -> None:
-    url = start_proxy(claude_config(upstream, auth={"keys": [{"key": "sk-proxy-key-0001"}]}))
+    url = start_proxy(
+        claude_config(upstream, auth={"keys": [{"key": "sk-proxy-key-0123456789abcdef"}]})
+    )
     with pytest.raises(anthropic.AuthenticationError) as denied:
         client(url, key="sk-wrong-key-0000").messages.create(
             model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
     assert denied.value.body["type"] == "error"
     assert denied.value.body["error"]["type"] == "authentication_error"
-    sdk = client(url, key="sk-proxy-key-0001")
+    sdk = client(url, key="sk-proxy-key-0123456789abcdef")
     with pytest.raises(anthropic.BadRequestError) as bad:
         sdk.messages.create(
             model=CLAUDE,
@@ -195,7 +197,9 @@ def test_errors_are_anthropic_shaped(upstream: FakeUpstream, start_proxy: Any) -
             model=CLAUDE, max_tokens=10, messages=[{"role": "user", "content": "x"}]
         )
     assert failed.value.body["type"] == "error"
-    assert stored_session(url, "/v1/sessions/s1", "sk-proxy-key-0001").status_code == 404
+    assert (
+        stored_session(url, "/v1/sessions/s1", "sk-proxy-key-0123456789abcdef").status_code == 404
+    )
 
 
 def test_count_tokens_is_what_the_proxy_would_send(upstream: FakeUpstream, start_proxy: Any):

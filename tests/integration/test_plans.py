@@ -17,7 +17,7 @@ from tests.integration.test_metrics import delta, scrape
 from tests.integration.test_recall_memory import ask, client, drive, model_calls, start
 from tests.upstream import FakeUpstream
 
-KEY = {"Authorization": "Bearer key-a"}
+KEY = {"Authorization": "Bearer tenant-a-key-0123456789"}
 
 
 def get(url: str, path: str) -> Any:

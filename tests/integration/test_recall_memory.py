@@ -27,7 +27,9 @@ def start(start_proxy, upstream: FakeUpstream, **sections: dict[str, Any]) -> st
     return start_proxy(config)
 
 
-def client(url: str, session: str, key: str = "key-a", **headers: str) -> openai.OpenAI:
+def client(
+    url: str, session: str, key: str = "tenant-a-key-0123456789", **headers: str
+) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=url + "/v1",
         api_key=key,
@@ -85,7 +87,9 @@ def test_summarized_facts_come_back_when_the_conversation_turns_to_them(
 
     # People and tools can search the whole session.
     fact = script.facts[0]
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
+    ) as http:
         found = http.get(f"/v1/sessions/{session}/search", params={"q": fact.subject})
         assert found.status_code == 200
         top = [str(match["messages"]) for match in found.json()["data"][:3]]
@@ -150,7 +154,7 @@ def test_memory_carries_current_facts_to_a_new_session(
         upstream,
         session=store,
         memory={"enabled": True},
-        auth={"keys": [{"key": "key-a"}, {"key": "key-b"}]},
+        auth={"keys": [{"key": "tenant-a-key-0123456789"}, {"key": "tenant-b-key-0123456789"}]},
     )
     memory = {"X-Memory-Id": "team-memory"}
     first = client(url, "monday", **memory)
@@ -170,19 +174,28 @@ def test_memory_carries_current_facts_to_a_new_session(
     assert "travel budget: $3,796" in block and "$4,250" not in block
     assert "billing lead: Maria Chen" in block
 
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
+    ) as http:
         facts = http.get("/v1/memories/team-memory").json()["facts"]
         old = next(f for f in facts if f["value"] == "$4,250")
         assert old["superseded_by"] == "$3,796"
         assert {f["session"] for f in facts} == {"monday"}
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-b"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-b-key-0123456789"}
+    ) as http:
         assert http.get("/v1/memories/team-memory").status_code == 404  # another tenant
         assert http.delete("/v1/memories/team-memory").status_code == 404
     # Another tenant's session with the same memory id gets nothing of it.
-    ask(client(url, "wednesday", key="key-b", **memory), "What is the travel budget?")
+    ask(
+        client(url, "wednesday", key="tenant-b-key-0123456789", **memory),
+        "What is the travel budget?",
+    )
     assert memory_block(model_calls(upstream)[-1]) is None
 
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
+    ) as http:
         assert http.delete("/v1/memories/team-memory").json()["deleted"] is True
         assert http.get("/v1/memories/team-memory").status_code == 404
     ask(client(url, "thursday", **memory), "What is the travel budget these days?")
@@ -235,7 +248,7 @@ def test_memory_recalls_verbatim_what_no_fact_was_read_from(
         upstream,
         session=store,
         memory={"enabled": True},
-        auth={"keys": [{"key": "key-a"}, {"key": "key-b"}]},
+        auth={"keys": [{"key": "tenant-a-key-0123456789"}, {"key": "tenant-b-key-0123456789"}]},
     )
     memory = {"X-Memory-Id": "team"}
     said = "Nobody wrote it down, but Jonas says the harbor codename is BLUE HERON."
@@ -245,7 +258,9 @@ def test_memory_recalls_verbatim_what_no_fact_was_read_from(
         history.append({"role": "user", "content": text})
         reply = chat.chat.completions.create(model=MODEL, messages=history)
         history.append({"role": "assistant", "content": reply.choices[0].message.content})
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
+    ) as http:
         record = http.get("/v1/memories/team").json()
     assert all("HERON" not in fact["value"] for fact in record["facts"])  # not a fact
     # What the session said counts its first turn and the turns that stated facts.
@@ -258,5 +273,8 @@ def test_memory_recalls_verbatim_what_no_fact_was_read_from(
     assert body["messages"][-2]["content"] == block  # just before the newest message
     assert "Let's talk about lunch" not in block
 
-    ask(client(url, "wednesday", key="key-b", **memory), "What was the harbor codename?")
+    ask(
+        client(url, "wednesday", key="tenant-b-key-0123456789", **memory),
+        "What was the harbor codename?",
+    )
     assert memory_recall_block(model_calls(upstream)[-1]) is None

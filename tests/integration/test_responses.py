@@ -144,24 +144,29 @@ def test_a_cut_stream_fails_and_cannot_be_continued(proxy_url: str, upstream: Fa
 
 
 def test_response_ids_belong_to_their_tenant(upstream: FakeUpstream, start_proxy: Any) -> None:
-    keys = [{"key": "sk-tenant-a-0001", "tenant": "a"}, {"key": "sk-tenant-b-0002", "tenant": "b"}]
+    keys = [
+        {"key": "sk-tenant-a-0123456789abcdef", "tenant": "a"},
+        {"key": "sk-tenant-b-0123456789abcdef", "tenant": "b"},
+    ]
     url = start_proxy(proxy_config(upstream, auth={"keys": keys}))
-    mine = sdk(url, "sk-tenant-a-0001").responses.create(model=MODEL, input="secret plan")
+    mine = sdk(url, "sk-tenant-a-0123456789abcdef").responses.create(
+        model=MODEL, input="secret plan"
+    )
     with pytest.raises(openai.NotFoundError) as denied:
-        sdk(url, "sk-tenant-b-0002").responses.create(
+        sdk(url, "sk-tenant-b-0123456789abcdef").responses.create(
             model=MODEL, input="tell me", previous_response_id=mine.id
         )
     assert "secret plan" not in str(denied.value.body)
     with pytest.raises(openai.NotFoundError):
-        sdk(url, "sk-tenant-a-0001").responses.create(
+        sdk(url, "sk-tenant-a-0123456789abcdef").responses.create(
             model=MODEL, input="x", previous_response_id=mine.id[:-3] + "AAA"
         )
-    older = sdk(url, "sk-tenant-a-0001").responses.create(
+    older = sdk(url, "sk-tenant-a-0123456789abcdef").responses.create(
         model=MODEL, input="go on", previous_response_id=mine.id
     )
     assert older.status == "completed"
     with pytest.raises(openai.ConflictError):  # a branch from a response already continued
-        sdk(url, "sk-tenant-a-0001").responses.create(
+        sdk(url, "sk-tenant-a-0123456789abcdef").responses.create(
             model=MODEL, input="again", previous_response_id=mine.id
         )
 

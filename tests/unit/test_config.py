@@ -23,7 +23,7 @@ router_settings:
 litellm_settings:
   drop_params: true
 general_settings:
-  master_key: sk-1234
+  master_key: sk-master-0123456789abcdef
 """
 
 
@@ -143,7 +143,9 @@ def test_litellm_sections_become_settings_or_one_line_refusals(tmp_path: Path) -
     environ = {"OPENAI_API_KEY": "sk-x"}
     settings = load_settings(write(tmp_path, text), environ=environ)
     assert settings.server.drop_params is True
-    assert [key.key_hash for key in settings.auth.admin_keys] == [hash_key("sk-1234")]
+    assert [key.key_hash for key in settings.auth.admin_keys] == [
+        hash_key("sk-master-0123456789abcdef")
+    ]
     assert settings.auth.required()
 
     conflicting = LITELLM_CONFIG.replace("drop_params: true", "num_retries: 5")
@@ -157,6 +159,42 @@ def test_litellm_sections_become_settings_or_one_line_refusals(tmp_path: Path) -
     )
     with pytest.raises(ConfigError, match=r"model_group_alias.gpt-4: `gpt-5` is not in model_list"):
         load_settings(write(tmp_path, alias), environ=environ)
+
+
+@pytest.mark.parametrize(
+    ("auth", "environ", "where", "problem"),
+    [
+        (
+            "general_settings:\n  master_key: sk-1234\n",
+            {},
+            "general_settings.master_key",
+            "example",
+        ),
+        (
+            "general_settings:\n  master_key: os.environ/MASTER\n",
+            {"MASTER": "sk-1234"},
+            "general_settings.master_key",
+            "example",
+        ),
+        ("auth:\n  keys:\n    - key: k\n", {}, "auth.keys[0].key", "shorter than 20"),
+        (
+            "auth:\n  admin_keys:\n    - key: os.environ/ADMIN\n",
+            {"ADMIN": "sk-admin-0123456"},
+            "auth.admin_keys[0].key",
+            "shorter than 20",
+        ),
+        ("auth:\n  keys:\n    - key: sk-litellm-master-key\n", {}, "auth.keys[0].key", "example"),
+    ],
+)
+def test_weak_keys_are_refused_in_one_line(
+    tmp_path: Path, auth: str, environ: dict[str, str], where: str, problem: str
+) -> None:
+    """A guessable key would let anyone spend the provider keys: the proxy does not start."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write(tmp_path, auth), environ=environ)
+    message = str(refused.value)
+    assert message.startswith(f"{where}: refusing a weak proxy key") and problem in message
+    assert "\n" not in message and "sk-1234" not in message and "sk-admin" not in message
 
 
 def test_environment_variables_fill_only_what_is_unset() -> None:
