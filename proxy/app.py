@@ -115,6 +115,7 @@ class Proxy:
             else _mode(request.headers.get(headers.SESSION_MODE)),
             budget_ratio=_ratio(request.headers.get(headers.BUDGET_RATIO)),
             provider_key=caller.provider_key,
+            models=caller.models,
             secrets=caller.presented,
             body=body,
             continues=inbound.continues,
@@ -175,27 +176,35 @@ class Proxy:
         dropped = self._dropped(door, inbound, native, sent)
         if dropped:
             response_headers[headers.DROPPED] = ", ".join(dropped)
-        if inbound.stream:
-            events = await unless_disconnected(
-                request, self.engine.stream(inbound.body, context, telemetry, native)
+        refused = self.upstream.refused_fallbacks(model, caller.models)
+        if refused:  # said on the answer, and on the error when no fallback was left
+            response_headers[headers.FALLBACKS_REFUSED] = ", ".join(refused)
+        try:
+            if inbound.stream:
+                events = await unless_disconnected(
+                    request, self.engine.stream(inbound.body, context, telemetry, native)
+                )
+                try:
+                    framer = door.framer(inbound, events.turn)
+                except BaseException:
+                    await events.aclose()
+                    raise
+                telemetry.stream = True
+                return TurnStream(
+                    self._sse(events, telemetry, caller, framer),
+                    finish=events.aclose,
+                    media_type="text/event-stream",
+                    headers=response_headers
+                    | events.turn.response_headers()
+                    | {"Cache-Control": "no-cache"},
+                )
+            turn, completion = await unless_disconnected(
+                request, self.engine.complete(inbound.body, context, telemetry, native)
             )
-            try:
-                framer = door.framer(inbound, events.turn)
-            except BaseException:
-                await events.aclose()
-                raise
-            telemetry.stream = True
-            return TurnStream(
-                self._sse(events, telemetry, caller, framer),
-                finish=events.aclose,
-                media_type="text/event-stream",
-                headers=response_headers
-                | events.turn.response_headers()
-                | {"Cache-Control": "no-cache"},
-            )
-        turn, completion = await unless_disconnected(
-            request, self.engine.complete(inbound.body, context, telemetry, native)
-        )
+        except ProxyError as exc:
+            if refused:
+                exc.headers = (exc.headers or {}) | {headers.FALLBACKS_REFUSED: ", ".join(refused)}
+            raise
         return door.reply(completion, inbound, turn, response_headers | turn.response_headers())
 
     def _dropped(

@@ -112,13 +112,13 @@ class Engine:
                 observer.upstream_started()
                 request = native.request(turn.body, turn.compression == "summary")
                 reply = await self.upstream.native_complete(
-                    native.api, request, context.provider_key
+                    native.api, request, context.provider_key, context.models
                 )
                 completion = Completion(native.completion(reply), native=reply)
             else:
                 observer.upstream_started()
                 completion = await self.upstream.complete(
-                    turn.body, turn.messages_json, context.provider_key
+                    turn.body, turn.messages_json, context.provider_key, context.models
                 )
             observer.upstream_finished()
             usage = completion.data.get("usage")
@@ -149,10 +149,12 @@ class Engine:
             if native is not None:
                 request = native.request(turn.body, turn.compression == "summary")
                 events = await self.upstream.native_stream(
-                    native.api, request, native.stream(), key
+                    native.api, request, native.stream(), key, context.models
                 )
             else:
-                events = await self.upstream.stream(turn.body, turn.messages_json, key)
+                events = await self.upstream.stream(
+                    turn.body, turn.messages_json, key, context.models
+                )
         except BaseException:
             await self._finish(turn)
             raise

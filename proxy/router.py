@@ -128,7 +128,7 @@ def _openai_base(params: dict[str, Any]) -> str:
 # Routing strategies that need nothing from LiteLLM's logging callbacks: with others
 # (latency-, usage- or cost-based), every call goes through `litellm.acompletion`.
 _LEAN_STRATEGIES = frozenset({"simple-shuffle"})
-_FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
 
 
 def lean_models(settings: Settings) -> frozenset[str]:
@@ -142,7 +142,7 @@ def lean_models(settings: Settings) -> frozenset[str]:
         ok = is_openai_compatible(entry.litellm_params)
         compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
     edges: dict[str, set[str]] = {}
-    for key in _FALLBACK_SETTINGS:
+    for key in FALLBACK_SETTINGS:
         for rule in router.get(key) or []:
             for name, targets in rule.items() if isinstance(rule, dict) else ():
                 edges.setdefault(name, set()).update(targets or [])

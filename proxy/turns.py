@@ -42,6 +42,7 @@ class RequestContext:
     mode: Mode = "auto"
     budget_ratio: float | None = None  # overrides context.budget_ratio, for this request only
     provider_key: str | None = None  # passthrough: the caller's own provider key
+    models: frozenset[str] | None = None  # all the caller's key may use (None: every one)
     secrets: tuple[str, ...] = ()  # what the caller presented: never logged
     body: bytes = b""  # the raw request body: its size bounds its tokens
     # The transcript length the request continues from (a Responses API

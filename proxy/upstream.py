@@ -27,7 +27,7 @@ from proxy.models import OPENAI_OWN, Models
 from proxy.native import NativeApi, NativeStream, native_events, native_json
 from proxy.openai_compatible import Completion, DirectClient, Events
 from proxy.redaction import Redactor
-from proxy.router import lean_models, native_models, router_for
+from proxy.router import FALLBACK_SETTINGS, lean_models, native_models, router_for
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
@@ -160,16 +160,19 @@ class Upstream:
         params: dict[str, Any],
         messages_json: bytes | None = None,
         api_key: str | None = None,
+        models: frozenset[str] | None = None,
     ) -> Completion:
         """A completion; `messages_json`, when given, is `params["messages"]` serialized;
-        `api_key`, when given, replaces the deployment's (passthrough)."""
+        `api_key`, when given, replaces the deployment's (passthrough); `models`, when
+        given, are all the caller's key may use, fallbacks included."""
         params = params | {"stream": False}
         messages_json = _encoded(params, messages_json)
+        options = self._options(api_key, models)
 
         async def call() -> Any:
             if params["model"] in self.lean_models:
-                return await self._routed(self._direct.complete, params, messages_json, api_key)
-            return await self._call(params, api_key)
+                return await self._routed(self._direct.complete, params, messages_json, options)
+            return await self._call(params, options)
 
         try:
             response = await _within(self._settings.server.request_timeout_seconds, call())
@@ -184,19 +187,21 @@ class Upstream:
         params: dict[str, Any],
         messages_json: bytes | None = None,
         api_key: str | None = None,
+        models: frozenset[str] | None = None,
     ) -> AsyncIterator[Events]:
         """The stream's events. The call is made, and its first events read, before
         this returns: a failure before any byte reaches the client (an error as the first
         event included) surfaces here, as an error status."""
         params = params | {"stream": True}
         messages_json = _encoded(params, messages_json)
+        options = self._options(api_key, models)
 
         async def opened() -> tuple[Events, AsyncIterator[Events]]:
             if params["model"] in self.lean_models:
                 call = self._direct.stream
-                events = await self._routed(call, params, messages_json, api_key)
+                events = await self._routed(call, params, messages_json, options)
             else:
-                events = self._chunks(await self._call(params, api_key))
+                events = self._chunks(await self._call(params, options))
             return await anext(events), events
 
         try:
@@ -211,10 +216,15 @@ class Upstream:
         return model in self._native[api]
 
     async def native_complete(
-        self, api: NativeApi, request: dict[str, Any], api_key: str | None = None
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        api_key: str | None = None,
+        models: frozenset[str] | None = None,
     ) -> dict[str, Any]:
         """One reply of the provider's own API, through LiteLLM's route for it."""
-        call = self._native_call(api, request | {"stream": False}, api_key)
+        options = self._options(api_key, models)
+        call = self._native_call(api, request | {"stream": False}, options)
         try:
             response = await _within(self._settings.server.request_timeout_seconds, call)
         except Exception as exc:
@@ -227,12 +237,14 @@ class Upstream:
         request: dict[str, Any],
         reader: NativeStream,
         api_key: str | None = None,
+        models: frozenset[str] | None = None,
     ) -> AsyncIterator[Events]:
         """The provider's own events, read by the door's `reader`; opened (its first
         event read) before this returns, as `stream` is."""
+        options = self._options(api_key, models)
 
         async def opened() -> tuple[Events, AsyncIterator[Events]]:
-            response = await self._native_call(api, request | {"stream": True}, api_key)
+            response = await self._native_call(api, request | {"stream": True}, options)
             events = native_events(api, response, reader)
             return await anext(events), events
 
@@ -244,11 +256,10 @@ class Upstream:
         return self._relayed(first, events, api_key)
 
     async def _native_call(
-        self, api: NativeApi, request: dict[str, Any], api_key: str | None
+        self, api: NativeApi, request: dict[str, Any], options: dict[str, Any]
     ) -> Any:
         assert self._router is not None  # native models are configured models
-        options: dict[str, Any] = {"timeout": self._settings.server.request_timeout_seconds}
-        options |= _credentials(api_key)
+        options = options | {"timeout": self._settings.server.request_timeout_seconds}
         if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
             options["drop_params"] = True
         if api == "anthropic_messages":
@@ -256,7 +267,7 @@ class Upstream:
         return await self._router.aresponses(**request, **options)
 
     async def _routed(
-        self, call: Any, params: dict[str, Any], messages: bytes | None, api_key: str | None
+        self, call: Any, params: dict[str, Any], messages: bytes | None, options: dict[str, Any]
     ) -> Any:
         """`call` on the deployment the Router picks, with its retries and fallbacks."""
         assert self._router is not None
@@ -268,7 +279,7 @@ class Upstream:
             openai_payload=payload,
             openai_messages=messages,
             timeout=self._settings.server.request_timeout_seconds,
-            **_credentials(api_key),
+            **options,
         )
 
     async def _relayed(
@@ -297,9 +308,8 @@ class Upstream:
                 with contextlib.suppress(Exception):  # must not mask the real failure
                     await close()
 
-    async def _call(self, params: dict[str, Any], api_key: str | None) -> Any:
-        options: dict[str, Any] = {"timeout": self._settings.server.request_timeout_seconds}
-        options |= _credentials(api_key)
+    async def _call(self, params: dict[str, Any], options: dict[str, Any]) -> Any:
+        options = options | {"timeout": self._settings.server.request_timeout_seconds}
         if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
             options["drop_params"] = True
         own = {name: params[name] for name in OPENAI_OWN if name in params}
@@ -309,6 +319,49 @@ class Upstream:
         if self._router is not None and self.models.served_as(params["model"]) is not None:
             return await self._router.acompletion(**params, **options)
         return await litellm.acompletion(**params, **options)
+
+    def _options(self, api_key: str | None, models: frozenset[str] | None) -> dict[str, Any]:
+        """The Router's arguments for one caller: their own provider key (passthrough),
+        and, for a key limited to some models, the fallbacks left to it."""
+        options = _credentials(api_key)
+        if models is not None:
+            options |= self._fallbacks(models)[0]
+        return options
+
+    def refused_fallbacks(self, model: str, models: frozenset[str] | None) -> list[str]:
+        """The fallbacks of `model` (its own and the default ones) that a key limited to
+        `models` may not use, so the Router will not try them for it."""
+        if models is None or self._router is None:
+            return []
+        refused = self._fallbacks(models)[1]
+        return sorted({*refused.get(model, ()), *refused.get("*", ())})
+
+    def _fallbacks(
+        self, models: frozenset[str]
+    ) -> tuple[dict[str, list[dict[str, list[Any]]]], dict[str, set[str]]]:
+        """The Router's fallback lists cut to the models a key may use (a model named or
+        served by its wildcard route, as `Principal.may_use`), and what was cut, by the
+        model it fell back from."""
+        if self._router is None:
+            return {}, {}
+        options: dict[str, list[dict[str, list[Any]]]] = {}
+        refused: dict[str, set[str]] = {}
+        for setting in FALLBACK_SETTINGS:
+            rules = getattr(self._router, setting, None) or []
+            kept = []
+            for rule in rules:
+                for source, targets in rule.items() if isinstance(rule, dict) else ():
+                    allowed = []
+                    for target in targets or []:
+                        name = target.get("model") if isinstance(target, dict) else target
+                        served = self.models.served_as(name) if isinstance(name, str) else None
+                        if isinstance(name, str) and (name in models or served in models):
+                            allowed.append(target)
+                        else:
+                            refused.setdefault(source, set()).add(str(name))
+                    kept.append({source: allowed})
+            options[setting] = kept
+        return options, refused
 
     def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
         """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
@@ -382,7 +435,7 @@ def _unfinished() -> litellm.APIError:
     )
 
 
-def _credentials(api_key: str | None) -> dict[str, str]:
+def _credentials(api_key: str | None) -> dict[str, Any]:
     """Call arguments that put the caller's own key in place of the deployment's."""
     return {"api_key": api_key} if api_key else {}
 
