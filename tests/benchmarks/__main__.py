@@ -1,5 +1,8 @@
 """`python -m tests.benchmarks [overhead|history|stores|context|scorecard|all|soak] [--quick]`.
 
+`soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
+all three doors (`tests/benchmarks/soak.py`).
+
 Benchmarks print ratios from one run on this machine; they are not part of the test
 suite (timings on shared machines are noisy), but `tests/benchmarks/test_harness.py`
 runs each one in its quick form.
@@ -37,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak"))
     parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
+    parser.add_argument(
+        "--growing", action="store_true", help="soak: 40 growing sessions on all three doors"
+    )
+    parser.add_argument("--minutes", type=float, help="soak: how long (default 10, growing 15)")
+    parser.add_argument(
+        "--trace", type=Path, help="soak --growing: tracemalloc snapshots into this directory"
+    )
     args = parser.parse_args(argv)
     # The scorecard imports the proxy, and with it LiteLLM: a few hundred thousand
     # objects that a full collection in this client walks for ~170 ms, which `history`
@@ -58,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
                 text = asyncio.run(history.benchmark(Path(directory), rounds))
             elif name == "stores":
                 text = asyncio.run(stores.benchmark(20 if args.quick else 200))
+            elif name == "soak" and args.growing:
+                seconds = 20 if args.quick else soak.GROWING_SECONDS
+                seconds = args.minutes * 60 if args.minutes else seconds
+                text = asyncio.run(soak.growing(Path(directory), seconds, trace=args.trace))
             elif name == "soak":
                 seconds = 8 if args.quick else 600
+                seconds = args.minutes * 60 if args.minutes else seconds
                 text = asyncio.run(soak.benchmark(Path(directory), seconds))
             elif name == "scorecard":
                 text = scorecard.benchmark(Path(directory), quick=args.quick)

@@ -2,8 +2,10 @@
 
 It answers at once (echoing the last user message), keeps no record of requests and
 estimates usage cheaply, so what a benchmark times is the client and the proxy, not
-the fake provider. With `--faults` (the soak benchmark), a last user message holding
-`[fail]` gets a 500, `[slow]` an answer after 2 s, `[cut]` a stream cut after two chunks.
+the fake provider. With `--faults` (the soak benchmarks), every answer is short (the
+echo's first 200 characters, in each of the three APIs it speaks), and a last user
+message holding `[fail]` gets a 500, `[slow]` an answer after 2 s, `[cut]` a stream cut
+after two chunks.
 """
 
 from __future__ import annotations
@@ -13,11 +15,17 @@ from typing import Any
 
 import uvicorn
 
+from tests import upstream_messages, upstream_responses
 from tests.upstream import FakeUpstream, Reply
 
 
 def faulty(body: dict[str, Any]) -> str | Reply:
-    text = str(body["messages"][-1].get("content"))
+    if "input" in body:  # the Responses API
+        text = upstream_responses.last_user_text(body)
+    elif isinstance(body["messages"][-1].get("content"), list):  # the Messages API's blocks
+        text = upstream_messages.last_user_text(body)
+    else:
+        text = str(body["messages"][-1].get("content"))
     if "[fail]" in text:
         return Reply(status=500, error_message="injected failure")
     if "[slow]" in text:

@@ -1,0 +1,37 @@
+"""`context-proxy serve` under tracemalloc, for the soak's `--trace` (no debug code in
+the proxy): `python -m tests.benchmarks.traced DIRECTORY FRAMES serve --config …`.
+
+Each SIGUSR1 writes a snapshot, `DIRECTORY/snapshot-N.pickle` (N counts from 1), after
+a full collection, so the soak can compare what is allocated at two times.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import sys
+import tracemalloc
+from pathlib import Path
+from types import FrameType
+
+
+def main(directory: Path, frames: int, argv: list[str]) -> int:
+    tracemalloc.start(frames)
+    taken = 0
+
+    def snapshot(signum: int, frame: FrameType | None) -> None:
+        nonlocal taken
+        taken += 1
+        gc.collect()
+        path = directory / f"snapshot-{taken}.pickle"
+        tracemalloc.take_snapshot().dump(str(path.with_suffix(".part")))
+        path.with_suffix(".part").rename(path)  # whole once it is there
+
+    signal.signal(signal.SIGUSR1, snapshot)
+    from proxy.cli import main as cli
+
+    return cli(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]))
