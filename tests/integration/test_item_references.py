@@ -17,6 +17,8 @@ from tests.integration.test_native_responses import REASONING, native_config
 from tests.integration.test_responses import TOOLS, sdk, weather_call
 from tests.upstream import FakeUpstream, Reply
 
+KEY = "client-key-0123456789abcdef"
+
 NATIVE = "gpt-native"  # a reasoning model in the Responses API (test_native_responses)
 
 
@@ -45,7 +47,7 @@ def user(text: str) -> dict[str, str]:
 
 
 def stored(url: str, session: str) -> list[dict[str, Any]]:
-    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
+    auth = {"Authorization": f"Bearer {KEY}"}
     return httpx.get(f"{url}/v1/sessions/{session}", headers=auth).json()["messages"]
 
 
@@ -58,7 +60,7 @@ def test_references_to_text_and_calls_on_the_chat_translation(
     continues that one session."""
     upstream.queue(Reply(content="Let me check.", tool_calls=[weather_call("call_7")]))
     upstream.queue(Reply(content="It is cold."))
-    client = sdk(url)
+    client = sdk(url, KEY)
     first = create(client, stream, model=MODEL, input=[user("Weather in Oslo?")], tools=TOOLS)
     text, call = first.output
     assert (text.type, call.type) == ("message", "function_call")
@@ -92,7 +94,7 @@ def test_references_in_the_responses_api_send_the_providers_own_items(
     (which name their place), and a reference brings back the provider's own item, with
     its id and encrypted reasoning, as the provider sent it."""
     upstream.queue(Reply(content="Hello Ada.", blocks=[REASONING]))
-    client = sdk(url, **{"X-Session-Id": f"native-{stream}"})
+    client = sdk(url, KEY, **{"X-Session-Id": f"native-{stream}"})
     first = create(client, stream, model=NATIVE, input=[user("I am Ada")])
     reasoning, message = first.output
     assert reasoning.id != REASONING["id"] and reasoning.encrypted_content
@@ -112,7 +114,7 @@ def test_items_echoed_whole_go_back_under_the_providers_ids(
     """A client that sends its earlier output whole (`store: false`) echoes the proxy's
     ids: the provider gets its items under the ids it gave them."""
     upstream.queue(Reply(content="Hello Ada.", blocks=[REASONING]))
-    client = sdk(url, **{"X-Session-Id": "whole"})
+    client = sdk(url, KEY, **{"X-Session-Id": "whole"})
     first = client.responses.create(model=NATIVE, input=[user("I am Ada")], store=False)
     echoed = [item.model_dump(exclude_none=True) for item in first.output]
     assert echoed[0]["id"].endswith("~" + REASONING["id"])
@@ -128,9 +130,9 @@ def test_a_response_of_another_session_is_read_from_its_own(
 ) -> None:
     """A reference names its session; a request with a session header of its own takes
     the item from where the id says, and stays in its own session."""
-    client = sdk(url)
+    client = sdk(url, KEY)
     first = client.responses.create(model=MODEL, input="I am Ada")
-    moved = sdk(url, **{"X-Session-Id": "elsewhere"})
+    moved = sdk(url, KEY, **{"X-Session-Id": "elsewhere"})
     history = [user("I am Ada"), reference(first.output[0]), user("Who am I?")]
     moved.responses.create(model=MODEL, input=history)
     assert stored(url, "elsewhere")[1]["content"] == [{"type": "text", "text": "echo: I am Ada"}]
@@ -138,7 +140,7 @@ def test_a_response_of_another_session_is_read_from_its_own(
 
 
 def _sessions(url: str) -> list[dict[str, Any]]:
-    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
+    auth = {"Authorization": f"Bearer {KEY}"}
     return httpx.get(f"{url}/v1/sessions", headers=auth).json()["data"]
 
 
@@ -148,13 +150,13 @@ def test_unknown_references_are_a_400_naming_the_id(
     """Not an id of the proxy's, another key's, one whose session was deleted, one of a
     response that was never stored, a call its response never made: each a 400 that
     names the id and `input`; the upstream is never called."""
-    keys = {"keys": [{"key": "client-key-0123456789abcdef"}, {"key": "other-key-0123456789abcdef"}]}
+    keys = {"keys": [{"key": KEY}, {"key": "other-key-0123456789abcdef"}]}
     url = start_proxy(proxy_config(upstream, auth=keys))
-    client = sdk(url)
+    client = sdk(url, KEY)
     kept = client.responses.create(model=MODEL, input="I am Ada")
     unstored = client.responses.create(model=MODEL, input="Hi", store=False)
-    gone = sdk(url, **{"X-Session-Id": "gone"}).responses.create(model=MODEL, input="Bye")
-    auth = {"Authorization": "Bearer client-key-0123456789abcdef"}
+    gone = sdk(url, KEY, **{"X-Session-Id": "gone"}).responses.create(model=MODEL, input="Bye")
+    auth = {"Authorization": f"Bearer {KEY}"}
     assert httpx.delete(f"{url}/v1/sessions/gone", headers=auth).status_code == 200
     cases = [
         (client, "msg_0123"),
@@ -186,7 +188,7 @@ def test_a_reply_that_took_another_ones_place_has_ids_of_its_own(
     """After an edit of history, a reply at the same place as an earlier one (the same
     transcript length) has other ids: a reference to the one it replaced is a 400, never
     the new reply's text."""
-    client = sdk(url, **{"X-Session-Id": "edited"})
+    client = sdk(url, KEY, **{"X-Session-Id": "edited"})
     first = client.responses.create(model=MODEL, input=[user("one")])
     before = [user("one"), reference(first.output[0])]
     replaced = client.responses.create(model=MODEL, input=[*before, user("two")])
