@@ -142,7 +142,7 @@ class FakeUpstream:
         }
         answer = messages_api.message(f"msg_test_{next(self._ids)}", body["model"], blocks, usage)
         if body.get("stream"):
-            events = messages_api.message_events(answer, reply.fail_after_chunks)
+            events = messages_api.message_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(answer)
 
@@ -175,7 +175,7 @@ class FakeUpstream:
         }
         answer = responses_api.response(number, body, items, usage)
         if body.get("stream"):
-            events = responses_api.response_events(answer, reply.fail_after_chunks)
+            events = responses_api.response_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(answer)
 

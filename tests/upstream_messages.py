@@ -3,9 +3,44 @@ sends to an `anthropic/…` deployment, answered in Anthropic's own shapes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
+
+
+class Faults(Protocol):
+    """How a scripted stream goes wrong (`tests.upstream.Reply`'s fields): after
+    `fail_after_chunks` events it ends by `stream_end` ("clean": the connection closes
+    cleanly; "garbage": an event of no JSON, then it closes; else it is reset); after
+    `stall_after_chunks` events it stalls for `stall_seconds`."""
+
+    fail_after_chunks: int | None
+    stream_end: str
+    stall_after_chunks: int | None
+    stall_seconds: float
+
+
+async def scripted(events: list[bytes], faults: Faults | None) -> AsyncIterator[bytes]:
+    """`events` sent as `faults` say (all of them, in order, when None)."""
+    cut = faults.fail_after_chunks if faults is not None else None
+    stall = faults.stall_after_chunks if faults is not None else None
+    for index, item in enumerate(events):
+        if faults is not None and index == stall:
+            await asyncio.sleep(faults.stall_seconds)
+        if faults is not None and cut is not None and index >= cut:
+            if faults.stream_end == "clean":
+                return
+            if faults.stream_end == "garbage":
+                yield b"data: {this is not json\n\n"
+                return
+            raise ConnectionResetError("test upstream drops the stream")
+        yield item
+
+
+def kinds(events: list[bytes]) -> list[str]:
+    """Each event's kind (its `event:` line), in order."""
+    return [item.split(b"\n", 1)[0].removeprefix(b"event: ").decode() for item in events]
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -61,9 +96,12 @@ def event(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
 
-async def message_events(
-    reply: dict[str, Any], fail_after: int | None = None
-) -> AsyncIterator[bytes]:
+def message_events(reply: dict[str, Any], faults: Faults | None = None) -> AsyncIterator[bytes]:
+    """Anthropic's event sequence for `reply` (`message_sequence`), as `faults` say."""
+    return scripted(message_sequence(reply), faults)
+
+
+def message_sequence(reply: dict[str, Any]) -> list[bytes]:
     """Anthropic's event sequence for `reply`: text in word deltas, tool input in two
     JSON pieces, a thinking block's text then its signature."""
     start = reply | {"content": [], "stop_reason": None}
@@ -99,7 +137,4 @@ async def message_events(
     usage = {"output_tokens": reply["usage"]["output_tokens"]}
     events.append(event("message_delta", {"delta": delta, "usage": usage}))
     events.append(event("message_stop", {}))
-    for index, item in enumerate(events):
-        if fail_after is not None and index >= fail_after:
-            raise ConnectionResetError("test upstream drops the stream")
-        yield item
+    return events

@@ -8,6 +8,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tests.upstream_messages import Faults, scripted
+
 
 def last_user_text(body: dict[str, Any]) -> str:
     """The last user message's text (`input` as a string, or its items)."""
@@ -78,14 +80,20 @@ def event(kind: str, data: dict[str, Any], number: int) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode()
 
 
-async def response_events(
-    reply: dict[str, Any], fail_after: int | None = None
-) -> AsyncIterator[bytes]:
+def response_events(reply: dict[str, Any], faults: Faults | None = None) -> AsyncIterator[bytes]:
+    """OpenAI's event sequence for `reply` (`response_sequence`), as `faults` say."""
+    return scripted(response_sequence(reply), faults)
+
+
+def response_sequence(reply: dict[str, Any]) -> list[bytes]:
     """OpenAI's event sequence for `reply`: text in word deltas inside its content part
     (as the openai SDK's stream accumulates it), call arguments in two pieces, other
     items whole."""
     started = reply | {"status": "in_progress", "output": [], "usage": None}
-    events = [("response.created", {"response": started})]
+    events = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+    ]
     for index, item in enumerate(reply["output"]):
         kind = item["type"]
         if kind == "message":
@@ -120,7 +128,4 @@ async def response_events(
             events.append(("response.output_item.added", {"output_index": index, "item": item}))
         events.append(("response.output_item.done", {"output_index": index, "item": item}))
     events.append(("response.completed", {"response": reply}))
-    for number, (kind, data) in enumerate(events):
-        if fail_after is not None and number >= fail_after:
-            raise ConnectionResetError("test upstream drops the stream")
-        yield event(kind, data, number)
+    return [event(kind, data, number) for number, (kind, data) in enumerate(events)]
