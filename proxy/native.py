@@ -109,12 +109,27 @@ async def native_events(
 ) -> AsyncIterator[Events]:
     """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
     Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
-    objects (serialized here as OpenAI sends them)."""
+    objects (serialized here as OpenAI sends them). A stream that ends before the API's
+    own end of reply (`message_stop`; `response.completed` or `response.incomplete`:
+    where the reader finishes the turn) failed, as a chat stream with no finish does:
+    closed early, or with what was not JSON (LiteLLM skips such data on the Responses
+    route), it raises, so the door ends it with its error event and nothing is stored."""
     events = _sse_events(response) if api == "anthropic_messages" else _serialized(response)
+    finished = False
     try:
         async for kind, data, raw in events:
             relayed, chunks = reader.event(kind, data, raw)
+            finished = finished or any(
+                choice.get("finish_reason")
+                for chunk in chunks
+                for choice in chunk.get("choices") or ()
+            )
             yield Events(chunks, relayed, native=True)
+        if not finished:
+            # The chat route's own error for it (imported here: `proxy.upstream` imports this).
+            from proxy.upstream import _unfinished
+
+            raise _unfinished()
     finally:
         close = getattr(response, "aclose", None)
         if close is not None:
