@@ -3,6 +3,7 @@ the upstream's chat chunks (`response.created` … `response.completed`)."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -13,6 +14,8 @@ from proxy.doors.responses_items import ItemNames
 from proxy.errors import ProxyError
 
 __all__ = ["ResponsesFramer", "output_items", "response_object"]
+
+_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
 
 
 def response_object(
@@ -148,6 +151,9 @@ class ResponsesFramer:
                 self._renamed.append((orjson.dumps(item["id"]), orjson.dumps(ours)))
         for theirs, ours in self._renamed:
             raw = raw.replace(theirs, ours)
+        number = _SEQUENCE.search(raw)
+        if number is not None:  # this proxy's own events (an error) follow on
+            self._sequence = int(number[1]) + 1
         if b'"response"' not in raw:
             return raw
         kind, _, data = raw.partition(b"\ndata: ")
@@ -164,10 +170,14 @@ class ResponsesFramer:
         return b"".join(out)
 
     def error(self, exc: ProxyError) -> bytes:
+        """`response.failed`, then `error`: a client that reads the response's own end
+        (Codex) sees it fail, and the openai SDK raises at the `error` event (which says
+        it in its fields and in an `error` object, the shape the SDK raises for)."""
         error = {"code": exc.code or "server_error", "message": exc.message}
         failed = self._response("failed", self._output) | {"error": error}
-        return self._event("error", error | {"param": exc.param}) + self._event(
-            "response.failed", {"response": failed}
+        said = error | {"param": exc.param}
+        return self._event("response.failed", {"response": failed}) + self._event(
+            "error", said | {"error": said | {"type": exc.error_type}}
         )
 
     def _delta(self, delta: dict[str, Any]) -> list[bytes]:

@@ -134,7 +134,10 @@ def test_stream_helper_accumulates(proxy_url: str, upstream: FakeUpstream) -> No
 
 def test_a_cut_stream_fails_and_cannot_be_continued(proxy_url: str, upstream: FakeUpstream):
     upstream.queue(Reply(content="a b c d e f", fail_after_chunks=3))
-    events = list(sdk(proxy_url).responses.create(model=MODEL, input="x", stream=True))
+    events: list[Any] = []
+    with pytest.raises(openai.APIError):  # at the `error` event, after `response.failed`
+        for event in sdk(proxy_url).responses.create(model=MODEL, input="x", stream=True):
+            events.append(event)
     kinds = [event.type for event in events]
     assert "response.completed" not in kinds and kinds[-1] == "response.failed"
     with pytest.raises(openai.NotFoundError):
