@@ -157,7 +157,7 @@ class Proxy:
 
     async def _turn(self, door: Door, request: Request, telemetry: RequestTelemetry) -> Response:
         """Translate the request, run the engine's one turn, translate the reply back."""
-        raw = await read_body(request, self.settings.server.max_body_bytes)
+        raw = await read_body(request, self.settings.server)
         body = parse_json(raw)
         await pause(len(raw))
         caller = principal(request)
@@ -280,7 +280,7 @@ class Proxy:
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's `count_tokens`: what this proxy would send for the request, by its
         own counter (the planned window, where the request names a session)."""
-        raw = await read_body(request, self.settings.server.max_body_bytes)
+        raw = await read_body(request, self.settings.server)
         caller = principal(request)
         inbound = self.messages.counted(parse_json(raw))
         model = inbound.body["model"]
@@ -386,6 +386,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, error)
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """Nobody is left to read an answer: no error of ours, and nothing to log."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
     error = ProxyError(500, "Internal error in context-proxy.", code="internal_error")
     return error_response(request.url.path, error)
@@ -396,7 +401,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     store = open_store(settings.session)
     upstream = Upstream(settings)
     proxy = Proxy(settings, upstream, store)
-    sessions = SessionApi(proxy.engine, upstream, store, settings.server.max_body_bytes)
+    sessions = SessionApi(proxy.engine, upstream, store, settings.server)
     auth = Auth(settings.auth, tenant_secret(settings.session))
     chat = proxy.door(ChatDoor())
     messages = proxy.door(proxy.messages)
@@ -456,6 +461,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         ],
         exception_handlers={
             ProxyError: _error_handler(upstream.redact),
+            ClientDisconnected: _client_gone,
             HTTPException: _http_error,
             orjson.JSONEncodeError: _too_deep,  # TypeError itself
             RecursionError: _too_deep,

@@ -60,6 +60,9 @@ class ServerSettings(_Section):
     port: int = Field(4000, ge=1, le=65535)
     workers: int = Field(1, ge=1, le=64)
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    # A request body not received whole within this is a 408 (a client sending half of
+    # one would otherwise hold a connection, and its session's turn, for as long as it likes).
+    body_timeout_seconds: float = Field(20.0, gt=0)
     # With an empty model_list, provider-prefixed names always pass through.
     allow_unlisted_models: bool = False
     request_timeout_seconds: float = Field(600.0, gt=0)

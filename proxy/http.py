@@ -8,11 +8,12 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from proxy.auth import Principal
 from proxy.browser import require_json
+from proxy.config import ServerSettings
 from proxy.errors import ProxyError
 
 __all__ = [
@@ -36,23 +37,35 @@ class ORJSONResponse(JSONResponse):
         return orjson.dumps(content)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body; 413 once it passes `limit` bytes. A body up to twice the limit
-    is read to its end first (and dropped): a client still sending when the answer comes
-    would see its connection reset rather than the 413. A larger one is cut off. Only a
-    JSON body is read (`proxy.browser`)."""
+async def read_body(request: Request, server: ServerSettings) -> bytes:
+    """The request body; 413 once it passes `server.max_body_bytes`, 408 if it has not
+    all arrived within `server.body_timeout_seconds`. A body up to twice the limit is read
+    to its end first (and dropped): a client still sending when the answer comes would see
+    its connection reset rather than the 413. A larger one is cut off. Only a JSON body is
+    read (`proxy.browser`). A client gone mid-body is `ClientDisconnected`."""
     require_json(request.headers)
+    limit = server.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > 2 * limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > 2 * limit:
-            raise _too_large(limit)
-        if size <= limit:
-            chunks.append(chunk)
+    try:
+        async with asyncio.timeout(server.body_timeout_seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > 2 * limit:
+                    raise _too_large(limit)
+                if size <= limit:
+                    chunks.append(chunk)
+    except TimeoutError:
+        raise ProxyError(
+            408,
+            f"The request body did not arrive within {server.body_timeout_seconds:g} s.",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise ClientDisconnected from None
     if size > limit:
         raise _too_large(limit)
     return b"".join(chunks)

@@ -209,6 +209,6 @@ def _said(messages: list[Message]) -> list[tuple[Fact, str]]:
     return [
         (fact, str(message.get("role")))
         for message in messages
-        if message.get("role") in {"user", "assistant", "tool"}
+        if message.get("role") in ("user", "assistant", "tool")
         for fact in facts_in(message_text(message), 0, now)
     ]

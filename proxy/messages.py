@@ -37,7 +37,7 @@ Message = dict[str, Any]
 GENESIS = ""
 """Chain hash before the first message (h[-1])."""
 
-SYSTEM_ROLES = frozenset({"system", "developer"})
+SYSTEM_ROLES = ("system", "developer")  # a tuple: `in` never raises on a list
 
 # A chat message's field that keeps an assistant turn's blocks as they came, where the
 # chat form cannot hold them all (a server tool's call and result, citations).

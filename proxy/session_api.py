@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.auth import Principal
+from proxy.config import ServerSettings
 from proxy.engine import Engine
 from proxy.errors import ProxyError
 from proxy.http import ORJSONResponse, parse_json, principal, read_body
@@ -33,12 +34,12 @@ BY_QUERY = "-"  # the path's segment that leaves the id to `?id=`
 
 class SessionApi:
     def __init__(
-        self, engine: Engine, upstream: Upstream, store: SessionStore, max_body_bytes: int
+        self, engine: Engine, upstream: Upstream, store: SessionStore, server: ServerSettings
     ) -> None:
         self.engine = engine
         self.upstream = upstream
         self.store = store
-        self._max_body = max_body_bytes
+        self._server = server
 
     async def list(self, request: Request) -> Response:
         """`GET /v1/sessions?limit=&after=`: a page of sessions, oldest key first."""
@@ -82,7 +83,7 @@ class SessionApi:
     async def preview(self, request: Request) -> Response:
         """The exact context the next request would send, without calling any model."""
         tenant, name, _ = await self._session(request)
-        body = parse_json(await read_body(request, self._max_body))
+        body = parse_json(await read_body(request, self._server))
         body.setdefault("messages", [])
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise invalid("model", "`model` is required and must be a non-empty string.")

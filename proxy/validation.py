@@ -38,16 +38,48 @@ _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
     "string": ((str,), "a string"),
     "array": ((list,), "an array"),
     "object": ((dict,), "an object"),
+    "string or array": ((str, list), "a string or an array"),
+    "string or object": ((str, dict), "a string or an object"),
 }
+# Every chat parameter's kind, as OpenAI's API reference gives it.
 _CHAT_KINDS = {
+    "model": "string",
+    "messages": "array",
     **dict.fromkeys(("temperature", "top_p", "presence_penalty", "frequency_penalty"), "number"),
     **dict.fromkeys(
         ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs"), "integer"
     ),
-    "stream": "boolean",
-    "tools": "array",
-    "stream_options": "object",
-    "response_format": "object",
+    **dict.fromkeys(("stream", "logprobs", "parallel_tool_calls", "store"), "boolean"),
+    **dict.fromkeys(("tools", "functions", "modalities"), "array"),
+    **dict.fromkeys(
+        (
+            "audio",
+            "logit_bias",
+            "metadata",
+            "moderation",
+            "prediction",
+            "prompt_cache_options",
+            "response_format",
+            "stream_options",
+            "web_search_options",
+        ),
+        "object",
+    ),
+    **dict.fromkeys(
+        (
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "reasoning_effort",
+            "safety_identifier",
+            "service_tier",
+            "user",
+            "verbosity",
+        ),
+        "string",
+    ),
+    "stop": "string or array",
+    "tool_choice": "string or object",
+    "function_call": "string or object",
 }
 
 
@@ -97,16 +129,17 @@ def check_ranges(body: dict[str, Any], ranges: dict[str, Range]) -> None:
             raise invalid(name, f"`{name}` must be {bounds}, not {value}.")
 
 
-def check_types(body: dict[str, Any], kinds: dict[str, str]) -> None:
+def check_types(body: dict[str, Any], kinds: dict[str, str], *, anthropic: bool = False) -> None:
     """A 400 for the first parameter present (not null) that is not of its kind (a
-    boolean is no number)."""
+    boolean is no number), worded as OpenAI's errors are, or as Anthropic's."""
     for name, kind in kinds.items():
         value = body.get(name)
         if value is None:
             continue
         types, words = _KINDS[kind]
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            raise invalid(name, f"`{name}` must be {words}.")
+            said = f"{name}: must be {words}." if anthropic else f"`{name}` must be {words}."
+            raise invalid(name, said)
 
 
 def validate_messages(
@@ -122,7 +155,8 @@ def validate_messages(
         where = f"messages[{index + offset}]"
         if (
             type(message) is not dict
-            or message.get("role") not in ROLES
+            or type(message.get("role")) is not str
+            or message["role"] not in ROLES
             or type(message.get("content")) not in _CONTENT_TYPES
         ):
             _reject(message, where)
@@ -200,7 +234,8 @@ def _check_result(messages: list[Any], index: int, where: str, continues: bool) 
 def _reject(message: Any, where: str) -> None:
     if not isinstance(message, dict):
         raise invalid(where, f"`{where}` must be an object.")
-    if message.get("role") not in ROLES:
+    role = message.get("role")
+    if type(role) is not str or role not in ROLES:
         raise invalid(f"{where}.role", f"`{where}.role` must be one of {sorted(ROLES)}.")
     raise invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
 

@@ -73,17 +73,32 @@ _CARRIED = ("context_management", "cache_control", "speed")
 _EFFORTS = ((2048, "low"), (16384, "medium"))
 
 
+# Every Messages API field's kind, as Anthropic's API reference gives it.
 _KINDS = {
+    "model": "string",
+    "max_tokens": "integer",
+    "messages": "array",
+    "system": "string or array",
     "stream": "boolean",
     "temperature": "number",
     "top_p": "number",
     "top_k": "integer",
     "stop_sequences": "array",
-    "metadata": "object",
-    "thinking": "object",
     "tools": "array",
-    "tool_choice": "object",
-    "output_config": "object",
+    **dict.fromkeys(
+        (
+            "metadata",
+            "thinking",
+            "tool_choice",
+            "output_config",
+            "cache_control",
+            "context_management",
+            "diagnostics",
+        ),
+        "object",
+    ),
+    **dict.fromkeys(("inference_geo", "service_tier", "speed"), "string"),
+    "container": "string or object",
 }
 
 
@@ -146,7 +161,7 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model", "model: Field required (a non-empty string).")
-    check_types(body, _KINDS)
+    check_types(body, _KINDS, anthropic=True)
     check_ranges(body, {"temperature": (0, 1), "top_p": (0, 1), "top_k": (0, None)})
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:

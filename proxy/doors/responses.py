@@ -112,19 +112,41 @@ ECHOED = (
 )
 
 
+# Every Responses API field's kind, as OpenAI's API reference gives it.
 _KINDS = {
-    "stream": "boolean",
-    "store": "boolean",
-    "temperature": "number",
-    "top_p": "number",
-    "max_output_tokens": "integer",
-    "parallel_tool_calls": "boolean",
-    "tools": "array",
-    "metadata": "object",
-    "text": "object",
-    "reasoning": "object",
-    "user": "string",
-    "previous_response_id": "string",
+    "model": "string",
+    "input": "string or array",
+    "instructions": "string",
+    **dict.fromkeys(("stream", "store", "background", "parallel_tool_calls"), "boolean"),
+    **dict.fromkeys(("temperature", "top_p"), "number"),
+    **dict.fromkeys(("max_output_tokens", "max_tool_calls", "top_logprobs"), "integer"),
+    **dict.fromkeys(("tools", "include", "context_management"), "array"),
+    **dict.fromkeys(
+        (
+            "metadata",
+            "text",
+            "reasoning",
+            "moderation",
+            "prompt",
+            "prompt_cache_options",
+            "stream_options",
+        ),
+        "object",
+    ),
+    **dict.fromkeys(
+        (
+            "user",
+            "previous_response_id",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "safety_identifier",
+            "service_tier",
+            "truncation",
+        ),
+        "string",
+    ),
+    "tool_choice": "string or object",
+    "conversation": "string or object",
 }
 
 
@@ -387,8 +409,9 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    if not isinstance(item.get("call_id"), str) or not isinstance(item.get("name"), str):
-        raise invalid(where, f"`{where}`: a function_call needs a string `call_id` and `name`.")
+    for field in ("call_id", "name"):
+        if not isinstance(item.get(field), str):
+            raise invalid(f"{where}.{field}", f"`{where}.{field}`: a function_call needs a string.")
     arguments = item.get("arguments", "")
     if not isinstance(arguments, str):
         raise invalid(f"{where}.arguments", f"`{where}.arguments` must be a string.")

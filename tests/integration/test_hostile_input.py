@@ -40,7 +40,11 @@ class Proxy:
         self.client = httpx.Client(base_url=url, timeout=30)
         self.sent = 0
 
-    def send(self, method: str, path: str, headers: dict[str, Any], body: bytes = b"") -> None:
+    def send(
+        self, method: str, path: str, headers: dict[str, Any], body: bytes = b""
+    ) -> dict[str, Any]:
+        """The error the proxy answered (a 4xx, OpenAI- or Anthropic-shaped), and its
+        status as `_status`."""
         response = self.client.request(method, path, headers=headers, content=body or None)
         self.sent += 1
         assert 400 <= response.status_code < 500, (
@@ -55,6 +59,7 @@ class Proxy:
             error = response.json()["error"]
             assert set(error) == {"message", "type", "code", "param"}, response.text
         assert isinstance(error["message"], str) and error["message"]
+        return error | {"_status": response.status_code}
 
     def snapshot(self) -> list[list[tuple[Any, ...]]]:
         """Every stored row, exactly as stored."""
@@ -376,6 +381,7 @@ bad_path_ids = st.one_of(
 )
 
 EXAMPLES = {
+    "types": 2400,  # each of the three doors
     "chat": 4000,
     "messages": 1500,
     "responses": 1500,
@@ -500,6 +506,214 @@ def test_responses(proxy: Proxy, before: Any, body: bytes) -> None:
     proxy.send("POST", "/v1/responses", auth() | {"x-session-id": "seed-b1"}, body)
 
 
+# -- every field of each door's schema, of a wrong JSON type --------------------------------
+
+# Each field's JSON kinds, from the providers' API references (not from the proxy's code).
+_OBJECT, _ARRAY, _STRING = ("object",), ("array",), ("string",)
+_NUMBER, _INTEGER, _BOOLEAN = ("number", "integer"), ("integer",), ("boolean",)
+CHAT_SCHEMA: dict[str, tuple[str, ...]] = {
+    "model": _STRING,
+    "messages": _ARRAY,
+    **dict.fromkeys(("temperature", "top_p", "presence_penalty", "frequency_penalty"), _NUMBER),
+    **dict.fromkeys(("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs"), _INTEGER),
+    **dict.fromkeys(("stream", "logprobs", "parallel_tool_calls", "store"), _BOOLEAN),
+    **dict.fromkeys(("tools", "functions", "modalities"), _ARRAY),
+    **dict.fromkeys(
+        (
+            "audio",
+            "logit_bias",
+            "metadata",
+            "moderation",
+            "prediction",
+            "prompt_cache_options",
+            "response_format",
+            "stream_options",
+            "web_search_options",
+        ),
+        _OBJECT,
+    ),
+    **dict.fromkeys(
+        (
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "reasoning_effort",
+            "safety_identifier",
+            "service_tier",
+            "user",
+            "verbosity",
+        ),
+        _STRING,
+    ),
+    "stop": ("string", "array"),
+    "tool_choice": ("string", "object"),
+    "function_call": ("string", "object"),
+    "messages[0].role": _STRING,
+    "messages[0].content": ("string", "array"),
+    "messages[0].name": _STRING,
+    "messages[1].tool_calls": _ARRAY,
+    "messages[2].tool_call_id": _STRING,
+}
+MESSAGES_SCHEMA: dict[str, tuple[str, ...]] = {
+    "model": _STRING,
+    "max_tokens": _INTEGER,
+    "messages": _ARRAY,
+    "system": ("string", "array"),
+    "stream": _BOOLEAN,
+    **dict.fromkeys(("temperature", "top_p"), _NUMBER),
+    "top_k": _INTEGER,
+    **dict.fromkeys(("stop_sequences", "tools"), _ARRAY),
+    **dict.fromkeys(
+        (
+            "metadata",
+            "thinking",
+            "tool_choice",
+            "output_config",
+            "cache_control",
+            "context_management",
+            "diagnostics",
+        ),
+        _OBJECT,
+    ),
+    **dict.fromkeys(("inference_geo", "service_tier", "speed"), _STRING),
+    "container": ("string", "object"),
+    "messages[0].role": _STRING,
+    "messages[0].content": ("string", "array"),
+}
+RESPONSES_SCHEMA: dict[str, tuple[str, ...]] = {
+    "model": _STRING,
+    "input": ("string", "array"),
+    "instructions": _STRING,
+    **dict.fromkeys(("stream", "store", "background", "parallel_tool_calls"), _BOOLEAN),
+    **dict.fromkeys(("temperature", "top_p"), _NUMBER),
+    **dict.fromkeys(("max_output_tokens", "max_tool_calls", "top_logprobs"), _INTEGER),
+    **dict.fromkeys(("tools", "include", "context_management"), _ARRAY),
+    **dict.fromkeys(
+        (
+            "metadata",
+            "text",
+            "reasoning",
+            "moderation",
+            "prompt",
+            "prompt_cache_options",
+            "stream_options",
+        ),
+        _OBJECT,
+    ),
+    **dict.fromkeys(
+        (
+            "user",
+            "previous_response_id",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "safety_identifier",
+            "service_tier",
+            "truncation",
+        ),
+        _STRING,
+    ),
+    "tool_choice": ("string", "object"),
+    "conversation": ("string", "object"),
+    "input[0].role": _STRING,
+    "input[0].content": ("string", "array"),
+    "input[1].type": _STRING,
+    "input[1].call_id": _STRING,
+    "input[1].name": _STRING,
+    "input[1].arguments": _STRING,
+    "input[2].call_id": _STRING,
+    "input[2].output": ("string", "array"),
+}
+_VALUES = {
+    "boolean": st.booleans(),
+    "integer": ints,
+    "number": floats.filter(lambda x: x != int(x)),
+    "string": st.text(max_size=20),
+    "array": st.lists(scalars, max_size=3),
+    "object": st.dictionaries(st.text(max_size=8), scalars, max_size=3),
+}
+
+
+def wrong_values(kinds: tuple[str, ...]) -> Any:
+    """Any JSON value of a kind the field does not take (null is absent, so taken)."""
+    allowed = set(kinds) | ({"integer"} if "number" in kinds else set())
+    return st.one_of(*(values for kind, values in _VALUES.items() if kind not in allowed))
+
+
+def mistyped(base: dict[str, Any], schema: dict[str, tuple[str, ...]]) -> Any:
+    """(field, body): `base` with one field of `schema` set to a wrong-typed value."""
+
+    def put(field: str, value: Any) -> tuple[str, dict[str, Any]]:
+        body = orjson.loads(orjson.dumps(base))
+        path = field.replace("]", "").replace("[", ".").split(".")
+        target = body
+        for step in path[:-1]:
+            target = target[int(step)] if step.isdigit() else target[step]
+        target[path[-1]] = value
+        return field, body
+
+    return st.sampled_from(sorted(schema)).flatmap(
+        lambda field: wrong_values(schema[field]).map(lambda value: put(field, value))
+    )
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+CHAT_BASE = {
+    "model": MODEL,
+    "messages": [
+        {"role": "user", "content": "x", "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ],
+}
+MESSAGES_BASE = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "x"}]}
+RESPONSES_BASE = {
+    "model": MODEL,
+    "input": [
+        {"role": "user", "content": "x"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "r"},
+    ],
+}
+
+
+def named(field: str, error: dict[str, Any], openai_shaped: bool) -> bool:
+    """Whether the error names the field: as its `param` (OpenAI's shape), or in its text
+    the way Anthropic's own errors do (`messages.0.content: …`; that shape has no `param`)."""
+    if openai_shaped:
+        return bool(error["param"]) and (
+            error["param"] == field or error["param"].startswith(field + ".")
+        )
+    return error["message"].startswith(field.replace("[", ".").replace("]", "") + ":")
+
+
+@pytest.mark.parametrize(
+    ("path", "base", "schema"),
+    [
+        ("/v1/chat/completions", CHAT_BASE, CHAT_SCHEMA),
+        ("/v1/messages", MESSAGES_BASE, MESSAGES_SCHEMA),
+        ("/v1/responses", RESPONSES_BASE, RESPONSES_SCHEMA),
+    ],
+    ids=["chat", "messages", "responses"],
+)
+def test_every_field_of_the_wrong_type_is_a_400_naming_it(
+    proxy: Proxy, before: Any, path: str, base: dict[str, Any], schema: Any
+) -> None:
+    """The base body is answered; each of its fields, and every other field the API
+    documents, with a value of a JSON type it does not take, is a 400 that names it."""
+
+    @conditions(EXAMPLES["types"])
+    @given(case=mistyped(base, schema))
+    def check(case: tuple[str, dict[str, Any]]) -> None:
+        field, body = case
+        error = proxy.send("POST", path, auth() | {"x-session-id": "fresh"}, encode(body))
+        assert error["_status"] == 400 and named(field, error, path != "/v1/messages"), (
+            field,
+            body,
+            error,
+        )
+
+    check()
+
+
 @conditions(EXAMPLES["preview"])
 @given(
     data=st.one_of(
@@ -557,6 +771,6 @@ def test_models(proxy: Proxy, before: Any, authorization: Any) -> None:
 
 def test_zz_nothing_stored_changed_and_nothing_went_upstream(proxy: Proxy, before: Any) -> None:
     """Runs last in this module: after every hostile request above."""
-    assert proxy.sent >= sum(EXAMPLES.values()) >= 10_000
+    assert proxy.sent >= sum(EXAMPLES.values()) + 2 * EXAMPLES["types"] >= 20_000
     assert proxy.snapshot() == before
     assert proxy.upstream.chat_requests() == []
