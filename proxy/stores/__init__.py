@@ -20,8 +20,9 @@ from proxy.config import SessionSettings
 from proxy.errors import ProxyError
 from proxy.sessions import Checkpoint, LockName, SessionMeta, SessionStore, StoredMessage
 from proxy.stores.disk import DiskSessionStore
+from proxy.stores.fencing import LeaseLost
 
-__all__ = ["DiskSessionStore", "TimedStore", "open_store", "tenant_secret"]
+__all__ = ["DiskSessionStore", "LeaseLost", "TimedStore", "open_store", "tenant_secret"]
 
 T = TypeVar("T")
 logger = logging.getLogger("context_proxy.stores")
@@ -77,6 +78,17 @@ def store_fault(exc: BaseException) -> ProxyError:
     return ProxyError(503, message, code="store_unavailable", headers={"Retry-After": "1"})
 
 
+def lease_lost() -> ProxyError:
+    """The 409 for a turn whose commit its lapsed turn lock fenced off (see LeaseLost)."""
+    return ProxyError(
+        409,
+        "This turn's session lock lapsed while it ran (its proxy stalled) and another turn"
+        " of the session went ahead; its reply was not stored. Resend it with the"
+        " session's current history.",
+        code="conflict",
+    )
+
+
 class TimedStore:
     """A SessionStore that records each operation's latency, and turns a store fault into
     a 503 that says so (the store's own words stay in the log, not the answer)."""
@@ -92,6 +104,9 @@ class TimedStore:
         started = time.perf_counter()
         try:
             return await call
+        except LeaseLost as exc:
+            logger.warning("a turn's commit refused: its turn lock lapsed while it ran")
+            raise lease_lost() from exc
         except (*STORE_FAULTS, *DAMAGED) as exc:
             kind = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
             logger.warning("session store %s failed: %s", operation, kind)

@@ -37,6 +37,7 @@ from proxy.sessions import (
     StoredMessage,
     serialized,
 )
+from proxy.stores.fencing import LeaseLost
 from proxy.stores.file_locks import FileLocks
 from proxy.stores.sqlite import Busy, Database
 
@@ -150,10 +151,13 @@ class DiskSessionStore:
         release: str | None = None,
         plan: bytes | None = None,
     ) -> bool:
-        """Compare-and-set; False if someone else wrote (or deleted) the session first."""
+        """Compare-and-set; False if someone else wrote (or deleted) the session first.
+        With `release`, fenced on that turn lock as Redis's commit is (`LeaseLost`), though
+        here it only ends with its process."""
         _check(meta.tenant)
         deadline = time.time() + COMMIT_SECONDS
         self._same_file()
+        ours = release is not None and self._holds_turn(meta.tenant, meta.session_id, release)
         entries, summaries = await serialized(appended), await serialized(checkpoints)
         expires = time.time() + self._ttl if self._ttl else None
         data = orjson.dumps(meta.to_dict())
@@ -173,6 +177,8 @@ class DiskSessionStore:
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
             timeout=COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
         )
+        if not done and release is not None and not ours:
+            raise LeaseLost("the turn lock was lost and the session went on without the turn")
         if done:
             if release is not None:
                 await self.unlock(meta.tenant, meta.session_id, release, "turn")
@@ -276,6 +282,13 @@ class DiskSessionStore:
             self._turn_locks().release(_lock_key(tenant, session_id), token)
         else:
             await self._call(Database.unlock, tenant, session_id, name, token)
+
+    def _holds_turn(self, tenant: str, session_id: str, token: str) -> bool:
+        """Whether `token` holds the session's turn lock; `LeaseLost` if another does."""
+        key, locks = _lock_key(tenant, session_id), self._turn_locks()
+        if locks.held_by_another(key, token):
+            raise LeaseLost("another turn holds the session's turn lock")
+        return locks.holds(key, token)
 
     def _turn_locks(self) -> FileLocks:
         if self._file_locks is None:

@@ -40,6 +40,16 @@ class FileLocks:
     def holds(self, key: str, token: str) -> bool:
         return self._held.get(_byte(key)) == token
 
+    def held_by_another(self, key: str, token: str) -> bool:
+        """Whether `key`'s byte is held, not by `token`: by this store for another token,
+        or by another open file (asked of the kernel, taking nothing)."""
+        byte = _byte(key)
+        if byte in self._held:
+            return self._held[byte] != token
+        request = struct.pack(_FLOCK, fcntl.F_WRLCK, 0, byte, 1, 0)
+        answer = fcntl.fcntl(self._descriptor, fcntl.F_OFD_GETLK, request)
+        return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
+
     def release(self, key: str, token: str) -> None:
         """Unlock `key`'s byte if `token` holds it."""
         byte = _byte(key)

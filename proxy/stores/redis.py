@@ -34,6 +34,7 @@ from proxy.sessions import (
     StoredMessage,
     serialized,
 )
+from proxy.stores.fencing import LeaseLost
 
 __all__ = ["RedisSessionStore"]
 
@@ -42,14 +43,25 @@ __all__ = ["RedisSessionStore"]
 #       n = how many of the last values are checkpoints, the turn lock's token to give
 #       back once stored ("" = none), the deadline (ms, Redis's clock), the plan record
 #       ("" = none), plan records kept, messages..., checkpoints...
-# Returns 1 stored, 0 version conflict, -1 past its deadline (nothing done).
+# Returns 1 stored, 0 version conflict, -1 past its deadline, -2 its turn lock lost
+# (nothing done but for 1). Fenced on the turn lock named: refused while another token
+# holds it, and on a version conflict unless it is still held by this one (a background
+# summary's commit, which the turn may be replayed onto; not another turn's).
 _COMMIT = """
 local now = redis.call('TIME')
 if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[9]) then
   return -1
 end
+local holder = false
+if ARGV[8] ~= '' then
+  holder = redis.call('GET', KEYS[5])
+  if holder and holder ~= ARGV[8] then return -2 end
+end
 local stored = redis.call('HGET', KEYS[1], 'version')
-if (stored and tonumber(stored) or 0) ~= tonumber(ARGV[1]) then return 0 end
+if (stored and tonumber(stored) or 0) ~= tonumber(ARGV[1]) then
+  if ARGV[8] ~= '' and holder ~= ARGV[8] then return -2 end
+  return 0
+end
 local keep = tonumber(ARGV[2])
 if keep == 0 then
   redis.call('DEL', KEYS[2])
@@ -79,7 +91,7 @@ local ttl = tonumber(ARGV[4])
 for i = 1, 4 do
   if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) else redis.call('PERSIST', KEYS[i]) end
 end
-if ARGV[8] ~= '' and redis.call('GET', KEYS[5]) == ARGV[8] then redis.call('DEL', KEYS[5]) end
+if ARGV[8] ~= '' and holder == ARGV[8] then redis.call('DEL', KEYS[5]) end
 return 1
 """
 
@@ -186,7 +198,8 @@ class RedisSessionStore:
         plan: bytes | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
-        The script runs by the deadline on Redis's own clock, or does nothing."""
+        The script runs by the deadline on Redis's own clock, or does nothing; with
+        `release`, only while that turn lock is not another's (`LeaseLost`)."""
         deadline = time.time() + COMMIT_SECONDS + await self._clock_offset()
         data = orjson.dumps(meta.to_dict())
         args: list[Any] = [
@@ -213,6 +226,8 @@ class RedisSessionStore:
         answer = await self._commit(keys=keys, args=args)
         if answer == -1:
             raise LateCommit("the commit reached Redis after its deadline")
+        if answer == -2:
+            raise LeaseLost("the turn lock lapsed and the session went on without the turn")
         done = bool(answer)
         if done:
             self._parsed.remember(data, meta)

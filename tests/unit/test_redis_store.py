@@ -3,6 +3,7 @@ Redis (each test with its own key prefix)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -11,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.errors import ProxyError
-from proxy.stores import TimedStore
+from proxy.stores import LeaseLost, TimedStore
 from proxy.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
@@ -94,3 +95,44 @@ async def test_ping_says_when_redis_is_unreachable() -> None:
     assert raised.value.status_code == 503
     assert "unreachable" in raised.value.message
     await down.close()
+
+
+async def test_a_commit_is_fenced_on_the_turn_lock_it_names(prefix: str, redis_url: str) -> None:
+    """Its lock still held, a conflict is a background summary's (the turn is replayed
+    onto it); lapsed, the commit applies only if the session has not moved since, and
+    never while another holds the lock. Refused, it is a 409 that stores nothing."""
+    store = RedisSessionStore(redis_url, prefix=prefix)
+    seed = entries("u1", "a1")
+    added = entries("u2", "a2", start=2, head=seed[-1].chain)
+    assert await store.commit(meta(seed), 0, 0, seed)
+    token = await store.try_lock("t1", "s", 0.3, "turn")
+    assert token is not None
+    summary = checkpoint(seed, 2)  # a background summary, stored under the turn
+    assert await store.commit(meta(seed, version=2, checkpoints=[summary]), 1, 2, [], [summary])
+    turn = meta([*seed, *added], version=2, checkpoints=[summary])
+    assert not await store.commit(turn, 1, 2, added, release=token)  # a plain conflict
+    await asyncio.sleep(0.4)  # lapsed unrenewed; nobody took it, nothing moved: stored
+    turn = meta([*seed, *added], version=3, checkpoints=[summary])
+    assert await store.commit(turn, 2, 2, added, release=token)
+
+    token = await store.try_lock("t1", "s", 0.3, "turn")
+    assert token is not None
+    await asyncio.sleep(0.4)  # lapsed; another turn took the session and was stored
+    taken = await store.try_lock("t1", "s", 10, "turn")
+    assert taken is not None
+    more = entries("u3", "a3", start=4, head=added[-1].chain)
+    theirs = meta([*seed, *added, *more], version=4, checkpoints=[summary])
+    assert await store.commit(theirs, 3, 4, more, release=taken)
+    ours = entries("mine", "reply", start=4, head=added[-1].chain)
+    late = meta([*seed, *added, *ours], version=4, checkpoints=[summary])
+    with pytest.raises(LeaseLost):
+        await store.commit(late, 3, 4, ours, release=token)
+    again = await store.try_lock("t1", "s", 10, "turn")  # and another holds it now
+    assert again is not None
+    with pytest.raises(ProxyError) as raised:
+        await TimedStore(store, "redis").commit(late, 4, 4, ours, release=token)
+    assert (raised.value.status_code, raised.value.code) == (409, "conflict")
+    stored = await store.messages("t1", "s", 0, 6)
+    assert [m.message["content"] for m in stored] == ["u1", "a1", "u2", "a2", "u3", "a3"]
+    assert (await store.load("t1", "s")).version == 4  # type: ignore[union-attr]
+    await store.close()

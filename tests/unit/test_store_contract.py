@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from proxy.messages import GENESIS, message_hash
 from proxy.sessions import PLANS_KEPT, SessionStore
-from proxy.stores import DiskSessionStore
+from proxy.stores import DiskSessionStore, LeaseLost
 from proxy.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
 from tests.waiting import eventually_async
@@ -263,15 +263,18 @@ async def test_locks(make_store: Any) -> None:
 
 async def test_a_commit_gives_back_the_turn_lock_it_names(make_store: Any) -> None:
     """A turn's lock goes back with its commit (one store call fewer per turn); a failed
-    commit keeps it, and a commit naming another token leaves the holder's alone."""
+    commit keeps it, and a commit naming another token (a turn whose lock lapsed and was
+    taken) is refused and leaves the holder's alone."""
     first, second = make_store(), make_store()
     token = await first.try_lock("t1", "s", 30, "turn")
     assert token is not None
     transcript = entries("u1", "a1")
     assert not await first.commit(meta(transcript), 5, 0, transcript, release=token)  # stale
     assert await second.try_lock("t1", "s", 30, "turn") is None
-    assert await first.commit(meta(transcript), 0, 0, transcript, release="someone-else")
+    with pytest.raises(LeaseLost):
+        await second.commit(meta(transcript), 0, 0, transcript, release="someone-else")
     assert await second.try_lock("t1", "s", 30, "turn") is None
+    assert await first.commit(meta(transcript), 0, 0, transcript)  # naming none: unfenced
     more = entries("u2", "a2", start=2, head=transcript[-1].chain)
     assert await first.commit(meta([*transcript, *more], version=2), 1, 2, more, release=token)
     assert await second.try_lock("t1", "s", 30, "turn") is not None
