@@ -2,11 +2,20 @@
 
 A turn holds its session's turn lock from before it reads the session until its reply
 is stored (the commit gives it back), so a turn is never refused after its upstream
-call was paid. The store decides what the lock is: Redis, a key that lapses unless
-renewed (one task renews every lock this process holds, and only those some turn still
-refers to, so one dropped by a bug lapses too); the disk store, a file lock the kernel
-drops with its process. In front of it, waiters of one process queue on a local lock,
-so only one of them asks the store.
+call was paid. The store decides what the lock is: Redis, a key that lapses
+`LEASE_SECONDS` after it was last renewed (one task renews every lock this process
+holds, all at once every quarter of that, and only those some turn still refers to, so
+one dropped by a bug lapses too): a replica killed mid-turn frees its sessions for the
+others within `LEASE_SECONDS`; the disk store, a file lock the kernel drops with its
+process, at once. In front of it, waiters of one process queue on a local lock, so only
+one of them asks the store; they ask it every `_POLL_MOST` seconds at most, so a lapsed
+lease is taken within that.
+
+A lease can lapse while its turn still runs (its process stalled past the lease: a
+blocked event loop, a frozen VM). The store's commit is fenced on it: a turn whose lock
+another turn holds now, or whose session another turn changed since its lock lapsed, is
+refused (`LeaseLost`, a 409) and stores nothing, so no turn is ever stored over
+another's, lost or doubled.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ __all__ = ["Lease", "TurnLocks"]
 
 logger = logging.getLogger("context_proxy.turn_locks")
 
-LEASE_SECONDS = 30.0  # a lease not renewed (its process gone) lapses after this
+LEASE_SECONDS = 5.0  # a lease not renewed (its process gone) lapses after this
+_RENEWALS = 4  # renewals per lease period: a stall of up to 3/4 of it loses no lease
 _POLL_FIRST, _POLL_MOST = 0.005, 0.1  # seconds between asks while another process holds it
 _SETTLE_SECONDS = 1.0  # for an ask its turn abandoned to be answered, before giving it back
 
@@ -41,13 +51,17 @@ class Lease:
     contended: bool
     released: bool = False
     stored: bool = False  # the store gave it back with the turn's commit
+    lapsed: bool = False  # a renewal found it gone: its commit is fenced (see above)
     _dropped: weakref.finalize | None = field(default=None, repr=False)
 
 
 class TurnLocks:
-    def __init__(self, store: SessionStore, wait_seconds: float) -> None:
+    def __init__(
+        self, store: SessionStore, wait_seconds: float, lease_seconds: float = LEASE_SECONDS
+    ) -> None:
         self._store = store
         self._wait = wait_seconds
+        self._lease_seconds = lease_seconds
         self._local: dict[SessionKey, tuple[asyncio.Lock, int]] = {}
         self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
         # Leases this process could not give back (the store failing): given back before
@@ -134,7 +148,7 @@ class TurnLocks:
         process's next turn of the session, rather than left to lapse."""
         token = secrets.token_hex(16)
         try:
-            return await self._store.try_lock(*key, LEASE_SECONDS, name="turn", token=token)
+            return await self._store.try_lock(*key, self._lease_seconds, name="turn", token=token)
         except asyncio.CancelledError:
             self._unreleased[key] = token
             give_back = asyncio.get_running_loop().create_task(self._give_back(key, token))
@@ -150,16 +164,34 @@ class TurnLocks:
                 del self._unreleased[key]
 
     async def _renew(self) -> None:
-        """Extend every held lease a few times per lease period, while any is held."""
+        """Extend every held lease `_RENEWALS` times per lease period, while any is held:
+        all of them at once, so one slow answer delays no other lease's renewal."""
+        every = self._lease_seconds / _RENEWALS
+        due = time.monotonic() + every
         while self._held:
-            await asyncio.sleep(LEASE_SECONDS / 3)
-            for lease in [lease for lease in self._held if not lease.stored]:
-                with contextlib.suppress(Exception):
-                    kept = await self._store.extend(
-                        *lease.key, lease.token, LEASE_SECONDS, name="turn"
-                    )
-                    if not kept and not lease.released:
-                        logger.warning("a turn lock lapsed while its turn ran")
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            due = time.monotonic() + every  # a round's own time comes off the pause after it
+            held = [lease for lease in self._held if not (lease.stored or lease.released)]
+            await asyncio.gather(*(self._extend(lease) for lease in held))
+
+    async def _extend(self, lease: Lease) -> None:
+        try:
+            kept = await self._store.extend(
+                *lease.key, lease.token, self._lease_seconds, name="turn"
+            )
+        except Exception as exc:  # the next round tries again; all failing, it lapses
+            logger.debug("turn lock not renewed: %s", type(exc).__name__)
+            return
+        if kept or lease.lapsed:
+            return
+        await asyncio.sleep(_SETTLE_SECONDS / 10)  # not the commit's own give-back, racing it?
+        if not (lease.stored or lease.released):
+            lease.lapsed = True
+            logger.warning(
+                "a turn lock lapsed while its turn ran (a stall past %.1f s): its commit is"
+                " refused if another turn of the session went ahead",
+                self._lease_seconds,
+            )
 
     def _forget(self, key: SessionKey) -> None:
         lock, users = self._local[key]

@@ -5,17 +5,38 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.stores import DiskSessionStore
-from proxy.turn_locks import TurnLocks
+from proxy.stores import DiskSessionStore, LeaseLost
+from proxy.stores.redis import RedisSessionStore
+from proxy.turn_locks import LEASE_SECONDS, TurnLocks
+from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
 
 KEY = ("t1", "s")
+LEASE = 0.4  # a short lease, so a test outlives several of its periods in seconds
+
+
+@pytest.fixture
+async def redis_stores(redis_url: str) -> AsyncIterator[Callable[[], RedisSessionStore]]:
+    """Redis stores sharing a key prefix of their own: each one a replica's."""
+    prefix = f"cp-test-{uuid.uuid4().hex}"
+    stores: list[RedisSessionStore] = []
+
+    def make() -> RedisSessionStore:
+        stores.append(RedisSessionStore(redis_url, prefix=prefix))
+        return stores[-1]
+
+    yield make
+    for store in stores:
+        await store.close()
 
 
 async def test_turns_of_one_session_run_one_at_a_time_in_order(tmp_path: Path) -> None:
@@ -126,3 +147,86 @@ async def test_a_turn_cancelled_while_asking_the_store_leaves_no_lease(tmp_path:
     lease = await asyncio.wait_for(locks.acquire(KEY), 0.5)  # the next turn here goes
     await locks.release(lease)
     await store.close()
+
+
+def test_a_dead_replicas_lease_lapses_within_five_seconds() -> None:
+    assert LEASE_SECONDS <= 5.0  # issue 36: a replica killed mid-turn frees its sessions
+
+
+async def test_renewal_keeps_a_long_turns_lease_past_several_lease_periods(
+    redis_stores: Callable[[], RedisSessionStore],
+) -> None:
+    """A turn longer than its lease keeps it: renewed while it runs, another replica
+    never gets the session meanwhile; given back, it does at once."""
+    here, there = redis_stores(), redis_stores()
+    locks = TurnLocks(here, wait_seconds=10, lease_seconds=LEASE)
+    lease = await locks.acquire(KEY)
+    ends = time.monotonic() + 6 * LEASE
+    while time.monotonic() < ends:
+        assert await there.try_lock(*KEY, 10, "turn") is None
+        await asyncio.sleep(LEASE / 8)
+    assert not lease.lapsed
+    await locks.release(lease)
+    assert await there.try_lock(*KEY, 10, "turn") is not None
+
+
+async def test_a_waiter_gets_a_dead_holders_session_as_its_lease_lapses(
+    redis_stores: Callable[[], RedisSessionStore],
+) -> None:
+    """Another replica took the lock and died (never renews it): a turn waiting here gets
+    the session once it lapses, not after its whole wait."""
+    here, there = redis_stores(), redis_stores()
+    assert await there.try_lock(*KEY, LEASE, "turn") is not None
+    taken = time.monotonic()
+    lease = await TurnLocks(here, wait_seconds=30, lease_seconds=LEASE).acquire(KEY)
+    waited = time.monotonic() - taken
+    assert lease.contended
+    assert LEASE - 0.05 <= waited < LEASE + 0.5, waited  # within a poll of the lapse
+
+
+@pytest.mark.parametrize("b_stored_first", [False, True], ids=["b-running", "b-stored"])
+async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
+    redis_stores: Callable[[], RedisSessionStore], b_stored_first: bool
+) -> None:
+    """Replica A's event loop blocks past its turn's lease (a long CPU step, a GC pause)
+    and B takes the session. A's commit is refused, whether B's turn still runs or was
+    stored already; B's turn is stored once, A's never, B's lock is left alone."""
+    a_store, b_store = redis_stores(), redis_stores()
+    seed = entries("seed", "echo: seed")
+    assert await a_store.commit(meta(seed), 0, 0, seed)
+    a_locks = TurnLocks(a_store, wait_seconds=10, lease_seconds=LEASE)
+    b_locks = TurnLocks(b_store, wait_seconds=10, lease_seconds=LEASE)
+
+    def turn(text: str) -> tuple[list[Any], Any]:
+        added = entries(text, f"echo: {text}", start=2, head=seed[-1].chain)
+        return added, meta([*seed, *added], version=2)
+
+    a_lease = await a_locks.acquire(KEY)
+    time.sleep(1.5 * LEASE)  # the loop blocked: nothing renews, the lease lapses
+    b_lease = await asyncio.wait_for(b_locks.acquire(KEY), 1)
+    a_added, a_meta = turn("from a")
+    b_added, b_meta = turn("from b")
+    if b_stored_first:  # B's turn stored, its lock given back with it, before A commits
+        assert await b_store.commit(b_meta, 1, 2, b_added, release=b_lease.token)
+        b_lease.stored = True
+    with pytest.raises(LeaseLost):
+        await a_store.commit(a_meta, 1, 2, a_added, release=a_lease.token)
+
+    async def lapsed() -> bool:
+        return a_lease.lapsed
+
+    await eventually_async(lapsed, "A's renewer to find its lease gone", seconds=2)
+    await a_locks.release(a_lease)  # gives nothing of B's back
+    if not b_stored_first:
+        assert await a_store.try_lock(*KEY, 10, "turn") is None  # still B's
+        assert await b_store.commit(b_meta, 1, 2, b_added, release=b_lease.token)
+        b_lease.stored = True
+    await b_locks.release(b_lease)
+    stored = await a_store.messages(*KEY, 0, 4)
+    assert [m.message["content"] for m in stored] == [
+        "seed",
+        "echo: seed",
+        "from b",
+        "echo: from b",
+    ]
+    assert (await a_store.load(*KEY)).version == 2  # type: ignore[union-attr]
