@@ -403,6 +403,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     proxy = Proxy(settings, upstream, store)
     sessions = SessionApi(proxy.engine, upstream, store, settings.server)
     auth = Auth(settings.auth, tenant_secret(settings.session))
+    ui = viewer.Viewer(sessions)
     chat = proxy.door(ChatDoor())
     messages = proxy.door(proxy.messages)
     ids = ResponseIds(tenant_secret(settings.session))
@@ -447,7 +448,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             Route("/v1/memories/{memory_id}", sessions.memory, methods=["GET"]),
             Route("/v1/memories/{memory_id}", sessions.forget, methods=["DELETE"]),
             Route("/v1/sessions/{session_id}/plans", sessions.plans, methods=["GET"]),
-            *viewer.routes(),
+            *ui.routes(),
         ],
         middleware=[
             *browser.middleware(settings.server.cors_origins, error_response),
@@ -455,8 +456,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 AuthMiddleware,
                 auth=auth,
                 render=error_response,
-                open_paths=OPEN_PATHS | viewer.ASSETS,
-                fallback=viewer.ui_credential,
+                open_paths=OPEN_PATHS | viewer.OPEN,
+                fallback=ui.principal,
             ),
         ],
         exception_handlers={

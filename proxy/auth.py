@@ -13,7 +13,7 @@ import hmac
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
@@ -92,10 +92,9 @@ class Auth:
             if entry.key_hash is not None
         ]
 
-    def authenticate(self, headers: Headers, fallback: str | None = None) -> Principal:
-        """The caller, or a 401/429 `ProxyError`. `fallback`: a key presented other than
-        in the headers (the session viewer's cookie, for its page only)."""
-        token = credential(headers) or fallback
+    def authenticate(self, headers: Headers) -> Principal:
+        """The caller, or a 401/429 `ProxyError`."""
+        token = credential(headers)
         presented = _presented(headers)
         passthrough = self.settings.mode == "passthrough"
         if not self.settings.required():
@@ -164,20 +163,27 @@ class AuthMiddleware:
         auth: Auth,
         render: Callable[[str, ProxyError], Response],
         open_paths: frozenset[str] = OPEN_PATHS,
-        fallback: Callable[[Scope], str | None] = lambda scope: None,
+        fallback: Callable[[Scope], Awaitable[Principal | None]] | None = None,
     ) -> None:
         self.app = app
         self.auth = auth
         self.render = render  # an error in the shape of the door it was meant for
         self.open_paths = open_paths
-        self.fallback = fallback  # a key presented outside the headers, if any
+        # A caller a request without a key in its headers names otherwise, if any (the
+        # session viewer's login cookie, on the viewer's own paths).
+        self.fallback = fallback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
         try:
-            principal = self.auth.authenticate(Headers(scope=scope), self.fallback(scope))
+            principal = None
+            if self.fallback is not None and credential(headers) is None:
+                principal = await self.fallback(scope)
+            if principal is None:
+                principal = self.auth.authenticate(headers)
         except ProxyError as exc:
             await self.render(scope["path"], exc)(scope, receive, send)
             return

@@ -1,11 +1,19 @@
-// The session viewer: sessions from GET /v1/sessions, and per session what each turn
-// sent (GET /v1/sessions/{id}/plans), drawn from the transcript and its checkpoints
-// (GET /v1/sessions/{id}). Everything shown is set as text, never parsed as HTML. A
-// session is named by `?id=` (the path's segment `-`): any id, `.`, `..` and `/` too,
-// which a browser would rewrite in a path.
+// The session viewer: sessions from GET /ui/api/sessions, and per session what each turn
+// sent (GET /ui/api/sessions/{id}/plans), drawn from the transcript and its checkpoints
+// (GET /ui/api/sessions/{id}): the sessions API under /ui, where the login cookie goes.
+// The script never holds a key: the login form sends it once to POST /ui/login, whose
+// answer sets an HttpOnly cookie this script cannot read, and gives the page token,
+// kept in this origin's storage and sent with every call (the cookie alone opens
+// nothing: a browser sends it to every port of the host). Everything shown is set as
+// text, never parsed as HTML. A session is named by `?id=` (the path's segment `-`): any
+// id, `.`, `..` and `/` too, which a browser would rewrite in a path.
 "use strict";
 
-const COOKIE = "context_proxy_key";
+const API = "/ui/api";
+// Sent with every call: the proxy spends the login cookie only on calls that carry it,
+// with the login's page token (before the login: "1").
+const PAGE_HEADER = "X-Context-Proxy-Page";
+const PAGE_TOKEN = "context-proxy-page-token";
 const PARTS = {
   system: "System prompt and tools",
   summary: "Summary segments",
@@ -21,36 +29,58 @@ const $ = (id) => document.getElementById(id);
 let loaded = [];
 let nextAfter = null;
 
-function key() {
-  for (const pair of document.cookie.split(";")) {
-    const [name, ...rest] = pair.trim().split("=");
-    if (name === COOKIE && rest.length) return decodeURIComponent(rest.join("="));
-  }
-  return null;
-}
-
-function setKey(value) {
-  const expires = value ? "" : "; max-age=0";
-  document.cookie = `${COOKIE}=${encodeURIComponent(value)}; path=/ui; SameSite=Strict${expires}`;
+async function call(path, options = {}) {
+  const headers = {
+    Accept: "application/json",
+    [PAGE_HEADER]: localStorage.getItem(PAGE_TOKEN) || "1",
+    ...(options.headers || {}),
+  };
+  const response = await fetch(path, {
+    ...options,
+    headers,
+    credentials: "same-origin",
+    cache: "no-store",
+  });
+  const body = await response.json().catch(() => ({}));
+  const message = (body.error && body.error.message) || response.statusText;
+  return { response, body, message };
 }
 
 async function api(path, options = {}) {
-  const headers = { Accept: "application/json" };
-  const found = key();
-  if (found) headers.Authorization = `Bearer ${found}`;
-  const response = await fetch(path, { ...options, headers });
-  const body = await response.json().catch(() => ({}));
-  const message = (body.error && body.error.message) || response.statusText;
+  const { response, body, message } = await call(API + path, options);
   if (response.status === 401) {
+    localStorage.removeItem(PAGE_TOKEN); // the login expired, or was revoked
     show("login");
-    if (found) {
-      $("login-error").textContent = message;
-      $("login-error").hidden = false;
-    }
     throw new Error(message);
   }
   if (!response.ok) throw new Error(message);
   return body;
+}
+
+async function login(key) {
+  const { response, body, message } = await call("/ui/login", {
+    method: "POST",
+    headers: { Authorization: `Bearer ${key}` },
+  });
+  if (!response.ok) {
+    $("login-error").textContent = message;
+    $("login-error").hidden = false;
+    return;
+  }
+  localStorage.setItem(PAGE_TOKEN, body.page_token);
+  $("login-error").hidden = true;
+  location.hash = "";
+  await route();
+}
+
+async function logout() {
+  await call("/ui/logout", { method: "POST" });
+  localStorage.removeItem(PAGE_TOKEN);
+  loaded = [];
+  $("sessions").tBodies[0].replaceChildren();
+  $("turns").replaceChildren();
+  $("matches").replaceChildren();
+  show("login");
 }
 
 function el(tag, text, className) {
@@ -62,7 +92,7 @@ function el(tag, text, className) {
 
 function show(section) {
   for (const id of ["login", "list", "session"]) $(id).hidden = id !== section;
-  $("logout").hidden = section === "login" || !key();
+  $("logout").hidden = section === "login";
 }
 
 function fail(error) {
@@ -83,7 +113,7 @@ async function loadSessions(more = false) {
   }
   const query = new URLSearchParams({ limit: "100" });
   if (nextAfter) query.set("after", nextAfter);
-  const page = await api(`/v1/sessions?${query}`);
+  const page = await api(`/sessions?${query}`);
   loaded = loaded.concat(page.data);
   nextAfter = page.has_more ? page.next_after : null;
   $("more").hidden = !nextAfter;
@@ -121,7 +151,7 @@ function drawSessions() {
 
 async function loadSession(tenant, id) {
   const query = new URLSearchParams({ id, tenant });
-  const base = "/v1/sessions/-";
+  const base = "/sessions/-";
   const [session, plans] = await Promise.all([
     api(`${base}?${query}`),
     api(`${base}/plans?${query}`),
@@ -282,13 +312,11 @@ async function route() {
 document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    setKey($("key").value.trim());
-    location.reload();
+    const key = $("key").value.trim();
+    $("key").value = ""; // the page keeps no key, not even in its form
+    login(key).catch(fail);
   });
-  $("logout").addEventListener("click", () => {
-    setKey("");
-    location.reload();
-  });
+  $("logout").addEventListener("click", () => logout().catch(fail));
   $("home").addEventListener("click", () => {
     location.hash = "";
   });
