@@ -19,6 +19,7 @@ import yaml
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from tests.conftest import UPSTREAM_KEY
 from tests.integration.test_messages import CLAUDE, claude_config, client
 from tests.integration.test_native_responses import NO_REASONING
 from tests.integration.test_responses import sdk
@@ -73,7 +74,7 @@ def url(_shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
             "litellm_params": {
                 "model": "openai/gpt-4o-mini",
                 "api_base": _shared_upstream.base_url,
-                "api_key": "sk-test-upstream-secret-0123456789",
+                "api_key": UPSTREAM_KEY,
             },
             "model_info": {"native_api": True},
         }
