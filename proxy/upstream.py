@@ -93,13 +93,18 @@ _NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # non
 # The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
 _NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
 
-# LiteLLM's decorations around a provider's own message.
+# LiteLLM's decorations around a provider's own message: its class names, its advice to
+# its own users, its retry and model-group notes.
 _NOISE = [
     re.compile(r"^litellm\.\w+:\s*(\w+:\s*)?"),
     re.compile(r"^\w+Exception - "),
+    re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
     re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
     re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
+    re.compile(r"\.?\s*No fallback model group found for .*$", re.DOTALL),
 ]
+# The Router's words when every deployment of a model is cooling down after failures.
+_COOLING = re.compile(r"No deployments available for selected model.*?(?:in (\d+) seconds)?")
 
 
 class Upstream:
@@ -367,13 +372,12 @@ class Upstream:
         """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
         if isinstance(exc, ProxyError):
             return exc
-        status = _gateway_status(exc) or getattr(exc, "status_code", None)
+        gateway = _gateway_status(exc)
+        status = gateway or getattr(exc, "status_code", None)
         if not isinstance(status, int) or not 400 <= status <= 599:
             status = 502
-        message = str(getattr(exc, "message", None) or exc)
-        for pattern in _NOISE:
-            message = pattern.sub("", message)
-        message = self.redact(message.strip(), (api_key,) if api_key else ())
+        message = _gateway_words(exc, gateway) or _provider_words(exc)
+        message = self.redact(message, (api_key,) if api_key else ())
         code = getattr(exc, "code", None)
         return ProxyError(
             status,
@@ -448,6 +452,47 @@ def _causes(exc: BaseException) -> list[BaseException]:
         seen.append(cause)
         cause = cause.__cause__ or cause.__context__
     return seen
+
+
+def _gateway_words(exc: BaseException, status: int | None) -> str | None:
+    """What to say of a failure no provider put in words: it could not be reached, did
+    not answer in time, or answered what is not JSON (a client has no use for the
+    connection library's own text, which names its classes and sockets)."""
+    if status not in (502, 504):
+        return None
+    causes = _causes(exc)
+    if status == 504:
+        ours = [str(c) for c in causes if type(c) is TimeoutError and str(c)]
+        return f"The provider gave no answer: {ours[0]}." if ours else "The provider timed out."
+    if any(isinstance(c, json.JSONDecodeError | orjson.JSONDecodeError) for c in causes):
+        return "The provider's answer was not JSON."
+    if not any(isinstance(c, httpx.TransportError | OSError) for c in causes):
+        return None  # the provider's own words, in an error event say
+    refused = any(
+        isinstance(c, ConnectionRefusedError) or "Connect call failed" in str(c) for c in causes
+    )
+    return "Could not reach the provider" + (": connection refused." if refused else ".")
+
+
+def _provider_words(exc: BaseException) -> str:
+    """The provider's own message, out of LiteLLM's decorations and, where it quotes the
+    provider's JSON error body, out of that body."""
+    message = str(getattr(exc, "message", None) or exc)
+    cooling = _COOLING.search(message)
+    if cooling:
+        wait = f" Try again in {cooling.group(1)} s." if cooling.group(1) else ""
+        return "Every deployment of this model failed just now and is resting." + wait
+    for pattern in _NOISE:
+        message = pattern.sub("", message)
+    message = message.strip()
+    if message.startswith("{"):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            data = orjson.loads(message)
+            error = data.get("error") if isinstance(data, dict) else None
+            inner = error.get("message") if isinstance(error, dict) else None
+            if isinstance(inner, str) and inner:
+                message = inner
+    return message or "The provider failed."
 
 
 def _gateway_status(exc: BaseException) -> int | None:
