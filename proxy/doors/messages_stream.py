@@ -24,6 +24,7 @@ _ERROR_TYPES = {
     409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 
