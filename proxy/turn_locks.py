@@ -36,7 +36,7 @@ __all__ = ["Lease", "TurnLocks"]
 
 logger = logging.getLogger("context_proxy.turn_locks")
 
-LEASE_SECONDS = 5.0  # a lease not renewed (its process gone) lapses after this
+LEASE_SECONDS = 4.5  # a lease not renewed (its process gone) lapses after this: within 5 s
 _RENEWALS = 4  # renewals per lease period: a stall of up to 3/4 of it loses no lease
 _POLL_FIRST, _POLL_MOST = 0.005, 0.1  # seconds between asks while another process holds it
 _SETTLE_SECONDS = 1.0  # for an ask its turn abandoned to be answered, before giving it back

@@ -29,9 +29,11 @@ from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
 KEY = "replica-failover-key-0123456789"
-# Past the lease: the waiting replica's poll (0.1 s), its own turn (a few ms here), and a
-# loaded machine's scheduling. A correctness bound (the 5 s), not a benchmark.
-SLACK_SECONDS = 1.5
+# The bound: a dead replica's sessions are free for the others within 5 s (the
+# lease is 4.5 s). Past it: the waiting replica's poll (0.1 s), its own turn (a few ms
+# here), and a loaded machine's scheduling. A correctness bound, not a benchmark.
+FREED_SECONDS = 5.0
+SLACK_SECONDS = 1.0
 
 
 @contextmanager
@@ -136,7 +138,7 @@ def test_a_replica_killed_mid_turn_frees_its_session_within_the_lease(
         assert after.outcome() == (200, "echo: after")
         took = after.ended - killed
         print(f"failover: B answered {took:.2f} s after A was killed")
-        assert took < LEASE_SECONDS + SLACK_SECONDS, took
+        assert took < FREED_SECONDS + SLACK_SECONDS, took
         assert unfinished.outcome() == (0, None)
 
         assert stored(b_url, session) == ["seed", "echo: seed", "after", "echo: after"]
@@ -169,7 +171,7 @@ def test_a_replica_stalled_past_its_lease_never_stores_over_the_next_turn(
             upstream.queue(Reply(stall_seconds=0 if b_stored_first else 4))
             after = Turn(b_url, session, "after")
             eventually(lambda: len(upstream.chat_requests()) == 3, "B's turn to reach upstream")
-            assert time.monotonic() - stopped < LEASE_SECONDS + SLACK_SECONDS
+            assert time.monotonic() - stopped < FREED_SECONDS + SLACK_SECONDS
             if b_stored_first:
                 assert after.outcome() == (200, "echo: after")
         finally:
