@@ -150,3 +150,26 @@ def test_the_native_messages_route_keeps_the_limit_through_fallbacks(
     reply = every.messages.create(model="claude-cheap", max_tokens=64, messages=USER)
     assert reply.content[0].text
     assert called(upstream) == ["claude-haiku-4-5", "claude-haiku-4-5", "claude-opus-4-1"]
+
+
+def test_a_context_window_fallback_keeps_the_limit(
+    upstream: FakeUpstream, start_proxy: Any, lean: bool
+) -> None:
+    router = {"context_window_fallbacks": [{"chat-cheap": ["chat-expensive"]}]}
+    url = start_proxy(config(upstream, lean, **router))
+    too_long = Reply(
+        status=400,
+        error_message="This model's maximum context length is 8192 tokens. However, your "
+        "messages resulted in 9100 tokens. Please reduce the length of the messages.",
+    )
+    upstream.queue(too_long)
+    refused = ask(url, CHEAP_KEY, stream=False)
+    assert refused.status_code == 400, refused.text
+    assert refused.headers[REFUSED] == "chat-expensive"
+    assert called(upstream) == ["cheap-model"]
+
+    upstream.requests.clear()
+    upstream.queue(too_long)
+    answered = ask(url, BOTH_KEY, stream=False)
+    assert answered.status_code == 200, answered.text
+    assert called(upstream) == ["cheap-model", "expensive-model"]
