@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.openai_compatible import Events
+from proxy.openai_compatible import Events, unfinished
 
 __all__ = [
     "Native",
@@ -126,10 +126,7 @@ async def native_events(
             )
             yield Events(chunks, relayed, native=True)
         if not finished:
-            # The chat route's own error for it (imported here: `proxy.upstream` imports this).
-            from proxy.upstream import _unfinished
-
-            raise _unfinished()
+            raise unfinished()
     finally:
         close = getattr(response, "aclose", None)
         if close is not None:

@@ -28,7 +28,7 @@ from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig, OpenAIUnknownModelConfig
 from litellm.llms.openai.common_utils import OpenAIError
 
-__all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible"]
+__all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible", "unfinished"]
 
 OPENAI_BASE = "https://api.openai.com/v1"
 # Deployment settings the lean path honours; a deployment with any other setting (default
@@ -162,12 +162,7 @@ class DirectClient:
                     finished = True
                     break
             if not finished:  # closed cleanly, but before the reply was done
-                raise litellm.APIError(
-                    status_code=502,
-                    message="The provider's stream ended before the reply was finished.",
-                    llm_provider="openai",
-                    model=str(params.get("model")),
-                )
+                raise unfinished()
         except Exception as exc:
             raise self._failed(params, exc, started) from exc
         finally:
@@ -350,3 +345,14 @@ def _router_params(params: dict[str, Any]) -> dict[str, Any]:
         "metadata": params.get("litellm_metadata") or {},
         "model_info": params.get("model_info") or {},
     }
+
+
+def unfinished() -> litellm.APIError:
+    """The error of a stream the provider ended before its reply was finished (closed
+    cleanly, or after what is not its API's events), on every route."""
+    return litellm.APIError(
+        status_code=502,
+        message="The provider's stream ended before the reply was finished.",
+        llm_provider="openai",
+        model="",
+    )

@@ -25,7 +25,7 @@ from proxy.config import ConfigError, Settings
 from proxy.errors import ProxyError
 from proxy.models import OPENAI_OWN, Models
 from proxy.native import NativeApi, NativeStream, native_events, native_json
-from proxy.openai_compatible import Completion, DirectClient, Events
+from proxy.openai_compatible import Completion, DirectClient, Events, unfinished
 from proxy.redaction import Redactor
 from proxy.router import FALLBACK_SETTINGS, lean_models, native_models, router_for
 
@@ -305,7 +305,7 @@ class Upstream:
                 data = _openai_chunk(_plain(chunk))
                 finishing = any(c.get("finish_reason") for c in data["choices"])
                 if finishing and _finish_made_up(response):
-                    raise _unfinished()
+                    raise unfinished()
                 yield Events([data])
         finally:
             close = getattr(response, "aclose", None)
@@ -428,15 +428,6 @@ def _finish_made_up(response: Any) -> bool:
     frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
     inner = frame.f_locals.get("model_response") if frame is not None else response
     return hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None
-
-
-def _unfinished() -> litellm.APIError:
-    return litellm.APIError(
-        status_code=502,
-        message="The provider's stream ended before the reply was finished.",
-        llm_provider="openai",
-        model="",
-    )
 
 
 def _credentials(api_key: str | None) -> dict[str, Any]:
