@@ -91,6 +91,7 @@ class Auth:
             for entry in entries
             if entry.key_hash is not None
         ]
+        self._by_tag = {self._tag(key.digest): key for key in self._keys}
 
     def authenticate(self, headers: Headers) -> Principal:
         """The caller, or a 401/429 `ProxyError`."""
@@ -112,21 +113,26 @@ class Auth:
             return Principal(tenant, provider_key=token, presented=presented)
         if key is None:
             raise ProxyError(401, "Invalid proxy key.", code="invalid_api_key")
-        wait = key.limit.take() if key.limit is not None else 0.0
-        if wait:
-            raise ProxyError(
-                429,
-                f"This key's limit of {key.entry.rpm} requests per minute is reached.",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
-            )
-        entry = key.entry
-        return Principal(
-            tenant=entry.tenant or tenant_id(token, self._secret),
-            admin=key.admin,
-            models=frozenset(entry.models) if entry.models is not None else None,
-            presented=presented,
-        )
+        return _admitted(key, key.entry.tenant or tenant_id(token, self._secret), presented)
+
+    def tag(self, token: str) -> str | None:
+        """What a viewer login made with `token` keeps of its key: a keyed hash of the
+        key's hash, which names the key and holds nothing a key could be guessed from.
+        None: `token` is no configured key (anonymous, or a passthrough provider key)."""
+        key = self._match(token)
+        return self._tag(key.digest) if key is not None else None
+
+    def tagged(self, tag: str, tenant: str, presented: tuple[str, ...]) -> Principal | None:
+        """The caller a viewer login made with the key `tag` names: that key's rights as
+        configured now, its rate limit taken (a 429); None once the key is removed, so
+        removing a key ends its logins."""
+        key = self._by_tag.get(tag)
+        if key is None:
+            return None
+        return _admitted(key, key.entry.tenant or tenant, presented)
+
+    def _tag(self, digest: bytes) -> str:
+        return hmac.new(self._secret, b"viewer-login:" + digest, hashlib.sha256).hexdigest()
 
     def _match(self, token: str) -> _Key | None:
         """The key whose hash is the token's; every key is compared, in constant time."""
@@ -136,6 +142,25 @@ class Auth:
             if hmac.compare_digest(key.digest, digest):
                 found = key
         return found
+
+
+def _admitted(key: _Key, tenant: str, presented: tuple[str, ...]) -> Principal:
+    """The caller `key` names, once its rate limit lets it in (else a 429)."""
+    wait = key.limit.take() if key.limit is not None else 0.0
+    if wait:
+        raise ProxyError(
+            429,
+            f"This key's limit of {key.entry.rpm} requests per minute is reached.",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+    entry = key.entry
+    return Principal(
+        tenant=tenant,
+        admin=key.admin,
+        models=frozenset(entry.models) if entry.models is not None else None,
+        presented=presented,
+    )
 
 
 def credential(headers: Headers) -> str | None:

@@ -44,7 +44,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Scope
 
-from proxy.auth import Principal, credential
+from proxy.auth import Auth, Principal, credential
 from proxy.browser import PAGE_HEADER, from_own_page
 from proxy.errors import ProxyError
 from proxy.http import principal
@@ -114,9 +114,10 @@ def _digest(token: str) -> str:
 class Viewer:
     """The viewer's routes, and its logins, kept in the session store."""
 
-    def __init__(self, sessions: SessionApi) -> None:
+    def __init__(self, sessions: SessionApi, auth: Auth) -> None:
         self.sessions = sessions
         self.store = sessions.store
+        self.auth = auth
 
     def routes(self) -> list[Route]:
         sessions = self.sessions
@@ -167,11 +168,14 @@ class Viewer:
             return None
         if page_token is not None and not hmac.compare_digest(_digest(page_token), page):
             return None
+        presented = (token,) if page_token is None else (token, page_token)
+        if isinstance(record.get("key"), str):  # a configured key's: while it is configured
+            return self.auth.tagged(record["key"], tenant, presented)
         return Principal(
             tenant=tenant,
             admin=admin is True,
             models=frozenset(models) if models is not None else None,
-            presented=(token,) if page_token is None else (token, page_token),
+            presented=presented,
         )
 
     async def login(self, request: Request) -> Response:
@@ -183,6 +187,7 @@ class Viewer:
                 401, "Log in with a proxy key as `Authorization: Bearer …`.", code="missing_api_key"
             )
         caller = principal(request)
+        key = credential(request.headers)
         await self._revoke(request)  # a login this browser held before
         token, page_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         record = {
@@ -192,6 +197,7 @@ class Viewer:
             "models": sorted(caller.models) if caller.models is not None else None,
             "expires": int(_clock()) + LOGIN_SECONDS,
             "page": _digest(page_token),
+            "key": self.auth.tag(key) if key is not None else None,
         }
         if not await self.store.put_memory(LOGINS, _digest(token), 0, orjson.dumps(record)):
             raise ProxyError(500, "The login could not be stored.", code="internal_error")

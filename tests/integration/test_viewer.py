@@ -473,6 +473,21 @@ def test_the_login_expires(keyed: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sessions_with(keyed, login).status_code == 401  # the expired login was deleted
 
 
+def test_a_login_lasts_only_while_its_key_does(upstream: FakeUpstream, start_proxy) -> None:
+    """A login is its key's: that key's rate limit applies to it, and removing the key
+    from the config ends it (the store is kept across the restart)."""
+    limited = {"keys": [{"key": KEY_A, "rpm": 3}, {"key": KEY_B}]}
+    before = start_proxy(proxy_config(upstream, auth=limited))
+    login = login_of(log_in(before, KEY_A), before)  # the first of its 3 a minute
+    assert [sessions_with(before, login).status_code for _ in range(3)] == [200, 200, 429]
+
+    after = start_proxy(proxy_config(upstream, auth={"keys": [{"key": KEY_B}]}))
+    assert sessions_with(after, login).status_code == 401
+    assert httpx.get(after + "/ui", cookies={cookie(after): login.token}).status_code == 401
+    other = login_of(log_in(after, KEY_B), after)
+    assert sessions_with(after, other).status_code == 200
+
+
 def test_the_store_holds_hashes_not_the_key_nor_the_tokens(
     upstream: FakeUpstream, start_proxy, store: dict[str, Any], tmp_path: Path
 ) -> None:
