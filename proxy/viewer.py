@@ -17,8 +17,9 @@ with a login of the proxy's making, in two halves that are worth nothing apart, 
   first, which never grants another origin credentials (`proxy/browser.py`).
 
 The store keeps the hashes of the two tokens with the caller's tenant, admin flag,
-models and expiry (in the memories table, under a tenant no key can name, so every
-worker sees it): never a key nor a token. The cookie is honoured on the viewer's paths
+models, expiry and its key's tag (`Auth.tag`: a login lasts while its key is configured,
+under that key's rate limit), in the memories table under a tenant no key can name, so
+every worker sees it: never a key nor a token. The cookie is honoured on the viewer's paths
 only (the page, and the sessions API again under `/ui/api`), for requests the browser
 says came from the proxy's own page (`browser.from_own_page`); the page itself, which
 holds no data, opens with the cookie alone. Keys in the headers work on the viewer's
