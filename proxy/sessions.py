@@ -379,7 +379,13 @@ class ParsedMetas:
         return meta
 
     def remember(self, data: bytes, meta: SessionMeta) -> SessionMeta:
-        """`meta` is what `data` says (a store just wrote it)."""
+        """`meta` is what `data` says (a store just wrote it), kept as `data` says it:
+        without its summary's archive (the fold's recall index and facts ledger, which
+        the record leaves to the checkpoint's own entry). A summary made here carries it,
+        and each remembered record would keep a fold's index alive."""
+        checkpoint = meta.checkpoint
+        if checkpoint is not None and (checkpoint.index, checkpoint.ledger) != (None, None):
+            meta = meta.evolve(checkpoint=checkpoint.without_archive())
         self._metas[data] = meta
         if len(self._metas) > self._size:
             self._metas.popitem(last=False)
