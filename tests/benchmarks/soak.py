@@ -20,6 +20,7 @@ and what it allocated between a third and four fifths of the run is printed.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import signal
@@ -366,16 +367,20 @@ async def drive_growing(
             tally.samples.append((time.monotonic() - began, tally.served, rss, fds))
             await asyncio.sleep(step)
 
-    async def snapshots() -> None:
-        for number, share in enumerate(SNAPSHOTS, 1):
-            await asyncio.sleep(max(0.0, began + share * seconds - time.monotonic()))
-            await asyncio.to_thread(snapshot, number)
-
     sampler = asyncio.create_task(sample())
-    tracer = asyncio.create_task(snapshots()) if snapshot is not None else None
     running: set[asyncio.Task[None]] = set()
     cursor, tick = 0, 0
+    due = [began + share * seconds for share in SNAPSHOTS] if snapshot is not None else []
     while time.monotonic() < deadline:
+        if due and time.monotonic() >= due[0]:
+            # Taken between turns (none in flight, the summaries they started done), so
+            # that what differs is what the proxy keeps, not what it was working on.
+            due.pop(0)
+            if running:
+                await asyncio.wait(running)
+            await asyncio.sleep(2.0)
+            await asyncio.to_thread(snapshot, len(SNAPSHOTS) - len(due))
+            tick = math.ceil((time.monotonic() - began) * rate)
         idle = [held[(cursor + i) % len(held)] for i in range(len(held))]
         chosen = next((c for c in idle if not c.busy), None)
         if chosen is None:
@@ -390,8 +395,6 @@ async def drive_growing(
         await asyncio.sleep(max(0.0, began + tick / rate - time.monotonic()))
     if running:
         await asyncio.wait(running, timeout=60)
-    if tracer is not None:
-        await tracer
     sampler.cancel()
     rss, fds = resources(pid)
     tally.samples.append((time.monotonic() - began, tally.served, rss, fds))
@@ -508,7 +511,7 @@ async def growing(
     sessions: int = GROWING_SESSIONS,
     rate: float = GROWING_RATE,
     trace: Path | None = None,
-    frames: int = 12,
+    frames: int = 8,
 ) -> str:
     """The growing soak; with `trace`, the proxy runs under tracemalloc (`traced`), its
     snapshots go there, and what grew between them is printed after the report."""
@@ -529,7 +532,9 @@ async def growing(
         url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         root = Path(__file__).resolve().parents[2]
-        with running_server(command, url + "/health/ready", cwd=root, env=env) as process:
+        # Under tracemalloc, importing LiteLLM alone takes a minute on a busy machine.
+        ready = 60 if trace is None else 600
+        with running_server(command, url + "/health/ready", ready, cwd=root, env=env) as process:
 
             def snapshot(number: int) -> None:
                 assert trace is not None
