@@ -68,7 +68,9 @@ def test_a_fold_adds_a_segment_and_leaves_the_summary_before_it_byte_identical(
     assert appended >= 2 and consolidated >= 1, (appended, consolidated)
 
     # The stored summary is what the model got: its segments, and the facts pinned after.
-    with httpx.Client(base_url=url, headers={"Authorization": "Bearer key-a"}) as http:
+    with httpx.Client(
+        base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
+    ) as http:
         stored = http.get(f"/v1/sessions/{session}").json()["checkpoints"]
     latest = max(stored, key=lambda c: c["covers_until"])
     assert "\n\n".join(latest["segments"]) == segments(bodies[-1])
