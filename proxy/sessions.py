@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -57,6 +58,8 @@ CAS_ATTEMPTS = 8
 # commit that could still apply.
 COMMIT_SECONDS = 4.0
 COMMIT_GRACE_SECONDS = 1.0
+
+logger = logging.getLogger("context_proxy.stores")
 
 
 class LateCommit(TimeoutError):
@@ -377,6 +380,18 @@ class ParsedMetas:
             return self.remember(data, SessionMeta.from_dict(orjson.loads(data)))
         self._metas.move_to_end(data)
         return meta
+
+    def listed(self, records: Iterable[bytes]) -> list[SessionMeta]:
+        """The sessions a listing shows: a damaged record (not JSON, a field missing) is
+        left out and logged, so one record awaiting repair does not hide every other
+        session; its own routes answer 503 for it."""
+        metas = []
+        for data in records:
+            try:
+                metas.append(self(data))
+            except (ValueError, LookupError, TypeError) as exc:
+                logger.warning("a session list left out a damaged record: %s", type(exc).__name__)
+        return metas
 
     def remember(self, data: bytes, meta: SessionMeta) -> SessionMeta:
         """`meta` is what `data` says (a store just wrote it), kept as `data` says it:

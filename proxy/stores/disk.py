@@ -197,7 +197,7 @@ class DiskSessionStore:
         self, tenant: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[SessionMeta]:
         rows = await self._call(Database.sessions, tenant, after, limit, inline=False)
-        return [self._parsed(bytes(row)) for row in rows]
+        return self._parsed.listed(bytes(row) for row in rows)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         _check(tenant)

@@ -260,7 +260,7 @@ class RedisSessionStore:
                 if data is None:
                     await self._redis.zrem(self._index, member)
                 elif len(found) < limit:
-                    found.append(self._parsed(data))
+                    found += self._parsed.listed([data])
             low = b"(" + members[-1]
         return found
 

@@ -111,6 +111,10 @@ def test_a_damaged_record_is_a_503_and_stays_as_it_was(
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     response = httpx.post(url + "/v1/chat/completions", json=body, headers=other, timeout=30)
     assert response.status_code == 200
+    # The list leaves the damaged record out (logged) and shows every other session.
+    listed = httpx.get(url + "/v1/sessions", headers=HEADERS)
+    assert listed.status_code == 200, listed.text
+    assert [s["id"] for s in listed.json()["data"]] == ["other"]
 
 
 def test_redis_at_its_maxmemory_refuses_turns_before_the_upstream_is_paid(
