@@ -140,3 +140,24 @@ def test_the_soak_prints_memory_descriptors_and_outcomes() -> None:
     assert outcomes.get("500 fail") or outcomes.get("502 fail"), out
     assert outcomes.get("stream error event (cut)"), out
     assert outcomes.get("client left"), out
+
+
+def test_the_growing_soak_runs_every_door_and_judges_its_memory() -> None:
+    """`soak --growing --quick`: every door and route answered, and the memory verdict
+    printed (its number is the full run's business, not this one's)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "soak", "--growing", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert re.search(rf"RSS: start {NUMBER} MiB, half time {NUMBER} MiB, end {NUMBER} MiB", out)
+    assert re.search(rf"RSS growth over the second half: {NUMBER}% \((pass|FAIL)", out), out
+    outcomes = re.findall(
+        r"^\s+(\d+)\s+(chat|messages|responses) to (\S+), (plain|streamed): (.+)$", out, re.M
+    )
+    assert {door for _, door, *_ in outcomes} == {"chat", "messages", "responses"}, out
+    assert all(outcome == "ok" for *_, outcome in outcomes), out
