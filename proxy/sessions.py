@@ -301,8 +301,10 @@ class SessionStore(Protocol):
         first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
         the turn's plan record (`plan`) joins the session's newest `PLANS_KEPT`; once
         stored, the turn lock held by the token `release` (if given) is given back with
-        it. False if another writer changed the session first. Applied within
-        `COMMIT_SECONDS` or never: `LateCommit` if the store got to it later."""
+        it. False if another writer changed the session first; with `release`, refused
+        (`LeaseLost`) if another token holds that turn lock, or if the session moved and
+        the lock is no longer its own. Applied within `COMMIT_SECONDS` or never:
+        `LateCommit` if the store got to it later."""
         ...
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
