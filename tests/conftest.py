@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
+from proxy.config.settings import load_settings
+from proxy.http.app import create_app
 from tests.servers import serve
 from tests.upstream import FakeUpstream, Reply, running_upstream
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.upstream import Reply
 
 TURNS = 300

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 
 
 @contextmanager

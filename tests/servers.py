@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from proxy.local import serve_in_background as serve
+from proxy.cli.local import serve_in_background as serve
 
 __all__ = ["DEPLOY_PYTHON", "guarded_env", "proxy_command", "serve", "start", "stop", "wait_ready"]
 

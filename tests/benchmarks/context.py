@@ -17,8 +17,8 @@ import openai
 import orjson
 import yaml
 
-from proxy.app import create_app
-from proxy.config import load_settings
+from proxy.config.settings import load_settings
+from proxy.http.app import create_app
 from tests.marathon import BUDGET, TOOLS, TURNS, WINDOW, is_summarizer, respond, run
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, count_text_tokens, running_upstream

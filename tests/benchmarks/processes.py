@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from proxy.local import held_port, running_server
+from proxy.cli.local import held_port, running_server
 from tests.benchmarks.conversations import MODEL
 
 _ROOT = Path(__file__).resolve().parents[2]

@@ -35,13 +35,13 @@ import openai
 import orjson
 import yaml
 
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.context import PINNED_LABEL, SUMMARY_PREFIX
-from proxy.local import LOCAL_MODEL, local_model_server
-from proxy.memory import MEMORY_PREFIX
-from proxy.recall import RECALL_PREFIX
-from proxy.summarize import APPEND_TASK, SYSTEM_PROMPT
+from proxy.cli.local import LOCAL_MODEL, local_model_server
+from proxy.config.settings import load_settings
+from proxy.http.app import create_app
+from proxy.memory.facts import MEMORY_PREFIX
+from proxy.recall.index import RECALL_PREFIX
+from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT
+from proxy.summary.message import PINNED_LABEL, SUMMARY_PREFIX
 from tests.benchmarks import statements
 from tests.benchmarks.statements import AREAS, Planted, Script
 from tests.servers import serve

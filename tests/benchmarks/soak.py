@@ -38,7 +38,7 @@ import openai
 import orjson
 import yaml
 
-from proxy.local import held_port, running_server
+from proxy.cli.local import held_port, running_server
 from tests.benchmarks import processes
 from tests.benchmarks.conversations import MODEL, SESSION_HEADER
 from tests.benchmarks.load import client, quantile
@@ -196,7 +196,7 @@ CLAUDE = "bench-claude"  # an `anthropic/…` deployment: the Messages API upstr
 RESPONSES = "bench-responses"  # an `openai/…` deployment with `native_api: true`
 DOORS = ("chat", "messages", "responses")
 # Each door's two models: the first in the door's own API upstream where there is one
-# (`proxy.native`), the second through the chat translation (the chat door's second is
+# (`proxy.upstream.native`), the second through the chat translation (the chat door's second is
 # LiteLLM's full call, to Anthropic's API).
 DOOR_MODELS = {
     "chat": (MODEL, CLAUDE),

@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxy.sessions import SessionMeta, SessionStore, StoredMessage
-from proxy.stores.disk import DiskSessionStore
-from proxy.stores.redis import RedisSessionStore
+from proxy.sessions.records import SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.stores.disk import DiskSessionStore
+from proxy.sessions.stores.redis import RedisSessionStore
 from tests.redis_servers import redis_server
 from tests.unit.sessions_factory import entries, meta
 

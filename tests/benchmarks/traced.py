@@ -18,9 +18,9 @@ from types import FrameType
 
 
 def main(directory: Path, frames: int, argv: list[str]) -> int:
-    import proxy.app
-    import proxy.upstream  # noqa: F401 - imported before tracing starts
-    from proxy.cli import main as cli
+    import proxy.http.app
+    import proxy.upstream.client  # noqa: F401 - imported before tracing starts
+    from proxy.cli.main import main as cli
 
     tracemalloc.start(frames)
     taken = 0

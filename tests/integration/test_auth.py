@@ -12,7 +12,7 @@ import openai
 import pytest
 import yaml
 
-from proxy.config import hash_key, load_settings
+from proxy.config.settings import hash_key, load_settings
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import proxy_command
 from tests.upstream import FakeUpstream
@@ -317,8 +317,8 @@ def test_no_keys_on_a_public_address_refuses_to_start(tmp_path: Path, host: str)
 
 
 def test_loopback_and_allow_anonymous_are_accepted() -> None:
-    from proxy.cli import anonymous_refusal
-    from proxy.config import Settings
+    from proxy.cli.main import anonymous_refusal
+    from proxy.config.settings import Settings
 
     anonymous = Settings()
     for host in ("127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Response, expect
 
-from proxy.browser import PAGE_HEADER
+from proxy.http.browser import PAGE_HEADER
 from tests.conftest import MODEL, proxy_config
 from tests.integration.test_auth import KEY_A, KEYS
 from tests.integration.test_viewer import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, ROOT, proxy_config
 from tests.servers import guarded_env, proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply

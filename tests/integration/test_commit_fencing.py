@@ -19,8 +19,8 @@ import httpx
 import pytest
 import redis
 
-from proxy.local import held_port
-from proxy.sessions import COMMIT_SECONDS
+from proxy.cli.local import held_port
+from proxy.sessions.records import COMMIT_SECONDS
 from tests.conftest import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.upstream import FakeUpstream, Reply

@@ -13,7 +13,8 @@ import httpx
 import openai
 import pytest
 
-from proxy import compaction, headers
+from proxy.engine import agent_compaction
+from proxy.http import headers
 from tests.conftest import MODEL
 from tests.integration.test_deploy_install import (
     CLAUDE,
@@ -158,10 +159,10 @@ def test_responses_compact_returns_a_conversation_that_goes_on_as_a_chapter(
     assert kept == [m for m in messages if m["role"] == "user"]  # the user messages
     assert resumed["role"] == "user"
     summary = resumed["content"][0]["text"]
-    assert summary.startswith(compaction.RESUMED)
-    assert asked_for(upstream, compaction.REQUEST) == (0 if fresh else 1)
+    assert summary.startswith(agent_compaction.RESUMED)
+    assert asked_for(upstream, agent_compaction.REQUEST) == (0 if fresh else 1)
     if fresh:
-        assert summary.removeprefix(compaction.RESUMED).startswith(SUMMARY)
+        assert summary.removeprefix(agent_compaction.RESUMED).startswith(SUMMARY)
         assert raw.headers[headers.SESSION_TURN] == "answered"
     assert transcript_length(url, "compacts") == stored  # the request is not stored
     going_on = [*kept, resumed, {"role": "user", "content": "turn 10"}]
@@ -170,4 +171,4 @@ def test_responses_compact_returns_a_conversation_that_goes_on_as_a_chapter(
         url + "/v1/sessions/compacts", headers={"Authorization": f"Bearer {KEY}"}, timeout=30
     ).json()["messages"]
     assert len(got) == stored + len(going_on) + 1  # a chapter after the old conversation
-    assert compaction.RESUMED.strip() in json.dumps(got[stored:])
+    assert agent_compaction.RESUMED.strip() in json.dumps(got[stored:])

@@ -18,7 +18,7 @@ import openai
 import pytest
 import yaml
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply

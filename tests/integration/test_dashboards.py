@@ -24,9 +24,9 @@ import pytest
 import yaml
 from prometheus_client import Counter, Gauge, Histogram
 
-from proxy import metrics
-from proxy.local import held_port, running_server
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.cli.local import held_port, running_server
+from proxy.observability import metrics
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 

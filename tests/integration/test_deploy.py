@@ -1,7 +1,7 @@
 """deploy/ stays consistent with the code: Dockerfile, docker-compose, Prometheus, Kubernetes.
 
 Nothing here builds or runs a container: every file is parsed and checked against the
-repository (paths that must exist), the proxy's own defaults (proxy.config), the routes
+repository (paths that must exist), the proxy's own defaults (proxy.config.settings), the routes
 the app really serves (asked through Starlette's test client) and each other (service
 names, ports, labels, mount points).
 """
@@ -22,9 +22,9 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from proxy.app import create_app
-from proxy.cli import anonymous_refusal
-from proxy.config import ENV_PREFIX, AuthSettings, ConfigError, Settings, load_settings
+from proxy.cli.main import anonymous_refusal
+from proxy.config.settings import ENV_PREFIX, AuthSettings, ConfigError, Settings, load_settings
+from proxy.http.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -18,8 +18,8 @@ import openai
 import pytest
 import yaml
 
-from proxy.local import held_port
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.cli.local import held_port
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_metrics import delta, scrape
 from tests.servers import start, stop, wait_ready

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, proxy_config
 from tests.integration.test_client_faults import leave_once_received
 from tests.redis_servers import redis_on

@@ -51,8 +51,8 @@ def config(upstream: FakeUpstream) -> dict[str, Any]:
 def url(_shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Any:
     import yaml
 
-    from proxy.app import create_app
-    from proxy.config import load_settings
+    from proxy.config.settings import load_settings
+    from proxy.http.app import create_app
     from tests.servers import serve
 
     path = tmp_path_factory.mktemp("words") / "config.yaml"

@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.upstream import CHAT_PARAMETERS
-from proxy.validation import ROLES
+from proxy.config.settings import load_settings
+from proxy.conversation.validation import CHAT_PARAMETERS, ROLES
+from proxy.http.app import create_app
 from tests.conftest import MODEL, proxy_config
 from tests.servers import serve
 from tests.upstream import FakeUpstream

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.doors import text_of
+from proxy.doors.base import text_of
 from tests.conftest import MODEL, proxy_config
 from tests.integration.test_native_responses import REASONING, native_config
 from tests.integration.test_responses import TOOLS, sdk, weather_call

@@ -17,7 +17,7 @@ import openai
 import pytest
 import yaml
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_metrics import delta, scrape

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.calibration import MAX_FACTOR
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.engine.calibration import MAX_FACTOR
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.servers import serve
 
 pytestmark = pytest.mark.local_model
@@ -58,7 +58,7 @@ class Relay:
 
 @contextmanager
 def relayed_model() -> Iterator[tuple[str, Relay]]:
-    from proxy.local import local_model_server
+    from proxy.cli.local import local_model_server
 
     with local_model_server(N_CTX) as model_url:
         relay = Relay(model_url)
@@ -68,7 +68,7 @@ def relayed_model() -> Iterator[tuple[str, Relay]]:
 
 def test_real_model_within_budget_with_summaries_and_pinned_facts() -> None:
     _require_local_model()
-    from proxy.demo import PLANTED, run_demo
+    from proxy.cli.demo import PLANTED, run_demo
 
     lines: list[str] = []
     with relayed_model() as (url, relay):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_sessions import is_summarizer, small_model, words
 from tests.servers import proxy_command, stop, wait_ready

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.headers import DROPPED
+from proxy.http.headers import DROPPED
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_responses import sdk
 from tests.upstream import FakeUpstream, Reply

@@ -17,8 +17,8 @@ import openai
 import pytest
 import yaml
 
-from proxy.app import create_app
-from proxy.config import load_settings
+from proxy.config.settings import load_settings
+from proxy.http.app import create_app
 from tests.conftest import UPSTREAM_KEY
 from tests.integration.test_messages import CLAUDE, claude_config, client
 from tests.integration.test_native_responses import NO_REASONING

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy.doors import text_of
+from proxy.doors.base import text_of
 from tests import upstream_responses as responses_api
 from tests.conftest import MODEL
 from tests.integration.test_agents import (

@@ -10,7 +10,7 @@ import httpx
 import litellm
 import orjson
 
-from proxy.sessions import PLANS_KEPT
+from proxy.sessions.records import PLANS_KEPT
 from tests.benchmarks.scorecard import generate
 from tests.conftest import MODEL
 from tests.integration.test_metrics import delta, scrape

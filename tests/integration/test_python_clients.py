@@ -31,7 +31,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
-from proxy.doors import text_of
+from proxy.doors.base import text_of
 from tests.conftest import MODEL, proxy_config
 from tests.integration.test_agents import (
     KEY,

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.readme import RUN, Snippet, on_port, snippet, snippets
 from tests.servers import DEPLOY_PYTHON, guarded_env, wait_ready
 from tests.upstream import FakeUpstream, Reply
@@ -46,7 +46,7 @@ SESSION = "support-ticket-4711"
 DOCKER_STAND_IN = r"""
     import os, re, sys
     from pathlib import Path
-    from proxy.config import load_settings
+    from proxy.config.settings import load_settings
 
     assert sys.argv[1:3] == ["compose", "-f"] and sys.argv[4:] == ["up", "-d", "--build"]
     compose = Path(sys.argv[3])

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.context import PINNED_LABEL
-from proxy.memory import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
-from proxy.recall import RECALL_PREFIX
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
+from proxy.recall.index import RECALL_PREFIX
+from proxy.summary.fold import SYSTEM_PROMPT
+from proxy.summary.message import PINNED_LABEL
 from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, probed, respond
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens

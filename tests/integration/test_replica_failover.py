@@ -21,8 +21,8 @@ import httpx
 import pytest
 import yaml
 
-from proxy.local import held_port
-from proxy.turn_locks import LEASE_SECONDS
+from proxy.cli.local import held_port
+from proxy.sessions.locks import LEASE_SECONDS
 from tests.conftest import MODEL, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply

@@ -19,7 +19,7 @@ from anthropic.types.message_create_params import MessageCreateParamsBase
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
-from proxy.headers import DROPPED
+from proxy.http.headers import DROPPED
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream
 

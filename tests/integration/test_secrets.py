@@ -15,7 +15,7 @@ import pytest
 import redis
 import yaml
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL
 from tests.integration.test_sessions import is_summarizer, words
 from tests.servers import proxy_command, stop, wait_ready

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.waiting import eventually

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from proxy.local import held_port
+from proxy.cli.local import held_port
 from tests.conftest import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.servers import wait_ready

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.summarize import SYSTEM_PROMPT
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.conftest import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from proxy.context import PINNED_LABEL, SUMMARY_PREFIX
-from proxy.summarize import MIN_SEGMENT_SHARE, REWRITE_TASK, SYSTEM_PROMPT
-from proxy.tokens import counter_for
+from proxy.conversation.tokens import counter_for
+from proxy.summary.fold import MIN_SEGMENT_SHARE, REWRITE_TASK, SYSTEM_PROMPT
+from proxy.summary.message import PINNED_LABEL, SUMMARY_PREFIX
 from tests.benchmarks.scorecard import generate, respond
 from tests.conftest import MODEL
 from tests.integration.test_recall_memory import client, drive, model_calls, start

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.headers import DROPPED
+from proxy.http.headers import DROPPED
 from tests.conftest import MODEL
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.upstream import FakeUpstream

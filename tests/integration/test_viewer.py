@@ -28,9 +28,9 @@ import yaml
 from PIL import Image
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from proxy import viewer
-from proxy.browser import PAGE_HEADER
-from proxy.local import held_port
+from proxy.cli.local import held_port
+from proxy.http import viewer
+from proxy.http.browser import PAGE_HEADER
 from tests.benchmarks.scorecard import generate
 from tests.conftest import MODEL, proxy_config
 from tests.integration.test_auth import ADMIN, KEY_A, KEY_B, KEYS

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.messages import GENESIS, chain, message_hash
-from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage
+from proxy.conversation.identity import GENESIS, chain, message_hash
+from proxy.sessions.records import Checkpoint, Fingerprint, SessionMeta, StoredMessage
 
 COUNTER = "o200k_base"
 

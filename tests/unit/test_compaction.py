@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.compaction import answer, answer_chunks, asks_to_compact, restarts
-from proxy.replies import StreamedReply, reply_message
+from proxy.conversation.replies import StreamedReply, reply_message
+from proxy.engine.agent_compaction import answer, answer_chunks, asks_to_compact, restarts
 
 
 class Words:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, Settings, hash_key, load_settings
-from proxy.litellm_config import translate
+from proxy.config.litellm_sections import translate
+from proxy.config.settings import ConfigError, Settings, hash_key, load_settings
 
 LITELLM_CONFIG = """
 model_list:

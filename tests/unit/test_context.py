@@ -8,14 +8,14 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from proxy.context import (
+from proxy.conversation.tokens import TokenCounter, counter_for
+from proxy.engine.window import (
     ContextOverflowError,
     Plan,
     omitted_message,
     plan_context,
-    summary_message,
 )
-from proxy.tokens import TokenCounter, counter_for
+from proxy.summary.message import summary_message
 
 CHAR = counter_for("local-model", "char")
 WORDS = (

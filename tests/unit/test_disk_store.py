@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.stores import DiskSessionStore, TimedStore
-from proxy.stores.disk import FILE
+from proxy.sessions.stores import DiskSessionStore, TimedStore
+from proxy.sessions.stores.disk import FILE
 from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
 

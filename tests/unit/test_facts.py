@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.facts import extract_facts, missing_facts, retention
+from proxy.facts.literals import extract_facts, missing_facts, retention
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config import Settings
-from proxy.router import lean_models
+from proxy.config.settings import Settings
+from proxy.upstream.router import lean_models
 
 
 def entry(name: str, model: str, **params: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked
+from proxy.facts.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked
 
 
 def said(*texts: str) -> list[Fact]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.memories import _SESSIONS_KEPT, Memory
-from proxy.memory import Remembered
+from proxy.engine.remembering import _SESSIONS_KEPT, Memory
+from proxy.memory.facts import Remembered
 
 
 def test_a_record_from_before_sessions_were_kept_still_reads() -> None:

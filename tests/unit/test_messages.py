@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.messages import GENESIS, canonical, chain, chain_hash, message_hash, split_system
+from proxy.conversation.identity import (
+    GENESIS,
+    canonical,
+    chain,
+    chain_hash,
+    message_hash,
+    split_system,
+)
 
 
 def user(content: object, **extra: object) -> dict:

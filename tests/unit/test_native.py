@@ -1,4 +1,4 @@
-"""The doors' own APIs (`proxy.native`): a window rendered back into a door's shape is
+"""The doors' own APIs (`proxy.upstream.native`): a window rendered back into a door's shape is
 what the client sent, and the routes go only where a deployment speaks the API."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Settings
-from proxy.doors import messages, responses
-from proxy.doors.messages_native import MessagesNative
-from proxy.doors.responses_native import ResponsesNative
-from proxy.router import native_models
+from proxy.config.settings import Settings
+from proxy.doors.anthropic import door as messages
+from proxy.doors.anthropic.native import MessagesNative
+from proxy.doors.responses import door as responses
+from proxy.doors.responses.native import ResponsesNative
+from proxy.upstream.router import native_models
 
 SIGNED = {"type": "thinking", "thinking": "Check the file.", "signature": "c2lnbmVk"}
 EPHEMERAL = {"type": "ephemeral"}

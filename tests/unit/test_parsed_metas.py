@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import orjson
 
-from proxy.ledger import Fact
-from proxy.recall import segment
-from proxy.sessions import ParsedMetas
+from proxy.facts.ledger import Fact
+from proxy.recall.index import segment
+from proxy.sessions.records import ParsedMetas
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
 

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config import load_settings
+from proxy.config.settings import load_settings
+from proxy.conversation.tokens import CountCache, counter_for
+from proxy.engine.planning import Planning
+from proxy.engine.reconcile import Match
+from proxy.engine.types import Request, State
 from proxy.errors import ProxyError
-from proxy.planning import Planning
-from proxy.reconcile import Match
-from proxy.sessions import Checkpoint
-from proxy.tokens import CountCache, counter_for
-from proxy.turns import Request, State
+from proxy.sessions.records import Checkpoint
 from tests.unit.sessions_factory import COUNTER, entries, meta
 
 KEY = ("t1", "s")

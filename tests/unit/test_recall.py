@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.ledger import facts_in, merge
-from proxy.recall import RECALL_PREFIX, RecallIndex, recall_message, segment
-from proxy.tokens import counter_named
+from proxy.conversation.tokens import counter_named
+from proxy.facts.ledger import facts_in, merge
+from proxy.recall.index import RECALL_PREFIX, RecallIndex, recall_message, segment
 
 COUNTER = counter_named("char")
 

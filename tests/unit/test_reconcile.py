@@ -8,10 +8,10 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.context import SUMMARY_PREFIX, summary_message
-from proxy.messages import GENESIS, chain, message_hash
-from proxy.reconcile import NEED_STORED_HASHES, Match, Serialized, frame_of, reconcile
-from proxy.sessions import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
+from proxy.conversation.identity import GENESIS, chain, message_hash
+from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, frame_of, reconcile
+from proxy.sessions.records import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
+from proxy.summary.message import SUMMARY_PREFIX, summary_message
 
 
 def user(text: str) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def test_full_resend_appends_only_the_new_tail() -> None:
 
 
 def test_fingerprint_means_only_new_messages_are_hashed(monkeypatch: Any) -> None:
-    from proxy import reconcile as module
+    from proxy.engine import reconcile as module
 
     hashed: list[Any] = []
     real = module.message_hash

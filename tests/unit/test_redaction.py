@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.config import Settings, hash_key
-from proxy.redaction import Redactor, configured_secrets
+from proxy.config.settings import Settings, hash_key
+from proxy.observability.redaction import Redactor, configured_secrets
 
 
 def test_proxy_keys_known_only_by_hash_are_removed() -> None:

@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.errors import ProxyError
-from proxy.stores import LeaseLost, TimedStore
-from proxy.stores.redis import RedisSessionStore
+from proxy.sessions.stores import LeaseLost, TimedStore
+from proxy.sessions.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
 

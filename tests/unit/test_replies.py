@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.replies import stored_reply
-from proxy.statements import statements
+from proxy.conversation.replies import stored_reply
+from proxy.facts.statements import statements
 
 
 def test_a_short_reply_is_kept_as_it_is() -> None:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from proxy.doors import body_session_id, inner_session_id
+from proxy.conversation.validation import header_session_id, session_id
+from proxy.doors.base import body_session_id, inner_session_id
 from proxy.errors import ProxyError
-from proxy.validation import header_session_id, session_id
 
 CLAUDE_SESSION = "3f1c2a9e-8b7d-4c6e-9f10-2a3b4c5d6e7f"
 DEVICE = "a" * 64

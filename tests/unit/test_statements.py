@@ -1,11 +1,11 @@
-"""What a sentence states, read by `proxy.statements`: subjects kept qualified, values
+"""What a sentence states, read by `proxy.facts.statements`: subjects kept qualified, values
 kept whole, and nothing taken from what is not plainly asserted."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.statements import statements
+from proxy.facts.statements import statements
 
 
 def read(text: str) -> list[tuple[str, str]]:

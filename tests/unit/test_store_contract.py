@@ -15,10 +15,10 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from proxy.messages import GENESIS, message_hash
-from proxy.sessions import PLANS_KEPT, SessionStore
-from proxy.stores import DiskSessionStore, LeaseLost
-from proxy.stores.redis import RedisSessionStore, connect
+from proxy.conversation.identity import GENESIS, message_hash
+from proxy.sessions.records import PLANS_KEPT, SessionStore
+from proxy.sessions.stores import DiskSessionStore, LeaseLost
+from proxy.sessions.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
 from tests.waiting import eventually_async
 

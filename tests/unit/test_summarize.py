@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.context import PINNED_LABEL
-from proxy.summarize import (
+from proxy.summary.fold import (
     MAX_PINNED_FACTS,
     SummarizationError,
     SummaryResult,
@@ -17,6 +16,7 @@ from proxy.summarize import (
     render_transcript,
     summarize_span,
 )
+from proxy.summary.message import PINNED_LABEL
 
 
 class WordCounter:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tiktoken
 
-from proxy.tokens import _bundled_dir, counter_for, estimate_tokens
+from proxy.conversation.tokens import _bundled_dir, counter_for, estimate_tokens
 
 ENGLISH = (
     "The proxy keeps the whole conversation and sends the model a summary of the old part "
@@ -182,7 +182,7 @@ def refuse(*args, **kwargs):
 
 socket.socket.connect = refuse
 socket.create_connection = refuse
-from proxy.tokens import counter_for
+from proxy.conversation.tokens import counter_for
 
 assert counter_for("gpt-4o").count_text("hello world") == 2
 assert counter_for("gpt-4").count_text("hello world") == 2

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.stores import DiskSessionStore, LeaseLost
-from proxy.stores.redis import RedisSessionStore
-from proxy.turn_locks import LEASE_SECONDS, TurnLocks
+from proxy.sessions.locks import LEASE_SECONDS, TurnLocks
+from proxy.sessions.stores import DiskSessionStore, LeaseLost
+from proxy.sessions.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.config import Settings
-from proxy.upstream import Upstream
+from proxy.config.settings import Settings
+from proxy.upstream.client import Upstream
 
 _OPEN: list[Upstream] = []
 

@@ -1,0 +1,141 @@
+"""`context-proxy serve`: validate the config, then hand the app to uvicorn; and the
+commands beside it (`sessions`, `demo`, `hash-key`, `--version`)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib.metadata
+import ipaddress
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from proxy.cli import sessions as sessions_cli
+from proxy.config.settings import CONFIG_ENV, ConfigError, Settings, hash_key, load_settings
+from proxy.observability.metrics import MULTIPROCESS_ENV
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="context-proxy", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"context-proxy {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the proxy")
+    serve.add_argument("--config", help=f"YAML config file (default: ${CONFIG_ENV}, else none)")
+    serve.add_argument("--host", help="bind address (default: server.host)")
+    serve.add_argument("--port", type=int, help="port (default: server.port)")
+    serve.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+    demo = commands.add_parser(
+        "demo", help="a scripted conversation through the proxy and the local model"
+    )
+    demo.add_argument("--turns", type=int, default=40, help="conversation turns (default: 40)")
+    demo.add_argument("--n-ctx", type=int, default=2048, help="model context window")
+    commands.add_parser(
+        "hash-key", help="print a proxy key's hash for `auth.keys[].key_hash` (key from stdin)"
+    )
+    sessions_cli.add_parser(commands)
+    args = parser.parse_args(argv)
+    if args.command == "sessions":
+        return sessions_cli.run(args)
+    if args.command == "hash-key":
+        key = getpass.getpass("key: ") if sys.stdin.isatty() else sys.stdin.readline()
+        if not key.strip():
+            print("context-proxy: no key given", file=sys.stderr)
+            return 2
+        print(hash_key(key.strip()))
+        return 0
+    if args.command == "demo":
+        from proxy.cli.demo import main as demo_main
+        from proxy.cli.local import LocalModelUnavailable
+
+        try:
+            return demo_main(args.turns, args.n_ctx)
+        except LocalModelUnavailable as exc:
+            print(f"context-proxy: {exc}", file=sys.stderr)
+            return 2
+
+    if args.config:
+        os.environ[CONFIG_ENV] = os.path.abspath(args.config)
+    try:
+        settings = load_settings()
+        _check_upstream(settings)
+    except ConfigError as exc:
+        print(f"context-proxy: {exc}", file=sys.stderr)
+        return 2
+
+    host = args.host or settings.server.host
+    refusal = anonymous_refusal(settings, host)
+    if refusal:
+        print(f"context-proxy: {refusal}", file=sys.stderr)
+        return 2
+
+    workers = args.workers or settings.server.workers
+    if workers > 1:
+        _prepare_multiprocess_metrics()
+
+    import uvicorn
+
+    from proxy.observability.logs import log_config
+
+    # Workers import the app by name and read the same config through the environment.
+    uvicorn.run(
+        "proxy.http.app:create_app",
+        factory=True,
+        host=host,
+        port=args.port or settings.server.port,
+        workers=workers,
+        log_config=log_config(settings.server.log_format, settings.server.log_level),
+        timeout_graceful_shutdown=settings.server.shutdown_grace_seconds,
+        access_log=False,  # the proxy writes its own line per request
+    )
+    return 0
+
+
+def _check_upstream(settings: Settings) -> None:
+    """What only LiteLLM can check (each deployment's provider, the Router's settings,
+    the summary model's route), checked here, so it fails in one line before uvicorn
+    starts rather than as a traceback in each worker."""
+    from proxy.upstream.client import Upstream
+
+    Upstream(settings).close_router()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("context-proxy")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
+
+
+def anonymous_refusal(settings: Settings, host: str) -> str | None:
+    """Why the proxy will not serve on `host`, if it will not: with no keys, anyone who
+    can reach a non-loopback address spends the provider keys and reads the anonymous
+    tenant's sessions."""
+    if settings.auth.required() or settings.auth.allow_anonymous or _is_loopback(host):
+        return None
+    return (
+        f"refusing to serve on {host} without keys: configure auth.keys (see the README), "
+        "use auth.mode: passthrough, or set auth.allow_anonymous: true to accept the risk"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def _prepare_multiprocess_metrics() -> None:
+    """Several workers share one /metrics through prometheus-client's multiprocess mode:
+    a fresh directory, named before any worker imports prometheus_client."""
+    directory = os.environ.get(MULTIPROCESS_ENV)
+    if directory:
+        for stale in Path(directory).glob("*.db"):
+            stale.unlink()
+    else:
+        directory = tempfile.mkdtemp(prefix="context-proxy-metrics-")
+        os.environ[MULTIPROCESS_ENV] = directory

@@ -1,0 +1,333 @@
+"""Offline token counting per model.
+
+Everything here works without network access: tiktoken's BPE files and the
+Anthropic tokenizer ship inside the litellm wheel, and unknown models fall
+back to a deliberately pessimistic character estimate.  Functions are sync and
+pure; callers move large texts off the event loop themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
+
+__all__ = [
+    "CountCache",
+    "CountingMode",
+    "TokenCounter",
+    "counter_for",
+    "counter_named",
+    "estimate_tokens",
+]
+
+CountingMode = Literal["auto", "tiktoken", "char"]
+
+# tiktoken caches a BPE file under sha1(url); these are the ones the litellm wheel ships.
+_BUNDLED_BPE = {
+    "o200k_base": "fb374d419588a4632f3f557e76b4b70aebbca790",
+    "o200k_harmony": "fb374d419588a4632f3f557e76b4b70aebbca790",
+    "cl100k_base": "9b5ad71b2ce5302211f9c61530b329a4922fc6a4",
+    "p50k_base": "ec7223a39ce59f226a68acc30dc1af2788490e15",
+    "p50k_edit": "ec7223a39ce59f226a68acc30dc1af2788490e15",
+}
+
+# OpenAI-style chat accounting (see OpenAI's cookbook "How to count tokens").
+MESSAGE_OVERHEAD = 3  # <|start|>{role}\n ... <|end|>
+NAME_OVERHEAD = 1
+REPLY_PRIMING = 3  # <|start|>assistant<|message|>
+TOOL_CALL_OVERHEAD = 3
+TOOLS_OVERHEAD = 12  # namespace wrapper around the tool schemas
+# Images: "low" detail is a flat 85.  Other details depend on the (unknown)
+# pixel size; 765 is a 1024x1024 "high" image (85 + 4 tiles x 170).  Larger
+# images can cost up to ~1445 on gpt-4o; the budget's headroom and the
+# usage-based calibration absorb the difference.
+IMAGE_LOW_TOKENS = 85
+IMAGE_TOKENS = 765
+# An assistant turn's Anthropic blocks that its chat fields hold, and are counted there.
+_COUNTED_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounter:
+    """Counts tokens for one tokenizer; `name` keys the per-message count cache."""
+
+    name: str
+    count_text: Callable[[str], int]
+    _roles: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def count_message(self, message: Message) -> int:
+        """Tokens one chat message occupies in the prompt (additive over its fields)."""
+        role = str(message.get("role") or "")
+        role_tokens = self._roles.get(role)
+        if role_tokens is None:  # six roles exist: remembered, not re-encoded each time
+            role_tokens = self.count_text(role)
+            if len(self._roles) < 16:
+                self._roles[role] = role_tokens
+        total = MESSAGE_OVERHEAD + role_tokens
+        total += self._count_content(message.get("content"))
+        if message.get("name"):
+            total += NAME_OVERHEAD + self.count_text(str(message["name"]))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("id") or ""))
+            total += self.count_text(str(function.get("name") or ""))
+            total += self.count_text(str(function.get("arguments") or ""))
+        if message.get("function_call"):  # legacy single-function form
+            total += TOOL_CALL_OVERHEAD + self.count_text(_dumps(message["function_call"]))
+        if message.get("tool_call_id"):
+            total += self.count_text(str(message["tool_call_id"]))
+        for block in message.get("thinking_blocks") or ():  # Anthropic's, sent back
+            if isinstance(block, dict):
+                total += self.count_text(str(block.get("thinking") or block.get("data") or ""))
+        for block in message.get(ANTHROPIC_CONTENT) or ():  # what the fields above lack
+            if isinstance(block, dict) and block.get("type") not in _COUNTED_BLOCKS:
+                total += self.count_text(_dumps(block))
+        return total
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        """Prompt tokens for a whole request's messages, including reply priming."""
+        return sum(self.count_message(message) for message in messages) + REPLY_PRIMING
+
+    def count_tools(self, tools: list[dict[str, Any]] | None) -> int:
+        """Tool schemas as JSON; providers render them more compactly, so this overcounts."""
+        if not tools:
+            return 0
+        return TOOLS_OVERHEAD + self.count_text(_dumps(tools))
+
+    def truncate_middle(self, text: str, max_tokens: int) -> str:
+        """Keep head and tail, replace the middle with a visible marker; fits max_tokens.
+
+        Returns "" when even the marker alone does not fit. The search for how much to
+        keep gallops up from a few characters per token, so it counts text in proportion
+        to what is kept, not to `text`: a 2 MB paste is counted once whole, then only
+        around the length kept.
+        """
+        total = self.count_text(text)
+        if total <= max_tokens:
+            return text
+        if self.count_text(f"[… {total} tokens omitted …]") > max_tokens:
+            return ""
+
+        def cut(keep: int) -> str | None:
+            head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
+            omitted = max(total - self.count_text(head) - self.count_text(tail), 1)
+            candidate = f"{head}[… {omitted} tokens omitted …]{tail}"
+            return candidate if self.count_text(candidate) <= max_tokens else None
+
+        best, low, high = "", 0, min(len(text), 4 * max_tokens)
+        while high < len(text) and (candidate := cut(high)) is not None:
+            best, low, high = candidate, high + 1, min(len(text), 2 * high)
+        # Binary search on the number of characters kept, to within 1/64 of them: a few
+        # characters more or less of a long text is not worth counting it again.
+        while low <= high and high - low >= low // 64:
+            keep = (low + high) // 2
+            if (candidate := cut(keep)) is not None:
+                best, low = candidate, keep + 1
+            else:
+                high = keep - 1
+        return best
+
+    def _count_content(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        total = 0
+        for part in content:
+            kind = part.get("type")
+            if kind == "text":
+                total += self.count_text(str(part.get("text") or ""))
+            elif kind == "image_url":
+                image = part.get("image_url")
+                low = isinstance(image, dict) and image.get("detail") == "low"
+                total += IMAGE_LOW_TOKENS if low else IMAGE_TOKENS
+            else:  # audio, files, refusals...: their JSON, which overcounts
+                total += self.count_text(_dumps(part))
+        return total
+
+
+@functools.lru_cache(maxsize=256)
+def counter_for(model: str, mode: CountingMode = "auto") -> TokenCounter:
+    """The counter for a model name, e.g. "gpt-4o", "openai/gpt-4o-mini", "claude-3-5-sonnet".
+
+    auto: tiktoken if tiktoken knows the model, the Anthropic tokenizer for Claude,
+    else the character estimate.  tiktoken: tiktoken, o200k_base for unknown models.
+    char: always the character estimate.
+    """
+    if mode == "char":
+        return _CHAR
+    encoding = _tiktoken_encoding_name(model)
+    if encoding is None and mode == "tiktoken":
+        encoding = "o200k_base"
+    if encoding is not None:
+        return _tiktoken_counter(encoding)
+    if "claude" in model.lower():
+        return _anthropic_counter()
+    return _CHAR
+
+
+def counter_named(name: str) -> TokenCounter:
+    """The counter whose `name` this is (names key the stored counts)."""
+    if name in _BUNDLED_BPE:
+        return _tiktoken_counter(name)
+    if name == "anthropic":
+        return _anthropic_counter()
+    return _CHAR
+
+
+def _tiktoken_encoding_name(model: str) -> str | None:
+    """tiktoken's own model map (litellm's selector answers cl100k for gpt-4o)."""
+    from tiktoken.model import encoding_name_for_model
+
+    try:
+        name = encoding_name_for_model(model.rsplit("/", 1)[-1])
+    except KeyError:
+        return None
+    return name if name in _BUNDLED_BPE else None  # e.g. r50k (davinci) is not bundled
+
+
+@functools.cache
+def _tiktoken_counter(encoding: str) -> TokenCounter:
+    _use_bundled_bpe_files(encoding)
+    import tiktoken
+
+    encode = tiktoken.get_encoding(encoding).encode_ordinary
+    return TokenCounter(encoding, lambda text: len(encode(text)) if text else 0)
+
+
+@functools.cache
+def _anthropic_counter() -> TokenCounter:
+    from tokenizers import Tokenizer
+
+    directory = _bundled_dir()
+    if directory is None or not (directory / "anthropic_tokenizer.json").is_file():
+        return _CHAR
+    tokenizer = Tokenizer.from_file(str(directory / "anthropic_tokenizer.json"))
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids) if text else 0
+
+    return TokenCounter("anthropic", count)
+
+
+def _bundled_dir() -> Path | None:
+    """litellm's tokenizer directory, found without importing litellm (slow)."""
+    spec = importlib.util.find_spec("litellm")
+    for location in (spec and spec.submodule_search_locations) or ():
+        directory = Path(location) / "litellm_core_utils" / "tokenizers"
+        if directory.is_dir():
+            return directory
+    return None
+
+
+def _use_bundled_bpe_files(encoding: str) -> None:
+    """Point tiktoken's cache at the wheel's files so it never downloads.
+
+    A TIKTOKEN_CACHE_DIR the user set is kept if it already has the file.
+    """
+    key = _BUNDLED_BPE[encoding]
+    current = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if current and (Path(current) / key).is_file():
+        return
+    directory = _bundled_dir()
+    if directory is not None and (directory / key).is_file():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(directory)
+
+
+# Character estimate: every match of _PIECE is one token (two for astral-plane
+# characters such as emoji).  Measured against o200k_base (estimate / o200k):
+#   English prose 1.25, Markdown/package docs 1.28, Python 1.26-1.31,
+#   JSON 1.21-1.25, Chinese 1.41, Japanese 1.34, Korean 1.83, Russian 1.40,
+#   emoji 1.40, random digits 1.00, whitespace runs 2.3.
+# It undercounts only random data: hex 0.96, base64 0.82 (inside the 20%
+# headroom the budget ratio leaves).  Plain len/3 was 1.32 on English but
+# 0.74 on JSON and 0.49 on base64, hence the pieces.
+_CJK = (  # Hangul Jamo, kana, Hangul compatibility, CJK ideographs, syllables, full-width forms
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+)
+_PIECE = re.compile(
+    rf"[{_CJK}]"  # CJK ideographs, kana, hangul: one token each
+    r"| ?[A-Z]?[a-z]{1,6}| ?[A-Z]{1,3}"  # ASCII words in short pieces, split at case changes
+    rf"| ?[^\W\d_A-Za-z{_CJK}]{{1,3}}"  # letters of other scripts
+    r"|\d{1,3}"
+    r"|\s{1,16}"
+    r"|[!-/:-@\[-`{-~]{1,2}"  # ASCII punctuation
+    r"|[^\x00-\x7f]"  # any other symbol
+)
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def estimate_tokens(text: str) -> int:
+    """Conservative token estimate for tokenizers we do not have."""
+    return len(_PIECE.findall(text)) + len(_ASTRAL.findall(text))
+
+
+_CHAR = TokenCounter("char", estimate_tokens)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class CountCache:
+    """Counts of what comes back on every request (system prompts, tool schemas, the
+    summary in use, messages stored without this tokenizer's count), kept per tokenizer
+    so each is tokenized once per process rather than once per request."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._counts: OrderedDict[tuple[str, bytes | str], int] = OrderedDict()
+
+    def messages(
+        self, counter: TokenCounter, messages: list[Message], serialized: bytes | None = None
+    ) -> int:
+        """`counter.count_messages(messages)`: reply priming included. `serialized` (their
+        orjson bytes, where the caller has them) saves serializing them again."""
+        key = (counter.name, orjson.dumps(messages) if serialized is None else serialized)
+        return self._get(key, lambda: counter.count_messages(messages))
+
+    def message(self, counter: TokenCounter, message: Message, key: str = "") -> int:
+        """`counter.count_message(message)`; `key` (a content hash) saves serializing it."""
+        cache_key = (counter.name, key or orjson.dumps(message))
+        return self._get(cache_key, lambda: counter.count_message(message))
+
+    def text(self, counter: TokenCounter, text: str, key: str) -> int:
+        """`counter.count_text(text)`, cached under `key` (naming its content)."""
+        return self._get((counter.name, key), lambda: counter.count_text(text))
+
+    def tools(
+        self,
+        counter: TokenCounter,
+        tools: list[dict[str, Any]] | None,
+        serialized: bytes | None = None,
+    ) -> int:
+        if not tools:
+            return 0
+        key = (
+            counter.name,
+            b"tools:" + (orjson.dumps(tools) if serialized is None else serialized),
+        )
+        return self._get(key, lambda: counter.count_tools(tools))
+
+    def _get(self, key: tuple[str, bytes | str], count: Callable[[], int]) -> int:
+        value = self._counts.get(key)
+        if value is None:
+            value = self._counts[key] = count()
+            if len(self._counts) > self._size:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(key)
+        return value

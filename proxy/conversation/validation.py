@@ -1,0 +1,312 @@
+"""Request validation: reject what no provider should see, with OpenAI-shaped 400s.
+
+Parameters are checked once per request; messages only where they are new. A full-
+resend client's earlier messages were checked when they arrived (and are recognised
+byte for byte), so a long conversation is not re-validated on every turn.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proxy.errors import ProxyError
+
+__all__ = [
+    "ROLES",
+    "check_ranges",
+    "check_types",
+    "header_session_id",
+    "invalid",
+    "session_id",
+    "validate_messages",
+    "validate_parameters",
+]
+
+# Any text a client can send (unicode, spaces, `/`, `.`, JSON), up to 256 characters,
+# but control characters, line separators and lone surrogates: those break a terminal's
+# line or a header, or cannot be stored as UTF-8. The sessions API names any id by `?id=`.
+_SESSION_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]{1,256}")
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# What each parameter must be, when present (and not null): `check_types`.
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "boolean": ((bool,), "a boolean"),
+    "number": ((int, float), "a number"),
+    "integer": ((int,), "an integer"),
+    "string": ((str,), "a string"),
+    "array": ((list,), "an array"),
+    "object": ((dict,), "an object"),
+    "string or array": ((str, list), "a string or an array"),
+    "string or object": ((str, dict), "a string or an object"),
+}
+# Every chat parameter's kind, as OpenAI's API reference gives it.
+_CHAT_KINDS = {
+    "model": "string",
+    "messages": "array",
+    **dict.fromkeys(("temperature", "top_p", "presence_penalty", "frequency_penalty"), "number"),
+    **dict.fromkeys(
+        ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs"), "integer"
+    ),
+    **dict.fromkeys(("stream", "logprobs", "parallel_tool_calls", "store"), "boolean"),
+    **dict.fromkeys(("tools", "functions", "modalities"), "array"),
+    **dict.fromkeys(
+        (
+            "audio",
+            "logit_bias",
+            "metadata",
+            "moderation",
+            "prediction",
+            "prompt_cache_options",
+            "response_format",
+            "stream_options",
+            "web_search_options",
+        ),
+        "object",
+    ),
+    **dict.fromkeys(
+        (
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "reasoning_effort",
+            "safety_identifier",
+            "service_tier",
+            "user",
+            "verbosity",
+        ),
+        "string",
+    ),
+    "stop": "string or array",
+    "tool_choice": "string or object",
+    "function_call": "string or object",
+}
+
+# Standard OpenAI chat-completion parameters (every one the pinned openai SDK sends:
+# tests/integration/test_sdk_parameters.py): only these reach a provider. Anything else
+# (api_base, api_key, custom_llm_provider, fallbacks, mock_response, …) could redirect
+# traffic or change routing, so it is rejected, as OpenAI rejects unknown arguments.
+CHAT_PARAMETERS = frozenset(
+    {
+        "model",
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+
+
+# The documented range of each numeric parameter (inclusive; None: unbounded): a value
+# outside it is a 400 here, before any provider is paid to refuse it.
+Range = tuple[float | None, float | None]
+_CHAT_RANGES: dict[str, Range] = {
+    "temperature": (0, 2),
+    "top_p": (0, 1),
+    "presence_penalty": (-2, 2),
+    "frequency_penalty": (-2, 2),
+    "n": (1, 128),
+    "max_tokens": (1, None),
+    "max_completion_tokens": (1, None),
+    "top_logprobs": (0, 20),
+}
+
+
+def validate_parameters(body: dict[str, Any]) -> None:
+    """Unknown or internal parameters, and parameters of the wrong type (not messages)."""
+    for key in body:
+        if key not in CHAT_PARAMETERS:
+            raise ProxyError(
+                400,
+                f"Unrecognized request argument supplied: {key}",
+                code="unknown_parameter",
+                param=key,
+            )
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise invalid("model", "`model` is required and must be a non-empty string.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "`messages` is required and must be a non-empty array.")
+    check_types(body, _CHAT_KINDS)
+    check_ranges(body, _CHAT_RANGES)
+
+
+def check_ranges(body: dict[str, Any], ranges: dict[str, Range]) -> None:
+    """A 400 for the first number present outside its range (after `check_types`)."""
+    for name, (low, high) in ranges.items():
+        value = body.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise invalid(name, f"`{name}` must be {bounds}, not {value}.")
+
+
+def check_types(body: dict[str, Any], kinds: dict[str, str], *, anthropic: bool = False) -> None:
+    """A 400 for the first parameter present (not null) that is not of its kind (a
+    boolean is no number), worded as OpenAI's errors are, or as Anthropic's."""
+    for name, kind in kinds.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        types, words = _KINDS[kind]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            said = f"{name}: must be {words}." if anthropic else f"`{name}` must be {words}."
+            raise invalid(name, said)
+
+
+def validate_messages(
+    messages: list[Any], start: int = 0, offset: int = 0, *, continues: bool = False
+) -> None:
+    """messages[start:] are well-formed: objects with a known role, string-or-parts
+    content, well-typed fields, tool calls with unique ids, and tool results that answer a
+    call of the assistant message before them. `offset` is the position of `messages` in
+    the request's own list (for `param`); `continues`: the list may continue a stored
+    conversation, so tool results at its very start may answer calls stored earlier."""
+    for index in range(start, len(messages)):
+        message = messages[index]
+        where = f"messages[{index + offset}]"
+        if (
+            type(message) is not dict
+            or type(message.get("role")) is not str
+            or message["role"] not in ROLES
+            or type(message.get("content")) not in _CONTENT_TYPES
+        ):
+            _reject(message, where)
+        if type(message.get("content")) is list:
+            _check_parts(message["content"], where)
+        if type(message.get("name", "")) not in _NAME_TYPES:
+            raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
+        role = message["role"]
+        if role == "assistant" and message.get("tool_calls") is not None:
+            _check_calls(message["tool_calls"], where)
+        elif role == "tool":
+            _check_result(messages, index, where, continues)
+
+
+_CONTENT_TYPES = frozenset({str, list, type(None)})
+_NAME_TYPES = frozenset({str, type(None)})
+
+
+def _check_parts(parts: list[Any], where: str) -> None:
+    for number, part in enumerate(parts):
+        if type(part) is not dict or type(part.get("type")) is not str:
+            raise invalid(
+                f"{where}.content[{number}]",
+                f"`{where}.content[{number}]` must be an object with a string `type`.",
+            )
+        if part["type"] == "text" and type(part.get("text")) is not str:
+            raise invalid(f"{where}.content[{number}].text", "A text part needs a string `text`.")
+
+
+def _check_calls(calls: Any, where: str) -> None:
+    if type(calls) is not list:
+        raise invalid(f"{where}.tool_calls", f"`{where}.tool_calls` must be an array.")
+    seen: set[str] = set()
+    for number, call in enumerate(calls):
+        here = f"{where}.tool_calls[{number}]"
+        function = call.get("function") if type(call) is dict else None
+        if (
+            type(call) is not dict
+            or type(call.get("id")) is not str
+            or type(function) is not dict
+            or type(function.get("name")) is not str
+            or type(function.get("arguments", "")) is not str
+        ):
+            raise invalid(
+                here, f"`{here}` needs a string `id` and a `function` with a string `name`."
+            )
+        if call["id"] in seen:
+            raise invalid(f"{here}.id", f"Duplicate tool call id `{call['id']}`.")
+        seen.add(call["id"])
+
+
+def _check_result(messages: list[Any], index: int, where: str, continues: bool) -> None:
+    """A tool result answers a call of the nearest assistant message before it, once."""
+    call_id = messages[index].get("tool_call_id")
+    if type(call_id) is not str:
+        raise invalid(f"{where}.tool_call_id", f"`{where}.tool_call_id` must be a string.")
+    earlier = index - 1
+    while (
+        earlier >= 0 and type(messages[earlier]) is dict and messages[earlier].get("role") == "tool"
+    ):
+        if messages[earlier].get("tool_call_id") == call_id:
+            raise invalid(f"{where}.tool_call_id", f"Tool call `{call_id}` is answered twice.")
+        earlier -= 1
+    if earlier < 0 and continues:
+        return  # answers a call stored with the session
+    calls = messages[earlier].get("tool_calls") if earlier >= 0 else None
+    ids = {call.get("id") for call in calls or () if type(call) is dict}
+    if call_id not in ids:
+        raise invalid(
+            f"{where}.tool_call_id",
+            f"`{where}` answers tool call `{call_id}`, which no assistant message before it made.",
+        )
+
+
+def _reject(message: Any, where: str) -> None:
+    if not isinstance(message, dict):
+        raise invalid(where, f"`{where}` must be an object.")
+    role = message.get("role")
+    if type(role) is not str or role not in ROLES:
+        raise invalid(f"{where}.role", f"`{where}.role` must be one of {sorted(ROLES)}.")
+    raise invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
+
+
+def invalid(param: str, message: str) -> ProxyError:
+    return ProxyError(400, message, code="invalid_value", param=param)
+
+
+def session_id(value: str, where: str) -> str:
+    """`value` if it is a usable session id, else a 400 naming `where`."""
+    if not _SESSION_ID.fullmatch(value):
+        raise _invalid_session_id(
+            where, "a session id is 1-256 characters, with no control character or line separator."
+        )
+    return value
+
+
+def header_session_id(value: str, where: str) -> str:
+    """A session id sent in a header: its bytes (which Starlette reads as latin-1) as
+    UTF-8, so a unicode id arrives whole from a client that sends it as UTF-8."""
+    try:
+        text = value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise _invalid_session_id(where, "a session id header must be UTF-8.") from None
+    return session_id(text, where)
+
+
+def _invalid_session_id(where: str, why: str) -> ProxyError:
+    return ProxyError(400, f"{where}: {why}", code="invalid_session_id", param=where)

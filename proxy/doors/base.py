@@ -1,0 +1,178 @@
+"""The API shapes the proxy serves, its doors (DESIGN §1).
+
+Each door translates its request into the one conversation model (OpenAI chat
+messages and parameters: what the engine plans and the upstream sends to any
+provider), and the reply back into its own shape, SSE framing and error body
+included. A door knows its wire format and nothing about budgets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import orjson
+from starlette.responses import JSONResponse, Response
+
+from proxy.conversation.validation import session_id
+from proxy.engine.types import Turn
+from proxy.errors import ProxyError
+from proxy.upstream.lean import Completion
+from proxy.upstream.native import Native
+
+__all__ = [
+    "Api",
+    "Door",
+    "Framer",
+    "Inbound",
+    "body_session_id",
+    "field_label",
+    "inner_session_id",
+    "text_of",
+    "unknown_fields",
+]
+
+Api = Literal["chat", "messages", "responses"]
+
+
+class ORJSONResponse(JSONResponse):
+    """JSON written by orjson: a long reply is one C call."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """A request as the engine sees it, whichever door it came through."""
+
+    body: dict[str, Any]  # a chat-completions body: model, messages, parameters
+    session_id: str | None = None  # named in the body, if at all
+    # The body's session id wins over the header's: it names a response to continue
+    # (`previous_response_id`), at this transcript length.
+    continues: int | None = None
+    # The door's own facts, handed back to its `reply` and `framer`.
+    extra: dict[str, Any] = field(default_factory=dict)
+    # What the client sent that this door does not carry (vendor fields, server tools):
+    # dropped, never refused, and said in a header and a metric.
+    dropped: tuple[str, ...] = ()
+    # Parameters the door translated that not every provider takes, in groups of
+    # alternatives: of each group, the first the model takes (every deployment, by
+    # LiteLLM's own list) is sent, the rest are not; if it takes none, they are dropped.
+    optional: tuple[tuple[str, ...], ...] = ()
+    # The request in the door's own API, for a model whose deployments speak it
+    # (`proxy.upstream.native`), and what that route does not carry.
+    native: Native | None = None
+    native_dropped: tuple[str, ...] = ()
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+
+class Framer(Protocol):
+    """One streamed reply's wire framing, fed the upstream's chat chunks in order."""
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes: ...
+
+    def relay(self, raw: bytes) -> bytes:
+        """An event of the provider's own stream in the door's API (`proxy.upstream.native`)."""
+        ...
+
+    def end(self) -> bytes: ...
+
+    def error(self, exc: ProxyError) -> bytes: ...
+
+
+class Door(Protocol):
+    api: Api
+    # Request headers of the door's API that act on the provider's account (which
+    # workspace bills the call, whom it is attributed to): the proxy calls with its own
+    # key, so they are not passed on, and are named as dropped when a client sends them.
+    unsent_headers: tuple[str, ...]
+
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        """The request in the one conversation model (it may read the store: a Responses
+        `item_reference` names a stored reply)."""
+        ...
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response: ...
+
+    def framer(self, inbound: Inbound, turn: Turn) -> Framer: ...
+
+
+# Dropped fields counted under their own name; any other is counted as `other`, so a
+# client cannot grow the metric's label set.
+_LABELLED = frozenset(
+    {
+        "client_metadata",
+        "container",
+        "context_management",
+        "mcp_servers",
+        "reasoning",
+        "reasoning_effort",
+        "response_format",
+        "thinking",
+        "thinking.adaptive",
+        "top_k",
+    }
+)
+
+
+def field_label(name: str) -> str:
+    """A dropped field's metric label: `tools` for any tool, `output_config` for any of
+    its keys, a known field's own name, else `other`."""
+    head = name.split(".", 1)[0]
+    if head in ("tools", "output_config"):
+        return head
+    return name if name in _LABELLED else "other"
+
+
+def unknown_fields(body: dict[str, Any], known: frozenset[str]) -> list[str]:
+    """The body's top-level fields a door does not know, in the order they came."""
+    return [key for key in body if key not in known]
+
+
+def body_session_id(body: dict[str, Any], fields: list[str]) -> str | None:
+    """The first of `fields` (dotted paths) that `body` has as a string (or as an object
+    with a string `id`), checked as a session id (Claude Code's: `inner_session_id`)."""
+    for name in fields:
+        value: Any = body
+        for key in name.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, dict):
+            value = value.get("id")
+        if isinstance(value, str) and value:
+            return session_id(inner_session_id(value), name)
+    return None
+
+
+# Claude Code's `metadata.user_id` before 2.1.78: `user_<hash>_account_<uuid>_session_<uuid>`
+# (the account empty without a login).
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_CLAUDE_CODE_USER = re.compile(rf"user_[0-9a-f]+_account_(?:{_UUID})?_session_({_UUID})", re.I)
+
+
+def inner_session_id(value: str) -> str:
+    """The conversation's id inside an id that names more than it: Claude Code's
+    `metadata.user_id`, a JSON object (device, account, `session_id`) or its older
+    `user_…_account_…_session_<uuid>`; any other value as it is."""
+    if value.startswith("{"):
+        try:
+            found = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+        inner = found.get("session_id") if isinstance(found, dict) else None
+        return inner if isinstance(inner, str) and inner else value
+    older = _CLAUDE_CODE_USER.fullmatch(value)
+    return older.group(1) if older else value
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string as it is, text parts joined."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""

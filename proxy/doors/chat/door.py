@@ -1,0 +1,60 @@
+"""`POST /v1/chat/completions`: the conversation model's own shape, relayed as it came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from proxy.conversation.validation import validate_parameters
+from proxy.doors.base import Api, Inbound, ORJSONResponse
+from proxy.engine.types import Turn
+from proxy.errors import ProxyError
+from proxy.upstream.client import PROVIDER_HINTS
+from proxy.upstream.lean import Completion
+
+__all__ = ["ChatDoor"]
+
+# OpenAI's hints, which not every model takes: sent to one that does, else dropped and said.
+OPTIONAL = tuple((name,) for name in PROVIDER_HINTS)
+
+
+class ChatDoor:
+    api: Api = "chat"
+    unsent_headers: tuple[str, ...] = ()
+
+    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+        validate_parameters(body)
+        dropped: tuple[str, ...] = ()
+        if "stream_options" in body and body.get("stream") is not True:
+            del body["stream_options"]  # a stream's only: LiteLLM leaves it out, OpenAI refuses it
+            dropped = ("stream_options",)
+        return Inbound(body, dropped=dropped, optional=OPTIONAL)
+
+    def reply(
+        self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
+    ) -> Response:
+        if completion.raw is not None:  # the provider's own bytes, relayed as they came
+            return Response(completion.raw, media_type="application/json", headers=headers)
+        return ORJSONResponse(completion.data, headers=headers)
+
+    def framer(self, inbound: Inbound, turn: Turn) -> ChatFramer:
+        return ChatFramer()
+
+
+class ChatFramer:
+    """OpenAI's SSE: the chunks as they came, then `[DONE]` (never after a failure, so a
+    client can tell a cut-off reply from a finished one)."""
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
+        return raw or b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks)
+
+    def relay(self, raw: bytes) -> bytes:
+        return raw  # chat is no door's own API beside the chat translation
+
+    def end(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def error(self, exc: ProxyError) -> bytes:
+        return b"data: " + orjson.dumps(exc.body()) + b"\n\n"

@@ -1,0 +1,286 @@
+"""The Responses API's reply: its response object, and its streaming events made from
+the upstream's chat chunks (`response.created` … `response.completed`)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import orjson
+
+from proxy.doors.base import text_of
+from proxy.doors.responses.items import ItemNames
+from proxy.errors import ProxyError
+
+__all__ = ["ResponsesFramer", "output_items", "response_object"]
+
+_SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
+
+
+def response_object(
+    response_id: str,
+    model: str,
+    echo: dict[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": model,
+        "output": output,
+        "error": None,
+        "incomplete_details": None,
+        "usage": response_usage(usage) if usage else None,
+        **echo,
+        "tools": echo.get("tools") or [],
+        "tool_choice": echo.get("tool_choice") or "auto",
+        "parallel_tool_calls": echo.get("parallel_tool_calls") is not False,
+        "metadata": echo.get("metadata") or {},
+        "text": echo.get("text") or {"format": {"type": "text"}},
+    }
+
+
+def output_items(message: dict[str, Any], names: ItemNames) -> list[dict[str, Any]]:
+    """A chat reply message as output items: its text, then its function calls."""
+    items: list[dict[str, Any]] = []
+    content = text_of(message.get("content"))
+    if content:
+        items.append(_message_item(names.mint("message"), content, "completed"))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        items.append(
+            _call_item(
+                names.mint("function_call"),
+                call.get("id") or "",
+                function.get("name") or "",
+                function.get("arguments") or "",
+                "completed",
+            )
+        )
+    return items
+
+
+def response_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """Chat usage in the Responses API's terms."""
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
+
+
+def _call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+class ResponsesFramer:
+    """One streamed response: the open output item, and everything `response.completed`
+    repeats at the end."""
+
+    def __init__(
+        self, response_id: str, names: ItemNames, model: str, echo: dict[str, Any]
+    ) -> None:
+        self._id = response_id
+        self._model = model
+        self._echo = echo
+        self._sequence = 0
+        self._started = False
+        self._output: list[dict[str, Any]] = []  # finished items
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}  # a chunk's tool call index -> item
+        self._usage: dict[str, Any] | None = None
+        self._names = names
+        self._renamed: list[tuple[bytes, bytes]] = []  # a provider's item ids, and ours
+
+    def chunks(self, chunks: list[dict[str, Any]], raw: bytes | None) -> bytes:
+        out: list[bytes] = []
+        if not self._started:
+            self._started = True
+            response = self._response("in_progress", [])
+            out.append(self._event("response.created", {"response": response}))
+            out.append(self._event("response.in_progress", {"response": response}))
+        for chunk in chunks:
+            if chunk.get("usage"):
+                self._usage = chunk["usage"]
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) == 0:
+                    out.extend(self._delta(choice.get("delta") or {}))
+        return b"".join(out)
+
+    def relay(self, raw: bytes) -> bytes:
+        """OpenAI's own event, its response under this proxy's id (which continues it)
+        and the model name asked for, its output items under ids that name the stored
+        reply (`ItemNames`)."""
+        kind, _, data = raw.partition(b"\ndata: ")
+        if kind == b"event: response.output_item.added":
+            item = orjson.loads(data).get("item")
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                ours = self._names.mint(str(item.get("type", "message")), item["id"])
+                self._renamed.append((orjson.dumps(item["id"]), orjson.dumps(ours)))
+        for theirs, ours in self._renamed:
+            raw = raw.replace(theirs, ours)
+        number = _SEQUENCE.search(raw)
+        if number is not None:  # this proxy's own events (an error) follow on
+            self._sequence = int(number[1]) + 1
+        if b'"response"' not in raw:
+            return raw
+        kind, _, data = raw.partition(b"\ndata: ")
+        event = orjson.loads(data)
+        if not isinstance(event.get("response"), dict):
+            return raw
+        event["response"] |= {"id": self._id, "model": self._model}
+        return kind + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+    def end(self) -> bytes:
+        out = [self._close()]
+        response = self._response("completed", self._output, self._usage)
+        out.append(self._event("response.completed", {"response": response}))
+        return b"".join(out)
+
+    def error(self, exc: ProxyError) -> bytes:
+        """`response.failed`, then `error`: a client that reads the response's own end
+        (Codex) sees it fail, and the openai SDK raises at the `error` event (which says
+        it in its fields and in an `error` object, the shape the SDK raises for)."""
+        error = {"code": exc.code or "server_error", "message": exc.message}
+        failed = self._response("failed", self._output) | {"error": error}
+        said = error | {"param": exc.param}
+        return self._event("response.failed", {"response": failed}) + self._event(
+            "error", said | {"error": said | {"type": exc.error_type}}
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if delta.get("content"):
+            if self._open is None or self._open["type"] != "message":
+                out.append(self._close())
+                item = _message_item(self._names.mint("message"), None, "in_progress")
+                out.append(self._add(item))
+                part = {"type": "output_text", "text": "", "annotations": []}
+                out.append(
+                    self._event(
+                        "response.content_part.added",
+                        self._where() | {"content_index": 0, "part": part},
+                    )
+                )
+            self._text.append(delta["content"])
+            out.append(
+                self._event(
+                    "response.output_text.delta",
+                    self._where() | {"content_index": 0, "delta": delta["content"], "logprobs": []},
+                )
+            )
+        for call in delta.get("tool_calls") or ():
+            number = call.get("index", 0)
+            function = call.get("function") or {}
+            if number not in self._calls:
+                out.append(self._close())
+                item = _call_item(
+                    self._names.mint("function_call"),
+                    call.get("id") or "",
+                    function.get("name") or "",
+                    "",
+                    "in_progress",
+                )
+                self._calls[number] = item
+                out.append(self._add(item))
+            if function.get("arguments"):
+                self._text.append(function["arguments"])
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        self._where() | {"delta": function["arguments"]},
+                    )
+                )
+        return out
+
+    def _add(self, item: dict[str, Any]) -> bytes:
+        self._open = item
+        self._text = []
+        return self._event(
+            "response.output_item.added", {"output_index": len(self._output), "item": item}
+        )
+
+    def _close(self) -> bytes:
+        item = self._open
+        if item is None:
+            return b""
+        text = "".join(self._text)
+        where = self._where()
+        out = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            out.append(
+                self._event(
+                    "response.output_text.done",
+                    where | {"content_index": 0, "text": text, "logprobs": []},
+                )
+            )
+            out.append(
+                self._event(
+                    "response.content_part.done", where | {"content_index": 0, "part": part}
+                )
+            )
+            item = item | {"content": [part]}
+        else:
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    where | {"arguments": text, "name": item["name"]},
+                )
+            )
+            item = item | {"arguments": text}
+        item = item | {"status": "completed"}
+        out.append(
+            self._event(
+                "response.output_item.done", {"output_index": len(self._output), "item": item}
+            )
+        )
+        self._output.append(item)
+        self._open = None
+        return b"".join(out)
+
+    def _where(self) -> dict[str, Any]:
+        assert self._open is not None
+        return {"item_id": self._open["id"], "output_index": len(self._output)}
+
+    def _response(
+        self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return response_object(self._id, self._model, self._echo, status, list(output), usage)
+
+    def _event(self, kind: str, data: dict[str, Any]) -> bytes:
+        payload = {"type": kind, **data, "sequence_number": self._sequence}
+        self._sequence += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,261 @@
+"""The part of a session its summary covers, kept searchable: the merged recall index and
+the facts ledger, read from the checkpoints' own entries (never from the meta record
+every request reads), cached per session in this process and extended fold by fold (a
+new fold reads only the checkpoints after the cached ones)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from proxy.config.settings import Settings
+from proxy.conversation.identity import GENESIS, Message
+from proxy.engine.history import off_loop
+from proxy.engine.types import Request, State
+from proxy.engine.window import Plan
+from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
+from proxy.recall.index import Hit, Recalled, RecallIndex, recall_message, segment
+from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, SessionStore
+
+__all__ = ["Archive", "Archived", "Shown", "last_unit"]
+
+_SESSIONS = 256  # archives cached per process
+_HITS = 12  # ranked units considered for one recall block
+_STATED = 3  # units where a fact the newest message names was stated, first
+_FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
+_SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """The recall block the session's last request carried, and before which transcript
+    message it went."""
+
+    before: int
+    block: Recalled
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`,
+    and the recall block shown under it."""
+
+    count: int = 0
+    head: str = GENESIS
+    index: RecallIndex = field(default_factory=RecallIndex)
+    ledger: tuple[Fact, ...] = ()
+    shown: Shown | None = None
+    # The current facts' key words and where each was stated, most specific first.
+    stated: tuple[tuple[frozenset[str], int], ...] = ()
+
+    def extended(self, checkpoints: Sequence[Checkpoint]) -> Archived:
+        if not checkpoints:
+            return self
+        segments = [c.index for c in checkpoints if c.index is not None]
+        ledgers = [c.ledger for c in checkpoints if c.ledger is not None]
+        ledger = ledgers[-1] if ledgers else self.ledger
+        keys = [(frozenset(f.key.split()), f.source) for f in ledger if f.current and f.subject]
+        return Archived(
+            self.count + len(checkpoints),
+            checkpoints[-1].chain_hash,
+            self.index.extended(segments),
+            ledger,
+            stated=tuple(sorted(keys, key=lambda pair: -len(pair[0]))),
+        )
+
+    def named(self, query: str, hits: list[Hit]) -> list[Hit]:
+        """`hits` after the units where the facts `query` names were stated (the ledger
+        knows where): "what is the payments lead?" wants where the payments lead was
+        said, which plain ranking can place below a question that named it too."""
+        wanted = set(terms(query))
+        first: dict[int, Hit] = {}
+        for words, source in self.stated:
+            if len(first) == _STATED:
+                break
+            unit = self.index.unit_of(source) if words <= wanted else None
+            if unit is not None and unit[0] not in first:
+                first[unit[0]] = Hit(unit[0], unit[1], 1.0, tuple(sorted(words)))
+        return [*first.values(), *(h for h in hits if h.start not in first)][:_HITS]
+
+
+class Archive:
+    def __init__(self, settings: Settings, store: SessionStore) -> None:
+        self._settings = settings
+        self._store = store
+        self._cache: OrderedDict[SessionKey, Archived] = OrderedDict()
+        # A whole session's index (summarized and not), by the session's head.
+        self._whole: OrderedDict[SessionKey, tuple[str, RecallIndex]] = OrderedDict()
+
+    async def of(self, key: SessionKey, count: int, latest: Checkpoint | None) -> Archived:
+        """The archive up to the `count`-th checkpoint, `latest` (which may be one this
+        process just made and has not stored yet)."""
+        if latest is None or count == 0:
+            return Archived()
+        cached = self._cache.get(key)
+        if cached is not None and (cached.count, cached.head) == (count, latest.chain_hash):
+            self._cache.move_to_end(key)
+            return cached
+        if latest.index is not None:  # made here: everything before it is stored
+            archived = (await self._stored(key, count - 1, latest.index["follows"])).extended(
+                [latest]
+            )
+        else:
+            archived = await self._stored(key, count, latest.chain_hash)
+        return self._remember(key, archived)
+
+    async def _stored(self, key: SessionKey, count: int, head: str) -> Archived:
+        """The archive of the first `count` stored checkpoints, read from where the
+        cached one ends when it is a prefix of them, else from the start."""
+        cached = self._cache.get(key)
+        if count == 0:
+            return Archived()
+        if cached is not None and (cached.count, cached.head) == (count, head):
+            return cached
+        base = cached if cached is not None and cached.count < count else Archived()
+        rows = (await self._store.checkpoints(*key, base.count))[: count - base.count]
+        if base.count and (not rows or (rows[0].index or {}).get("follows") != base.head):
+            base, rows = Archived(), (await self._store.checkpoints(*key))[:count]
+        return base.extended(rows)
+
+    def _remember(self, key: SessionKey, archived: Archived) -> Archived:
+        self._cache[key] = archived
+        self._cache.move_to_end(key)
+        while len(self._cache) > _SESSIONS:
+            self._cache.popitem(last=False)
+        return archived
+
+    async def recalled(self, request: Request, state: State, plan: Plan) -> Plan:
+        """`plan` with a recall block: the summarized units most relevant to the latest
+        turns, within `context.recall_ratio` of the budget and what the plan leaves of it.
+        A new block goes before the newest unit, so everything before it (system,
+        summary, the verbatim turns but the newest) keeps the last request's bytes; the
+        last block stays where it was, bytes and all, while it shows the best hits."""
+        context = self._settings.context
+        checkpoint = state.checkpoint
+        room = min(int(context.recall_ratio * request.budget), request.budget - plan.tokens)
+        if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
+            return plan
+        archived = await self.of(request.key, state.checkpoints, checkpoint)
+        conversation = request.conversation
+        asked = recent_text(conversation, messages=1)
+        hits = archived.index.search(
+            asked,
+            _HITS,
+            context.recall_relevance_weight,
+            context.recall_recency_weight,
+            _FLOOR,
+            earlier=recent_text(conversation[-3:-1], messages=2),
+        )
+        hits = archived.named(asked, hits)
+        if not hits:
+            return plan
+        newest = last_unit(plan.messages)
+        offset = state.length - len(plan.messages)  # transcript index - position, verbatim
+        first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
+        shown = archived.shown
+        placed = shown is not None and len(plan.messages) - first <= shown.before - offset <= newest
+        if (
+            placed
+            and shown is not None
+            and all(shown.block.covers(hit) for hit in hits[: len(shown.block.shown)])
+            and shown.tokens <= room
+        ):
+            block = shown.block
+            return plan.with_message(
+                shown.before - offset, block.message, shown.tokens, "recall", block.shown
+            )
+        found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
+        ledger = await off_loop(
+            plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
+        )
+        block = recall_message(found, ledger, request.counter, room)
+        if block is None:
+            return plan
+        if placed and shown is not None and block.message == shown.block.message:
+            block = shown.block
+            return plan.with_message(
+                shown.before - offset, block.message, shown.tokens, "recall", block.shown
+            )
+        tokens = request.counter.count_message(block.message)
+        self._remember(request.key, replace(archived, shown=Shown(offset + newest, block, tokens)))
+        return plan.with_message(newest, block.message, tokens, "recall", block.shown)
+
+    async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
+        """The units of the whole session that best match `query`: the summarized part
+        through its index, the part after the summary (at most a window) indexed as it is
+        read, and kept while the session stays as it is (memory recall asks an idle
+        session again and again)."""
+        checkpoint = meta.checkpoint
+        archived = await self.of(key, meta.checkpoints, checkpoint)
+        known = self._whole.get(key)
+        if known is None or known[0] != meta.head:
+            covers = checkpoint.covers_until if checkpoint else 0
+            window = await self._store.messages(*key, covers, meta.length)
+            unsummarized = segment(covers, [s.message for s in window], archived.head)
+            known = (meta.head, archived.index.extended([unsummarized]))
+            self._whole[key] = known
+            while len(self._whole) > _SESSIONS:
+                self._whole.popitem(last=False)
+        self._whole.move_to_end(key)
+        context = self._settings.context
+        hits = known[1].search(
+            query, limit, context.recall_relevance_weight, context.recall_recency_weight
+        )
+        return archived.named(query, hits)[:limit]
+
+    async def search(
+        self, key: SessionKey, meta: SessionMeta, query: str, limit: int
+    ) -> list[tuple[Hit, list[Message]]]:
+        """`hits`, each with its messages."""
+        hits = await self.hits(key, meta, query, limit)
+        units = {hit.start: await self._store.messages(*key, hit.start, hit.end) for hit in hits}
+        return [(hit, [s.message for s in units[hit.start]]) for hit in hits]
+
+    async def _unit(self, key: SessionKey, state: State, hit: Hit) -> list[Message]:
+        """transcript[hit.start:hit.end] as this request leaves it."""
+        stored = []
+        if hit.start < state.keep:
+            stored = [
+                s.message
+                for s in await self._store.messages(*key, hit.start, min(hit.end, state.keep))
+            ]
+        fresh = state.new[max(0, hit.start - state.keep) : max(0, hit.end - state.keep)]
+        return [*stored, *(s.message for s in fresh)]
+
+
+def _with_later_values(
+    ledger: tuple[Fact, ...], found: list[tuple[Hit, list[Message]]], window: list[Message]
+) -> list[Fact]:
+    """The ledger (which holds the recalled units' facts: it covers all that is
+    summarized) with the values the window gives later to their subjects: only window
+    messages that name such a subject (C-speed substring tests) are read for facts."""
+    recalled = {
+        fact.key: fact
+        for _, messages in found
+        for message in messages
+        for fact in facts_in(message_text(message), 0, 0.0)
+    }
+    if not recalled:
+        return []
+    texts = [message_text(m) for m in window if m.get("role") != "system"]
+    later = [
+        fact
+        for index, text in enumerate(texts)
+        if any(names(subject, text.casefold()) for subject in recalled.values())
+        for fact in facts_in(text, index, 1.0)
+        if fact.key in recalled
+    ]
+    # Only the recalled subjects' facts: a few, so merging never meets the ledger's cap
+    # (which would drop the value just replaced, and with it the note).
+    named = [fact for fact in ledger if fact.key in recalled]
+    return merge(named, later) if later else named
+
+
+def last_unit(messages: list[Message]) -> int:
+    """Where the last unit (a message and the tool results after it) begins."""
+    at = len(messages) - 1
+    while at > 0 and messages[at].get("role") == "tool":
+        at -= 1
+    return at

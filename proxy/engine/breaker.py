@@ -1,0 +1,59 @@
+"""A circuit breaker for the summarizer: a model that keeps failing is left alone for a
+while, rather than called (and paid, and waited for) on every turn.
+
+After `failures` failures in a row the breaker opens for `backoff` seconds; then one call
+may try (half-open): a success closes it, a failure opens it again for twice as long, up
+to `MAX_BACKOFF_SECONDS`. While it is open, a turn that needs a summary truncates
+instead (within its budget, as after any failed summary) and no background summary is
+started. One breaker per summary model, per process.
+"""
+
+from __future__ import annotations
+
+import time
+
+from proxy.observability import metrics
+
+__all__ = ["MAX_BACKOFF_SECONDS", "Breaker"]
+
+MAX_BACKOFF_SECONDS = 300.0
+
+
+class Breaker:
+    def __init__(self, label: str, failures: int, backoff: float) -> None:
+        self._label = label
+        self._threshold = failures
+        self._first_backoff = backoff
+        self._backoff = backoff
+        self._failures = 0
+        self._open_until = 0.0
+        self._trying = False  # a half-open call is on its way
+
+    @property
+    def open(self) -> bool:
+        """Failing, and not yet due for a trial call."""
+        return self._failures >= self._threshold and time.monotonic() < self._open_until
+
+    def allow(self) -> bool:
+        """Whether a summary may be made now (counted as skipped when not)."""
+        if self._failures < self._threshold:
+            return True
+        if time.monotonic() >= self._open_until and not self._trying:
+            self._trying = True  # the one call that finds out whether the model is back
+            return True
+        metrics.SUMMARIZATIONS_SKIPPED.labels(self._label).inc()
+        return False
+
+    def succeeded(self) -> None:
+        self._failures, self._backoff, self._trying = 0, self._first_backoff, False
+        metrics.SUMMARIZER_OPEN.labels(self._label).set(0)
+
+    def failed(self) -> None:
+        self._failures += 1
+        if self._failures < self._threshold:
+            return
+        if self._trying:  # the trial call failed too: wait twice as long
+            self._backoff = min(2 * self._backoff, MAX_BACKOFF_SECONDS)
+        self._trying = False
+        self._open_until = time.monotonic() + self._backoff
+        metrics.SUMMARIZER_OPEN.labels(self._label).set(1)

@@ -1,0 +1,310 @@
+"""A session's history as a request leaves it: loaded, reconciled, counted.
+
+The stored transcript is read only where something needs it (an edit of history, a
+tokenizer new to the session, a window), never in full per request: a full-resend
+client's prefix is recognised by its fingerprint, and only the messages after it are
+validated, hashed and counted. Large new portions (a long conversation's first request)
+are worked on in a thread, so the event loop stays free for other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+from proxy.conversation.identity import GENESIS, Message, chain, message_hash
+from proxy.conversation.replies import stored_reply
+from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
+from proxy.conversation.validation import invalid, validate_messages
+from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.engine.types import Request, State
+from proxy.sessions.records import (
+    MANY_MESSAGES,
+    Checkpoint,
+    SessionMeta,
+    SessionStore,
+    StoredMessage,
+)
+
+__all__ = ["History", "counter_for_name", "off_loop", "pause"]
+
+# Python work on texts longer than this (characters) runs in a worker thread, as on
+# more than MANY_MESSAGES messages.
+_OFF_LOOP_CHARS = 50_000
+_RESULTS_BACK = 64  # parallel tool calls a turn may answer across, at most
+_PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
+
+
+class History:
+    def __init__(self, store: SessionStore, counts: CountCache) -> None:
+        self._store = store
+        self._counts = counts
+
+    async def state(self, request: Request) -> State:
+        """Load the meta, reconcile, validate and count the new messages; recount from the
+        stored messages only after an edit of history or for a tokenizer new to it."""
+        assert request.key is not None
+        conversation, counter = request.conversation, request.counter
+        meta = await self._store.load(*request.key)
+        serialized = None
+        if conversation and request.mode != "append" and meta is not None and meta.length:
+            serialized = Serialized(request.messages, len(request.system))
+            await pause(len(serialized))
+        trusted = 0
+        fingerprint = meta.fingerprint if meta is not None else None
+        if (
+            serialized is not None
+            and fingerprint is not None
+            and len(conversation) >= fingerprint.count
+            and serialized.starts_with(fingerprint)
+        ):
+            trusted = fingerprint.count
+        unseen = conversation[trusted:]
+        offset = len(request.system)
+
+        def reconciled(stored: list[str] | None = None) -> Match | str:
+            validate_messages(conversation, trusted, offset=offset, continues=True)
+            return reconcile(meta, conversation, request.mode, serialized, stored, request.frame)
+
+        stored: list[StoredMessage] | None = None
+        match = await off_loop(unseen, reconciled, request.size)
+        if match == NEED_STORED_HASHES:
+            assert meta is not None
+            origin = meta.origin
+            stored = await self._store.messages(
+                *request.key, origin, min(origin + len(conversation), meta.length)
+            )
+            hashes = [s.hash for s in stored]
+            match = await off_loop(unseen, lambda: reconciled(hashes), request.size)
+        assert isinstance(match, Match)
+        if match.kind == "side":  # answered beside the session: nothing to count or store
+            assert meta is not None
+            return State(meta, match, (), {}, None, 0, meta.version, serialized)
+        if match.kind != "append" and serialized is None and conversation:
+            serialized = Serialized(request.messages, len(request.system))
+            await pause(len(serialized))
+        names = {counter.name, *(meta.totals if meta else ())}
+        totals, checkpoint, checkpoints = self._carried(meta, match, counter.name)
+        if totals is None:  # an edit of history, or a tokenizer new to the session
+            assert meta is not None
+            totals, checkpoint, checkpoints = await self._recounted(
+                request, meta, match, names, stored
+            )
+        new_messages = conversation[match.start :]
+        if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":
+            await self._check_results(request, match.keep, new_messages)
+        counters = [counter_for_name(name, counter) for name in names]
+        new = await off_loop(
+            new_messages, lambda: _entries(new_messages, match, counters), request.size
+        )
+        for stored_message in new:
+            for name in totals:
+                totals[name] += stored_message.tokens[name]
+        return State(
+            base=meta,
+            match=match,
+            new=new,
+            totals=totals,
+            checkpoint=checkpoint,
+            checkpoints=checkpoints,
+            expected=meta.version if meta else 0,
+            serialized=serialized,
+        )
+
+    async def _check_results(self, request: Request, keep: int, new: list[Message]) -> None:
+        """Tool results that open an appended turn answer calls of the stored assistant
+        message they follow (read back at most `_RESULTS_BACK` messages), each once."""
+        assert request.key is not None
+        start = max(0, keep - _RESULTS_BACK)
+        stored = [s.message for s in await self._store.messages(*request.key, start, keep)]
+        answered: set[Any] = set()
+        while stored and stored[-1].get("role") == "tool":
+            answered.add(stored.pop().get("tool_call_id"))
+        last = stored[-1] if stored else {}
+        calls = last.get("tool_calls") if last.get("role") == "assistant" else None
+        made = {call.get("id") for call in calls or () if isinstance(call, dict)}
+        for index, message in enumerate(new):
+            if message.get("role") != "tool":
+                break
+            call_id = message.get("tool_call_id")
+            if call_id not in made or call_id in answered:
+                where = f"messages[{len(request.system) + index}]"
+                raise invalid(
+                    f"{where}.tool_call_id",
+                    f"`{where}` answers tool call `{call_id}`, which the session's last"
+                    " assistant message did not make, or which is answered already.",
+                )
+            answered.add(call_id)
+
+    def _carried(
+        self, meta: SessionMeta | None, match: Match, name: str
+    ) -> tuple[dict[str, int] | None, Checkpoint | None, int]:
+        """Totals and the summary in effect, from the meta alone; None for the totals when
+        the stored messages must be counted (`_recounted`)."""
+        if meta is None or match.keep == 0:
+            return {name: 0}, None, 0
+        checkpoint = meta.checkpoint
+        if match.keep < meta.length or name not in meta.totals:
+            return None, checkpoint, meta.checkpoints
+        if checkpoint is not None and name not in checkpoint.before:
+            return None, checkpoint, meta.checkpoints
+        return dict(meta.totals), checkpoint, meta.checkpoints
+
+    async def _recounted(
+        self,
+        request: Request,
+        meta: SessionMeta,
+        match: Match,
+        names: set[str],
+        stored: list[StoredMessage] | None,
+    ) -> tuple[dict[str, int], Checkpoint | None, int]:
+        """Totals and the summary in effect after an edit of history (the transcript cut
+        to `match.keep`) or for a tokenizer new to the session: the slow path, which reads
+        the kept messages once."""
+        assert request.key is not None
+        keep = match.keep
+        if stored is None or len(stored) < keep:
+            stored = await self._store.messages(*request.key, 0, keep)
+        kept = stored[:keep]
+        await self.fill(kept, names, request.counter)
+        checkpoint, count = meta.checkpoint, meta.checkpoints
+        if keep < meta.length:  # summaries of what was cut away no longer apply
+            valid = [
+                c for c in await self._store.checkpoints(*request.key) if c.covers_until <= keep
+            ]
+            checkpoint, count = (valid[-1] if valid else None), len(valid)
+        if checkpoint is not None:
+            before = {n: sum(s.tokens[n] for s in kept[: checkpoint.covers_until]) for n in names}
+            checkpoint = replace(checkpoint, before=before)
+        return {n: sum(s.tokens[n] for s in kept) for n in names}, checkpoint, count
+
+    async def fill(
+        self, entries: list[StoredMessage], names: set[str], counter: TokenCounter
+    ) -> None:
+        """Add missing counts (messages stored before a tokenizer was used on them)."""
+        missing = [(s, n) for s in entries for n in names if n not in s.tokens]
+        if not missing:
+            return
+
+        def count() -> None:
+            for stored, name in missing:
+                named = counter_for_name(name, counter)
+                stored.tokens[name] = self._counts.message(named, stored.message, stored.hash)
+
+        await off_loop([stored.message for stored, _ in missing], count)
+
+    async def window(self, request: Request, state: State, start: int) -> list[StoredMessage]:
+        """transcript[start:] as this request leaves it: stored messages, then new ones."""
+        assert request.key is not None
+        stored = []
+        if start < state.keep:
+            stored = await self._store.messages(*request.key, start, state.keep)
+        return [*stored, *state.new[max(0, start - state.keep) :]]
+
+    async def entry(
+        self,
+        reply: Message,
+        previous: str,
+        counter: TokenCounter,
+        totals: dict[str, int],
+        limit: int,
+    ) -> StoredMessage:
+        """The reply as stored, after the message whose chain value is `previous` (a
+        long reply is counted off the loop). One longer than `limit` bytes is stored as
+        a marked cut (`stored_reply`) under the whole reply's hash and count: the client
+        that resends its whole copy is still recognised, and budgeted for it."""
+
+        def count() -> tuple[Message, dict[str, int]]:
+            counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+            return stored_reply(reply, limit), counts
+
+        digest = message_hash(reply)
+        stored, counts = await off_loop([reply], count)
+        return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
+
+    def after(
+        self, request: Request, state: State, reply: StoredMessage
+    ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
+        """The meta once the turn is stored, and the checkpoint stored with it (if any)."""
+        assert request.key is not None
+        base, match = state.base, state.match
+        now = time.time()
+        fingerprint = None
+        if match.whole and request.conversation and state.serialized is not None:
+            head = state.new[-1].chain if state.new else match.head
+            fingerprint = state.serialized.fingerprint(len(request.conversation), head)
+        origin = state.origin
+        if base is not None and match.keep > origin:
+            first = base.first
+        else:
+            first = state.new[0].hash if state.new else reply.hash
+        if base is None or origin == 0:
+            origin_head, origin_totals = GENESIS, {}
+        elif match.kind == "chapter":
+            origin_head, origin_totals = match.head, dict(base.totals)
+        else:
+            origin_head, origin_totals = base.origin_head, base.origin_totals
+        meta = SessionMeta(
+            tenant=request.key[0],
+            session_id=request.key[1],
+            version=state.expected + 1,
+            length=state.length + 1,
+            head=reply.chain,
+            first=first,
+            totals={name: total + reply.tokens[name] for name, total in state.totals.items()},
+            checkpoint=state.checkpoint,
+            checkpoints=state.checkpoints,
+            fingerprint=fingerprint,
+            tail=(reply.hash,) if fingerprint is not None else (),
+            frame=request.frame,
+            settled=bool(match.keep)
+            or bool(reply.message.get("tool_calls"))
+            or any(entry.message.get("role") == "assistant" for entry in state.new),
+            resent=match.whole
+            and (match.start > 0 or any(e.message.get("role") == "assistant" for e in state.new)),
+            origin=origin,
+            origin_head=origin_head,
+            origin_totals=origin_totals,
+            created=base.created if base is not None and base.created else now,
+            updated=now,
+        )
+        return meta, (state.pending,) if state.pending is not None else ()
+
+
+def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:
+    """The counter a stored count was made with (by its name)."""
+    return counter if counter.name == name else counter_named(name)
+
+
+def _entries(
+    messages: list[Message], match: Match, counters: list[TokenCounter]
+) -> tuple[StoredMessage, ...]:
+    """The new messages as stored: hash, chain value, a count per tokenizer."""
+    heads = chain(match.hashes, start=match.head)
+    return tuple(
+        StoredMessage(message, digest, head, {c.name: c.count_message(message) for c in counters})
+        for message, digest, head in zip(messages, match.hashes, heads, strict=True)
+    )
+
+
+async def pause(size: int) -> None:
+    """Let other requests run between two passes over a large body (each pass is one C
+    call that holds the event loop for its whole length)."""
+    if size > _PAUSE_BYTES:
+        await asyncio.sleep(0)
+
+
+async def off_loop(messages: list[Any], work: Any, body: int | None = None) -> Any:
+    """Run `work` (Python work on `messages`) here, or in a worker thread when they are
+    many or large: there the interpreter switches to the event loop every few ms.
+    `body`, the size of the request they came in, spares measuring them when small."""
+    if len(messages) > MANY_MESSAGES:
+        return await asyncio.to_thread(work)
+    if body is not None and body <= _OFF_LOOP_CHARS:
+        return work()
+    size = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict))
+    if size > _OFF_LOOP_CHARS:
+        return await asyncio.to_thread(work)
+    return work()

@@ -1,0 +1,315 @@
+"""Planning a request's window around the pure planner (`proxy.engine.window`).
+
+Within budget, known from the session's token totals, the plan is everything after the
+summary, with no message read or counted. Over it, the window's counts go to the pure
+planner; a summary it asks for is made now (or awaited from the background), and after a
+reply that passes `summarize_at`, the next one is made in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import replace
+from typing import Any
+
+from proxy.config.settings import Settings
+from proxy.conversation.identity import Message
+from proxy.conversation.tokens import CountCache, TokenCounter
+from proxy.engine import agent_compaction
+from proxy.engine.archive import Archive
+from proxy.engine.history import History, off_loop
+from proxy.engine.summarizer import Summaries
+from proxy.engine.types import Request, State
+from proxy.engine.window import ContextOverflowError, Plan, plan_context
+from proxy.errors import ProxyError
+from proxy.facts.ledger import recent_text
+from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, SessionStore, StoredMessage
+from proxy.summary.fold import SummarizationError
+from proxy.summary.message import PINNED_LABEL, summary_message
+
+__all__ = ["Planning"]
+
+logger = logging.getLogger("context_proxy.engine")
+
+
+class Planning:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        history: History,
+        summaries: Summaries,
+        counts: CountCache,
+        archive: Archive,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._history = history
+        self._summaries = summaries
+        self._counts = counts
+        self._archive = archive
+
+    async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
+        """The messages to send. Within budget (known from the totals) that is everything
+        after the summary; over it, the pure planner decides on the window's counts."""
+        checkpoint = state.checkpoint
+        covers = checkpoint.covers_until if checkpoint else 0
+        name = request.counter.name
+        speaks = checkpoint is not None and bool(checkpoint.text)
+        head = [summary_message(checkpoint.text, checkpoint.kept)] if speaks else []
+        head_tokens = self.summary_tokens(request.counter, checkpoint)
+        window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
+        total = request.system_tokens + request.tools_tokens + head_tokens + window
+        whole = (
+            request.system_tokens
+            + request.tools_tokens
+            + state.totals[name]
+            - state.before_origin(name)
+        )
+        if speaks and whole <= min(total, request.budget):
+            # The summary costs more than what it covers: send the conversation as it is.
+            checkpoint, covers, head, total = None, state.origin, [], whole
+        if total <= request.budget:
+            if state.match.whole and covers >= state.origin:
+                recent = request.conversation[covers - state.origin :]
+            else:
+                recent = [s.message for s in await self._history.window(request, state, covers)]
+            compression = "summary" if head else "none"
+            return Plan([*request.system, *head, *recent], total, compression, None, 0)
+        entries = await self._history.window(request, state, covers)
+        await self._history.fill(entries, {name}, request.counter)
+        plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
+        if plan.summarize is None:
+            return plan
+        start, end = plan.summarize
+        return replace(plan, summarize=(covers + start, covers + end))
+
+    async def _fitted(
+        self,
+        request: Request,
+        entries: list[StoredMessage],
+        checkpoint: Checkpoint | None,
+        *,
+        allow_summary: bool,
+        budget: int | None = None,
+    ) -> Plan:
+        """`fit` for stored entries (counted by the request's tokenizer), off the loop
+        when they are long: cutting a long paste is seconds of counting."""
+        messages = [s.message for s in entries]
+        counts = [s.tokens[request.counter.name] for s in entries]
+        fit = functools.partial(
+            self.fit,
+            request,
+            messages,
+            counts,
+            checkpoint,
+            allow_summary=allow_summary,
+            budget=budget,
+        )
+        return await off_loop(messages, fit)
+
+    def fit(
+        self,
+        request: Request,
+        messages: list[Message],
+        counts: list[int],
+        checkpoint: Checkpoint | None,
+        *,
+        allow_summary: bool,
+        budget: int | None = None,
+    ) -> Plan:
+        try:
+            return plan_context(
+                system=request.system,
+                transcript=messages,
+                transcript_tokens=counts,
+                summary=checkpoint.text if checkpoint and checkpoint.text else None,
+                summary_covers=0,
+                budget=budget or request.budget,
+                counter=request.counter,
+                tools_tokens=request.tools_tokens,
+                keep_recent_ratio=self._settings.context.keep_recent_ratio,
+                allow_summary=allow_summary,
+                system_tokens=request.system_tokens,
+                kept=checkpoint.kept if checkpoint else (),
+            )
+        except ContextOverflowError as exc:
+            raise ProxyError(
+                400,
+                f"This model's context budget is {request.budget} tokens; {exc}.",
+                code="context_length_exceeded",
+                param="messages",
+            ) from None
+
+    async def summarized(
+        self, request: Request, state: State, span: tuple[int, int]
+    ) -> tuple[State, Plan]:
+        """Fold `span` into the summary, then plan again; truncation if that fails. A
+        background summary on its way is waited for, and one that landed since the state
+        was read is used, never made again."""
+        assert request.key is not None
+        if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
+            await self._summaries.wait(request.key)
+        if await self._changed(request.key, state):
+            state = await self._history.state(request)
+            plan = await self.plan(request, state, allow_summary=True)
+            if plan.summarize is None:
+                return state, plan
+            span = plan.summarize
+        start, end = span
+        entries = await self._history.window(request, state, start)
+        entries = entries[: end - start]
+        await self._history.fill(entries, set(state.totals), request.counter)
+        archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
+        try:
+            checkpoint = await asyncio.wait_for(
+                self._summaries.make(
+                    entries,
+                    end,
+                    state.checkpoint,
+                    request.model,
+                    request.budget - request.system_tokens - request.tools_tokens,
+                    "sync",
+                    request.provider_key,
+                    archived.ledger,
+                    recent_text(request.conversation),
+                ),
+                self._settings.context.summary_timeout_seconds,
+            )
+        except (SummarizationError, ProxyError, TimeoutError) as exc:
+            reason = self._summaries.redact(str(exc), request.secrets)
+            logger.warning("summarization failed, truncating instead: %s", reason)
+            return state, await self.plan(request, state, allow_summary=False)
+        state = await self._adopt(request, state, checkpoint)
+        return state, await self.plan(request, state, allow_summary=False)
+
+    async def chapter(self, request: Request, state: State) -> State:
+        """A client that compacted its own history goes on from its own summary: the
+        transcript so far is covered by a checkpoint with no text (archived for recall,
+        stored with the turn), so the window starts at the client's new conversation."""
+        assert request.key is not None and state.base is not None
+        previous = state.checkpoint
+        start = previous.covers_until if previous else 0
+        span = await self._store.messages(*request.key, start, state.keep)
+        archived = await self._archive.of(request.key, state.checkpoints, previous)
+        checkpoint = await self._summaries.chapter(
+            span, state.keep, previous, state.base.totals, archived.ledger
+        )
+        return replace(
+            state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
+        )
+
+    async def answer(self, request: Request, state: State) -> dict[str, Any] | None:
+        """The reply to an agent's request for a summary of its conversation (the
+        request's last message), made from the session's summary with no model call:
+        where that summary covers all of the conversation but its latest messages, at
+        most `max_summary_tokens` of them, which follow it as they were. None: the
+        model must write it."""
+        context, checkpoint = self._settings.context, state.checkpoint
+        if not context.answer_compaction or checkpoint is None or not checkpoint.text:
+            return None  # no summary, or a client's own (a chapter's): nothing to answer from
+        name = request.counter.name
+        covered = checkpoint.before.get(name)
+        asked = state.new[-1].tokens.get(name) if state.new else None
+        if covered is None or asked is None:
+            return None
+        if state.totals[name] - covered - asked > context.max_summary_tokens:
+            return None
+        recent = await self._history.window(request, state, checkpoint.covers_until)
+        messages = [stored.message for stored in recent[:-1]]
+        return agent_compaction.answer(checkpoint.text, messages, request.model, request.counter)
+
+    async def _changed(self, key: SessionKey, state: State) -> bool:
+        """The stored session changed since `state` was read: under the turn lock, only a
+        background summary (here or in another replica) can have been stored."""
+        meta = await self._store.load(*key)
+        return (meta.version if meta is not None else 0) != state.expected
+
+    async def _adopt(self, request: Request, state: State, checkpoint: Checkpoint) -> State:
+        """Put a new summary in effect: stored now if it covers stored messages only
+        (then a failed upstream call does not waste it), else with the turn."""
+        assert request.key is not None
+        adopted = replace(state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1)
+        if checkpoint.covers_until > state.keep:
+            return replace(adopted, pending=checkpoint)
+        stored = await self._summaries.store(request.key, checkpoint)
+        base = state.base
+        if (
+            stored is not None
+            and base is not None
+            and (stored.head, stored.length) == (base.head, base.length)
+            and state.keep == base.length
+        ):
+            return replace(adopted, expected=stored.version)
+        return adopted  # the turn's commit will meet a newer version and replay
+
+    def maybe_summarize(self, request: Request, meta: SessionMeta) -> None:
+        """After a reply: once the session passes `summarize_at` of its budget, make the
+        next summary in the background so the next request finds it ready.
+
+        Only what can be compressed counts: the trigger is `summarize_at` of what system
+        messages and tools leave of the budget. The plan is made as if the budget ended
+        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
+        summary plus what stays verbatim lands well under the trigger and the next fold
+        is several turns away (keeping the prefix stable for prompt caches)."""
+        assert request.key is not None
+        name, checkpoint = request.counter.name, meta.checkpoint
+        head = self.summary_tokens(request.counter, checkpoint)
+        window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
+        base = request.system_tokens + request.tools_tokens
+        trigger = base + self._settings.context.summarize_at * (request.budget - base)
+        if base + head + window <= trigger or self._summaries.breaker(request.model).open:
+            return
+        job = functools.partial(self._background, request, int(trigger))
+        self._summaries.schedule(request.key, job, request.secrets)
+
+    async def _background(self, request: Request, budget: int) -> None:
+        assert request.key is not None
+        meta = await self._store.load(*request.key)
+        name = request.counter.name
+        if meta is None or name not in meta.totals:
+            return
+        checkpoint = meta.checkpoint
+        covers = checkpoint.covers_until if checkpoint else 0
+        entries = await self._store.messages(*request.key, covers, meta.length)
+        await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
+        try:
+            plan = await self._fitted(
+                request, entries, checkpoint, allow_summary=True, budget=budget
+            )
+        except ProxyError:  # no plan at all: a summary that failed before it began
+            self._summaries.failed(request.model, "background")
+            raise
+        if plan.summarize is None:
+            return
+        start, end = plan.summarize
+        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
+        made = await self._summaries.make(
+            entries[start:end],
+            covers + end,
+            checkpoint,
+            request.model,
+            request.budget - request.system_tokens - request.tools_tokens,
+            "background",
+            request.provider_key,
+            archived.ledger,
+            recent_text([s.message for s in entries]),
+        )
+        await self._summaries.store(request.key, made)
+
+    def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
+        """Tokens of the summary message (counted once per summary and tokenizer)."""
+        if checkpoint is None or not checkpoint.text:
+            return 0
+        key = f"summary:{checkpoint.chain_hash}:{checkpoint.created}"
+        return self._counts.message(counter, summary_message(checkpoint.text, checkpoint.kept), key)
+
+    def pinned_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
+        """Tokens of the facts pinned after the summary's segments (counted once)."""
+        if checkpoint is None or not checkpoint.pinned:
+            return 0
+        text = PINNED_LABEL + "; ".join(checkpoint.pinned)
+        key = f"pinned:{checkpoint.chain_hash}:{checkpoint.created}"
+        return self._counts.text(counter, text, key)

@@ -1,0 +1,88 @@
+"""Plan records: what each turn of a session sent, kept beside the session.
+
+A record names what was sent by reference (transcript ranges, the summary by its number
+and what it covers, recalled units by where they start) with each part's tokens and
+what the turn saved, never a copy of a message: a few hundred bytes a turn. A store
+keeps a session's newest `PLANS_KEPT` (`proxy.sessions.records`); the session viewer (`/ui`)
+and `GET /v1/sessions/{id}/plans` show them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from proxy.engine.types import Turn
+from proxy.engine.window import Plan
+
+__all__ = ["plan_record", "saved_usd"]
+
+
+def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int) -> dict[str, Any]:
+    """The record of a turn planned by `plan`: pure but for its time stamp, and small
+    whatever the session's length. `summary_tokens` is the whole summary message's
+    count, `pinned_tokens` the part of it that is pinned facts. The session version is
+    added when it is stored."""
+    request, state = turn.request, turn.state
+    assert request is not None and state is not None, "a turn of a session"
+    # The summary sent, if any: a chapter's checkpoint has none, and a summary that would
+    # cost more than what it covers is not sent (`Planning.plan`).
+    checkpoint = state.checkpoint
+    if checkpoint is not None and (not checkpoint.text or plan.compression == "none"):
+        checkpoint = None
+    system = request.system_tokens + request.tools_tokens
+    inserted = sum(block.tokens for block in plan.inserted)
+    # What is left of the plan's messages once the system prompt, the summary, the marker
+    # of dropped messages and the inserted blocks are taken away: the verbatim window.
+    verbatim = (
+        len(plan.messages)
+        - len(request.system)
+        - (1 if checkpoint is not None else 0)
+        - (1 if plan.dropped else 0)
+        - len(plan.inserted)
+    )
+    parts: list[dict[str, Any]] = [{"kind": "system", "tokens": system}]
+    if checkpoint is not None:
+        parts.append(
+            {
+                "kind": "summary",
+                "tokens": summary_tokens - pinned_tokens,
+                "checkpoint": state.checkpoints,
+                "covers": [0, checkpoint.covers_until],
+                "segments": len(checkpoint.segments),
+            }
+        )
+        if checkpoint.pinned:
+            pinned = {"tokens": pinned_tokens, "facts": len(checkpoint.pinned)}
+            parts.append({"kind": "pinned", **pinned, "checkpoint": state.checkpoints})
+    for block in plan.inserted:
+        part = {"kind": block.kind, "tokens": block.tokens, "units": list(block.units)}
+        if block.kind.startswith("memory"):
+            part["memory_id"] = request.memory_id
+        parts.append(part)
+    parts.append(
+        {
+            "kind": "window",
+            "tokens": plan.tokens - system - summary_tokens - inserted,
+            "range": [state.length - verbatim, state.length],
+            "dropped": plan.dropped,
+        }
+    )
+    original = turn.tokens_original or 0
+    saved = max(0, original - plan.tokens)
+    return {
+        "at": round(time.time(), 3),
+        "model": request.model,
+        "budget": request.budget,
+        "compression": plan.compression,
+        "tokens_original": original,
+        "tokens_sent": plan.tokens,
+        "tokens_saved": saved,
+        "saved_usd": saved_usd(saved, request.input_price),
+        "parts": parts,
+    }
+
+
+def saved_usd(tokens: int, price: float | None) -> float | None:
+    """What `tokens` input tokens not sent would have cost (None: the price is unknown)."""
+    return None if price is None else round(tokens * price, 9)

@@ -1,0 +1,214 @@
+"""Memories across sessions, read and written around a turn (the pure part is
+`proxy.memory.facts`): what a session says is learned once its turn is stored, and the
+memory's most relevant facts are injected right after the system prompt.
+
+The injected block is chosen again only when the facts it could offer change (another
+session said something new, or a value was replaced), not every turn, so it breaks the
+prompt-cache prefix no more often than the memory changes.
+
+A memory also knows its sessions (the `_SESSIONS_KEPT` that said the most), so a user
+message is searched for in their recall indexes too (`memory.recall`): what extraction
+missed is still found, verbatim, and goes just before the newest message, where it
+leaves the prompt before it as it was."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from proxy.config.settings import Settings
+from proxy.conversation.identity import Message
+from proxy.engine.archive import Archive, last_unit
+from proxy.engine.history import off_loop
+from proxy.engine.types import Request
+from proxy.engine.window import Plan
+from proxy.facts.ledger import Fact, facts_in, message_text, recent_text
+from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
+from proxy.recall.index import Hit
+from proxy.sessions.records import CAS_ATTEMPTS, SessionStore, StoredMessage
+from proxy.sessions.stores import DAMAGED, store_fault
+
+__all__ = ["Memories"]
+
+logger = logging.getLogger("context_proxy.memory")
+
+_BLOCKS = 1024  # chosen blocks remembered per process
+_INJECTION_SHARE = 0.02  # of the budget, when `memory.max_injection_tokens` is unset
+_SESSIONS_KEPT = 16  # a memory's sessions that said the most, whose messages recall searches
+_SEARCHED = 8  # of them, searched for one message (those that said the most)
+_PER_SESSION = 2  # units taken from each
+_UNITS = 3  # units recalled at most
+_QUERY_CHARS = 4000  # of the newest message
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A memory's record: its facts, and the sessions that share it with how many
+    messages each has said (in its first turn and the turns that stated facts), most
+    first: a session that asked one question does not push out one that said a lot."""
+
+    facts: list[Remembered] = field(default_factory=list)
+    sessions: dict[str, int] = field(default_factory=dict)
+
+    def said(self, session: str, messages: int) -> dict[str, int]:
+        """`sessions` after `session` said `messages` more."""
+        counts = {**self.sessions, session: self.sessions.get(session, 0) + messages}
+        ranked = sorted(counts.items(), key=lambda item: item[1], reverse=True)
+        return dict(ranked[:_SESSIONS_KEPT])
+
+    def to_json(self) -> bytes:
+        facts = [f.to_dict() for f in self.facts]
+        return orjson.dumps({"facts": facts, "sessions": self.sessions})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Memory:
+        parsed = orjson.loads(data)
+        if isinstance(parsed, list):  # a record from before sessions were kept
+            return cls([Remembered.from_dict(item) for item in parsed])
+        return cls(
+            [Remembered.from_dict(item) for item in parsed["facts"]], dict(parsed["sessions"])
+        )
+
+
+class Memories:
+    def __init__(self, settings: Settings, store: SessionStore, archive: Archive) -> None:
+        self._settings = settings.memory
+        self._recall_ratio = settings.context.recall_ratio
+        self._store = store
+        self._archive = archive
+        # (tenant, memory, session) -> (what the block was chosen from, the block)
+        self._blocks: OrderedDict[tuple[str, str, str], tuple[int, Message | None]] = OrderedDict()
+        # (tenant, memory) -> its record's bytes as last read, parsed: a memory is read
+        # on every request of its sessions and changes far less often.
+        self._parsed: OrderedDict[tuple[str, str], tuple[bytes, Memory]] = OrderedDict()
+
+    async def memory(self, tenant: str, memory_id: str) -> Memory | None:
+        found = await self._store.memory(tenant, memory_id)
+        if found is None:
+            return None
+        key, data = (tenant, memory_id), found[1]
+        known = self._parsed.get(key)
+        if known is None or known[0] != data:
+            try:
+                known = (data, Memory.from_json(data))
+            except DAMAGED as exc:  # a 503 that says so, never a 500; left as it is
+                raise store_fault(exc) from exc
+            self._parsed[key] = known
+            while len(self._parsed) > _BLOCKS:
+                self._parsed.popitem(last=False)
+        self._parsed.move_to_end(key)
+        return known[1]
+
+    async def forget(self, tenant: str, memory_id: str) -> bool:
+        return await self._store.delete_memory(tenant, memory_id)
+
+    async def injected(self, request: Request, memory_id: str | None, plan: Plan) -> Plan:
+        """`plan` with the memory's block after the client's system messages."""
+        if memory_id is None or request.key is None or not plan.messages:
+            return plan
+        tenant, session = request.key
+        limit = self._settings.max_injection_tokens
+        if limit is None:
+            limit = int(_INJECTION_SHARE * request.budget)
+        limit = min(limit, request.budget - plan.tokens)
+        memory = await self.memory(tenant, memory_id)
+        facts = [f for f in memory.facts if f.current] if memory else []
+        offered = [f for f in facts if f.session != session]
+        chosen = hash((limit, tuple((f.key, f.value) for f in offered)))
+        key = (tenant, memory_id, session)
+        cached = self._blocks.get(key)
+        if cached is not None and cached[0] == chosen:
+            block = cached[1]
+        else:
+            block = memory_message(
+                offered,
+                recent_text(request.conversation),
+                request.counter,
+                limit,
+                self._settings.similarity_weight,
+                self._settings.confidence_weight,
+            )
+            self._blocks[key] = (chosen, block)
+            while len(self._blocks) > _BLOCKS:
+                self._blocks.popitem(last=False)
+        self._blocks.move_to_end(key)
+        if block is None:
+            return plan
+        tokens = request.counter.count_message(block)
+        return plan.with_message(len(request.system), block, tokens, "memory")
+
+    async def recalled(self, request: Request, memory_id: str | None, plan: Plan) -> Plan:
+        """`plan` with the units of the memory's other sessions that best match the
+        newest message, when it is the user's, just before it."""
+        newest = request.conversation[-1] if request.conversation else None
+        if (
+            memory_id is None
+            or request.key is None
+            or not self._settings.recall
+            or not plan.messages
+            or newest is None
+            or newest.get("role") != "user"
+        ):
+            return plan
+        room = min(int(self._recall_ratio * request.budget), request.budget - plan.tokens)
+        query = message_text(newest)[-_QUERY_CHARS:]
+        if room <= 0 or not query.strip():
+            return plan
+        tenant, session = request.key
+        memory = await self.memory(tenant, memory_id)
+        if memory is None:
+            return plan
+        found: list[tuple[Hit, str]] = []
+        for other in [s for s in memory.sessions if s != session][:_SEARCHED]:
+            meta = await self._store.load(tenant, other)
+            if meta is not None and meta.length:
+                hits = await self._archive.hits((tenant, other), meta, query, _PER_SESSION)
+                found += [(hit, other) for hit in hits]
+        found.sort(key=lambda pair: pair[0].score, reverse=True)
+        found = sorted(found[:_UNITS], key=lambda pair: pair[0].start)  # as they were said
+        units = [
+            (
+                hit.start,
+                [s.message for s in await self._store.messages(tenant, other, hit.start, hit.end)],
+            )
+            for hit, other in found
+        ]
+        block = recalled_message(units, memory.facts, request.counter, room)
+        if block is None:
+            return plan
+        tokens = request.counter.count_message(block)
+        return plan.with_message(last_unit(plan.messages), block, tokens, "memory_recall")
+
+    async def learn(
+        self, tenant: str, memory_id: str, session: str, said: Sequence[StoredMessage]
+    ) -> None:
+        """Remember the facts of a stored turn's new messages and that the session shares
+        the memory (compare-and-set, retried when another session's turn wrote it first)."""
+        messages = [s.message for s in said]
+        facts = await off_loop(messages, lambda: _said(messages))
+        for _ in range(CAS_ATTEMPTS):
+            found = await self._store.memory(tenant, memory_id)
+            version, memory = (found[0], Memory.from_json(found[1])) if found else (0, Memory())
+            if not facts and session in memory.sessions:
+                return  # nothing new to keep: the record is not rewritten every turn
+            updated = Memory(
+                remember(memory.facts, facts, session), memory.said(session, len(messages))
+            )
+            if await self._store.put_memory(tenant, memory_id, version, updated.to_json()):
+                return
+        logger.warning("memory not updated after %d attempts (conflicts)", CAS_ATTEMPTS)
+
+
+def _said(messages: list[Message]) -> list[tuple[Fact, str]]:
+    now = time.time()
+    return [
+        (fact, str(message.get("role")))
+        for message in messages
+        if message.get("role") in ("user", "assistant", "tool")
+        for fact in facts_in(message_text(message), 0, now)
+    ]

@@ -1,0 +1,309 @@
+"""Summary checkpoints: making one (a model call, measured), storing it, and running the
+background ones (one per session at a time in a process, and across processes under the
+store's lock with expiry, so replicas never make the same summary twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from proxy.config.settings import Settings
+from proxy.conversation.identity import GENESIS, Message
+from proxy.conversation.tokens import counter_for
+from proxy.engine.breaker import Breaker
+from proxy.engine.history import off_loop
+from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned
+from proxy.observability import metrics
+from proxy.observability.metrics import ModelLabels
+from proxy.recall.index import segment
+from proxy.sessions.records import (
+    CAS_ATTEMPTS,
+    Checkpoint,
+    SessionKey,
+    SessionMeta,
+    SessionStore,
+    StoredMessage,
+)
+from proxy.summary.fold import SummarizationError, summarize_span
+from proxy.upstream.client import Upstream
+
+__all__ = ["Summaries"]
+
+logger = logging.getLogger("context_proxy.summaries")
+
+_AGENT_CONTEXT = re.compile(
+    r"<system-reminder>.*?</system-reminder>"  # Claude Code: CLAUDE.md, the date
+    r"|<environment_context>.*?</environment_context>"  # Codex: cwd, shell, date
+    r"|# AGENTS\.md instructions for [^\n]*\n\n<INSTRUCTIONS>.*?</INSTRUCTIONS>"  # Codex
+    r"|<user_instructions>.*?</user_instructions>",  # older Codex: AGENTS.md
+    re.DOTALL,
+)
+"""Context an agent sends inside its first user message: not said by anyone, and read by
+the model as standing instructions, like the system prompt."""
+
+
+class Summaries:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, store: SessionStore, labels: ModelLabels
+    ) -> None:
+        self._settings = settings
+        self._upstream = upstream
+        self._store = store
+        self._label = labels
+        self._running: dict[SessionKey, asyncio.Task[None]] = {}
+        self._breakers: dict[str, Breaker] = {}
+
+    def breaker(self, model: str) -> Breaker:
+        """The circuit breaker of the model that summarizes `model`'s sessions."""
+        label = self._label(self._settings.context.summary_model or model)
+        found = self._breakers.get(label)
+        if found is None:
+            context = self._settings.context
+            found = Breaker(
+                label, context.summary_breaker_failures, context.summary_backoff_seconds
+            )
+            self._breakers[label] = found
+        return found
+
+    async def make(
+        self,
+        span: Sequence[StoredMessage],
+        end: int,
+        previous: Checkpoint | None,
+        model: str,
+        room: int,
+        mode: Literal["sync", "background"],
+        api_key: str | None = None,
+        ledger: Sequence[Fact] = (),
+        query: str = "",
+    ) -> Checkpoint:
+        """Fold `span` (transcript[previous.covers_until:end]) into the summary.
+
+        `room` is what system messages and tools leave of the budget: the summary may
+        take at most half of what it leaves beside the verbatim recent messages (and
+        `max_summary_tokens`), so it always fits. The agent context in the first user
+        message is kept beside the summary (`Checkpoint.kept`). The checkpoint
+        carries the span's recall index and the facts ledger (`ledger`, the previous
+        checkpoint's, with the span's facts merged in); the facts pinned after the
+        summary come from that ledger, ranked by relevance to `query`."""
+        context = self._settings.context
+        messages = [stored.message for stored in span]
+        follows = previous.chain_hash if previous else GENESIS
+        work = functools.partial(_archived, messages, end - len(span), follows, ledger)
+        index, facts, said = await off_loop(messages, work)
+        summary_model = context.summary_model or model
+        counter = counter_for(
+            self._upstream.models.provider_model(summary_model), context.token_counting
+        )
+        share = math.floor(room * (1 - context.keep_recent_ratio) / 2)
+        max_summary = max(32, min(context.max_summary_tokens, share))
+        limit = self._upstream.models.limits(summary_model).max_input_tokens
+        label = self._label(summary_model)
+        breaker = self.breaker(model)
+        if not breaker.allow():
+            raise SummarizationError("the summarizer failed repeatedly; its breaker is open")
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await summarize_span(
+                previous=previous.segments if previous else (),
+                span=messages,
+                complete=functools.partial(self._upstream.complete_text, api_key=api_key),
+                model=summary_model,
+                counter=counter,
+                budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
+                max_summary_tokens=max_summary,
+                pin=pinned(facts, query, counter.count_text, max_summary // 4)
+                if context.pin_facts
+                else lambda _: [],
+                facts=said,
+                segments=context.summary_segments,
+            )
+            outcome = "success"
+        except asyncio.CancelledError:
+            outcome = "timeout"
+            raise
+        finally:
+            if outcome == "success":
+                breaker.succeeded()
+            else:
+                breaker.failed()
+            metrics.SUMMARIZATIONS.labels(label, outcome, mode).inc()
+            metrics.SUMMARIZATION_DURATION.labels(label, mode).observe(
+                time.perf_counter() - started
+            )
+        metrics.SUMMARIZATION_TOKENS.labels(label, "input").inc(result.input_tokens)
+        metrics.SUMMARIZATION_TOKENS.labels(label, "output").inc(
+            counter.count_text(result.raw_text)
+        )
+        metrics.FACT_RETENTION.labels(label).observe(result.retention)
+        # Tokens before the new end, for every tokenizer that counted the whole prefix.
+        names = set.intersection(*(set(stored.tokens) for stored in span))
+        if previous is not None:
+            names &= set(previous.before)
+        before = {
+            name: (previous.before[name] if previous else 0) + sum(s.tokens[name] for s in span)
+            for name in names
+        }
+        return Checkpoint(
+            covers_until=end,
+            chain_hash=span[-1].chain,
+            segments=result.segments,
+            pinned=tuple(result.pinned),
+            kept=_kept_after(previous, messages, end),
+            tokens=counter.count_text(result.text),
+            model=summary_model,
+            created=time.time(),
+            before=before,
+            index=index,
+            ledger=facts,
+        )
+
+    async def chapter(
+        self,
+        span: Sequence[StoredMessage],
+        end: int,
+        previous: Checkpoint | None,
+        before: dict[str, int],
+        ledger: Sequence[Fact] = (),
+    ) -> Checkpoint:
+        """A checkpoint with no summary that covers transcript[:end], the conversation a
+        client replaced with its own summary (`span`, what the previous checkpoint left):
+        its messages are archived for recall, as a fold's are, and no model is called."""
+        messages = [stored.message for stored in span]
+        follows = previous.chain_hash if previous else GENESIS
+        work = functools.partial(_archived, messages, end - len(span), follows, ledger)
+        index, facts, _ = await off_loop(messages, work)
+        return Checkpoint(
+            covers_until=end,
+            chain_hash=span[-1].chain if span else follows,
+            segments=(),
+            tokens=0,
+            model="",
+            created=time.time(),
+            before=dict(before),
+            index=index,
+            ledger=facts,
+        )
+
+    def failed(self, model: str, mode: Literal["sync", "background"]) -> None:
+        """Count a summary that failed before its model was called."""
+        summary_model = self._settings.context.summary_model or model
+        metrics.SUMMARIZATIONS.labels(self._label(summary_model), "error", mode).inc()
+
+    async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
+        """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
+        is newer than the latest; the stored meta, or None if it no longer applies."""
+        for _ in range(CAS_ATTEMPTS):
+            meta = await self._store.load(*key)
+            if meta is None or not await self._applies(key, meta, checkpoint):
+                return None
+            updated = meta.evolve(
+                version=meta.version + 1,
+                checkpoint=checkpoint,
+                checkpoints=meta.checkpoints + 1,
+                updated=time.time(),
+            )
+            if await self._store.commit(updated, meta.version, meta.length, (), (checkpoint,)):
+                return updated
+        return None
+
+    async def _applies(self, key: SessionKey, meta: SessionMeta, checkpoint: Checkpoint) -> bool:
+        end = checkpoint.covers_until
+        latest = meta.checkpoint.covers_until if meta.checkpoint else 0
+        if not latest < end <= meta.length:
+            return False
+        if end == meta.length:
+            return meta.head == checkpoint.chain_hash
+        last = await self._store.messages(*key, end - 1, end)
+        return last[0].chain == checkpoint.chain_hash
+
+    def running(self, key: SessionKey) -> asyncio.Task[None] | None:
+        return self._running.get(key)
+
+    async def wait(self, key: SessionKey) -> None:
+        """Wait (bounded by the summary timeout) for a background summary of `key`."""
+        task = self._running.get(key)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.shield(task), self._settings.context.summary_timeout_seconds
+                )
+
+    def redact(self, text: str, extra: Sequence[str] = ()) -> str:
+        """`text` fit for a log line: no credential in it (see `proxy.observability.redaction`)."""
+        return self._upstream.redact(text, extra)
+
+    def schedule(
+        self, key: SessionKey, job: Callable[[], Awaitable[None]], secrets: Sequence[str] = ()
+    ) -> None:
+        """Run `job` in the background unless one already runs for this session, here or
+        (under the store's lock) in another process. A failure is logged without
+        `secrets` (or anything credential-shaped)."""
+        if key in self._running:
+            return
+
+        async def run() -> None:
+            lease = 2 * self._settings.context.summary_timeout_seconds
+            try:
+                token = await self._store.try_lock(*key, lease, name="summary")
+            except Exception as exc:
+                logger.warning("background summarization not started: %s", self.redact(str(exc)))
+                token = None
+            if token is None:
+                self._running.pop(key, None)
+                return
+            metrics.BACKGROUND_TASKS.inc()
+            try:
+                await job()
+            except Exception as exc:  # the next request falls back; never store an error
+                reason = self.redact(str(exc), secrets)
+                logger.warning("background summarization failed: %s", reason)
+            finally:
+                metrics.BACKGROUND_TASKS.dec()
+                self._running.pop(key, None)
+                with contextlib.suppress(Exception):
+                    await self._store.unlock(*key, token, name="summary")
+
+        self._running[key] = asyncio.get_running_loop().create_task(run())
+
+    async def close(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+
+def _kept(first: Message | None) -> tuple[str, ...]:
+    """The agent context blocks of the conversation's first message, if a user's."""
+    if first is None or first.get("role") != "user":
+        return ()
+    return tuple(_AGENT_CONTEXT.findall(message_text(first)))
+
+
+def _kept_after(previous: Checkpoint | None, span: list[Message], end: int) -> tuple[str, ...]:
+    """The agent context a new summary keeps: its predecessor's, or that of the first
+    message it folds when that starts the conversation (or a client's new chapter)."""
+    if previous is not None and previous.text:
+        return previous.kept
+    return _kept(span[0] if previous is not None or end == len(span) else None)
+
+
+def _archived(
+    messages: list[Message], start: int, follows: str, ledger: Sequence[Fact]
+) -> tuple[dict[str, Any], tuple[Fact, ...], list[str]]:
+    """A fold's archive: the recall index of its span, the ledger with its facts, and
+    their values (the summarizer's retention is measured on them)."""
+    now = time.time()
+    facts = [
+        fact
+        for offset, message in enumerate(messages)
+        for fact in facts_in(message_text(message), start + offset, now)
+    ]
+    return segment(start, messages, follows), tuple(merge(ledger, facts)), [f.value for f in facts]

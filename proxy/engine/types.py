@@ -1,0 +1,194 @@
+"""One request's data as it passes through the engine: what the HTTP layer knows about
+it, the facts worked out once, the session as the request leaves it, and the result
+handed back to the door. All frozen: each step builds the next from the last."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from proxy.conversation.identity import Message
+from proxy.conversation.tokens import TokenCounter
+from proxy.engine.reconcile import Match, Serialized
+from proxy.engine.window import Plan
+from proxy.sessions.records import Checkpoint, Mode, SessionKey, SessionMeta, StoredMessage
+
+if TYPE_CHECKING:
+    from proxy.sessions.locks import Lease
+
+__all__ = [
+    "Compression",
+    "Observer",
+    "Request",
+    "RequestContext",
+    "State",
+    "Turn",
+    "planned_turn",
+]
+
+Compression = Literal["none", "summary", "truncated"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the HTTP layer tells the engine about a request, beyond its body."""
+
+    tenant: str = "anonymous"  # whose sessions the request sees (`proxy.http.auth`)
+    session_id: str | None = None
+    mode: Mode = "auto"
+    budget_ratio: float | None = None  # overrides context.budget_ratio, for this request only
+    provider_key: str | None = None  # passthrough: the caller's own provider key
+    models: frozenset[str] | None = None  # all the caller's key may use (None: every one)
+    secrets: tuple[str, ...] = ()  # what the caller presented: never logged
+    body: bytes = b""  # the raw request body: its size bounds its tokens
+    # The transcript length the request continues from (a Responses API
+    # `previous_response_id`): the session must be exactly that long.
+    continues: int | None = None
+    memory_id: str | None = None  # the memory shared across sessions (`memory.enabled`)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request's facts, worked out once."""
+
+    model: str
+    counter: TokenCounter
+    budget: int
+    input_limit: int
+    messages: list[Message]  # as sent: system, then conversation
+    system: list[Message]
+    conversation: list[Message]
+    system_tokens: int  # reply priming included
+    tools_tokens: int
+    mode: Mode
+    key: SessionKey | None
+    size: int | None  # bytes of the request body, when known
+    # A budget of this request's own (`X-Context-Budget-Ratio`): it makes no summary,
+    # which later requests, on the configured budget, would have to use.
+    own_budget: bool = False
+    provider_key: str | None = None
+    secrets: tuple[str, ...] = ()
+    continues: int | None = None  # see `RequestContext.continues`
+    memory_id: str | None = None
+    frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
+    reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
+    input_price: float | None = None  # USD per input token (`proxy.upstream.limits.input_price`)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The session as this request leaves it, before the reply: the stored transcript's
+    first `match.keep` messages plus `new`."""
+
+    base: SessionMeta | None
+    match: Match
+    new: tuple[StoredMessage, ...]
+    totals: dict[str, int]  # of the transcript with `new`
+    checkpoint: Checkpoint | None  # the summary in effect
+    checkpoints: int
+    expected: int  # version to compare-and-set against
+    serialized: Serialized | None
+    pending: Checkpoint | None = None  # made from `new`: stored with the turn
+
+    @property
+    def keep(self) -> int:
+        return self.match.keep
+
+    @property
+    def length(self) -> int:
+        return self.match.keep + len(self.new)
+
+    @property
+    def origin(self) -> int:
+        """Where the client's conversation starts in the transcript (after its earlier
+        chapters: `SessionMeta.origin`)."""
+        if self.match.whole:
+            return self.match.origin
+        return self.base.origin if self.base is not None else 0
+
+    def before_origin(self, name: str) -> int:
+        """Tokens (by tokenizer `name`) of the chapters before the client's conversation:
+        not the client's to send, so never counted as saved."""
+        base, origin = self.base, self.origin
+        if base is None or origin == 0:
+            return 0
+        if self.match.kind == "chapter":
+            return base.totals.get(name, 0)
+        return base.origin_totals.get(name, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request, ready to go upstream, and what `commit` needs afterwards."""
+
+    body: dict[str, Any]
+    model: str
+    managed: bool = False  # context management on
+    key: SessionKey | None = None
+    tokens_original: int | None = None
+    tokens_sent: int | None = None
+    compression: Compression = "none"
+    summary_created: float | None = None
+    input_limit: int = 0
+    request: Request | None = None
+    state: State | None = None
+    messages_json: bytes | None = None  # body["messages"], already serialized
+    lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
+    side: bool = False  # named a session but is not a turn of it: answered, not stored
+    input_price: float | None = None  # USD per input token, to price the tokens saved
+    record: dict[str, Any] | None = (
+        None  # the plan record stored with the turn (`proxy.engine.records`)
+    )
+    # The reply made here, with no model call: an agent's request for a summary answered
+    # from the session's own (`proxy.engine.agent_compaction.answer`).
+    answer: dict[str, Any] | None = None
+
+
+def planned_turn(
+    body: dict[str, Any],
+    request: Request,
+    state: State,
+    plan: Plan,
+    lease: Lease | None = None,
+) -> Turn:
+    """The turn a plan makes of a request: pure, so a preview shows exactly what a turn
+    would send. An unchanged conversation keeps its serialized form, sent as it is."""
+    checkpoint = state.checkpoint
+    summarized = checkpoint is not None and plan.compression == "summary"
+    history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
+    unchanged = (
+        plan.compression == "none"
+        and state.match.whole
+        and state.serialized is not None
+        and len(plan.messages) == len(request.system) + len(request.conversation)
+    )
+    return Turn(
+        body | {"messages": plan.messages},
+        request.model,
+        managed=True,
+        key=request.key,
+        tokens_original=request.system_tokens + request.tools_tokens + history,
+        tokens_sent=plan.tokens,
+        compression=plan.compression,
+        summary_created=checkpoint.created if summarized and checkpoint else None,
+        input_limit=request.input_limit,
+        request=request,
+        state=state,
+        messages_json=state.serialized.whole if unchanged and state.serialized else None,
+        lease=lease,
+        input_price=request.input_price,
+    )
+
+
+class Observer(Protocol):
+    """Who watches a turn go by (the request's telemetry): the moments and the usage."""
+
+    def planned(self, turn: Turn) -> None: ...
+
+    def upstream_started(self) -> None: ...
+
+    def upstream_finished(self) -> None: ...
+
+    def first_token(self) -> None: ...
+
+    def used(self, usage: dict[str, Any] | None) -> None: ...

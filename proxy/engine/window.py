@@ -1,0 +1,235 @@
+"""The context planner: which messages to send upstream, within a token budget.
+
+A pure function, so it can be property-tested and called as often as needed:
+no I/O, no logging, inputs never mutated (a message that must be cut is copied;
+the others are passed on as they are, never copied).  The caller owns summarization; the
+planner only says which span of the transcript to fold into the summary.
+
+Units are atomic: an assistant message with `tool_calls` travels with the
+`tool` results that follow it, so every non-tool message starts a unit.  A
+tool result that follows no tool call (a client bug) therefore sticks to the
+unit before it; at the very start of the window it has nothing to stick to and
+is dropped like any other omitted message (counted, with a marker).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from proxy.conversation.identity import Message
+from proxy.conversation.tokens import TokenCounter
+from proxy.summary.message import summary_message
+
+__all__ = [
+    "ContextOverflowError",
+    "Inserted",
+    "Plan",
+    "omitted_message",
+    "plan_context",
+]
+
+
+class ContextOverflowError(ValueError):
+    """The request cannot fit: system messages and tools alone exceed the budget, or
+    the last turn's parts that cannot be cut (images, per-message overhead) do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    messages: list[Message]
+    """Exactly what to send upstream; empty when `summarize` must happen first."""
+    tokens: int
+    """count_messages(messages) + tools tokens; 0 when `messages` is empty."""
+    compression: Literal["none", "summary", "truncated"]
+    summarize: tuple[int, int] | None
+    """Transcript span [start, end) to fold into the summary before sending."""
+    dropped: int
+    """Transcript messages omitted without a summary."""
+    inserted: tuple[Inserted, ...] = ()
+    """The blocks added to the window, in the order they were added."""
+
+    def with_message(
+        self, at: int, message: Message, tokens: int, kind: str, units: Sequence[int] = ()
+    ) -> Plan:
+        """The plan with `message` (of `tokens` tokens) inserted before `messages[at]`:
+        a block of remembered facts or recalled history (`kind`), showing the units that
+        start at the transcript positions `units`."""
+        messages = [*self.messages[:at], message, *self.messages[at:]]
+        inserted = (*self.inserted, Inserted(kind, tokens, tuple(units)))
+        return replace(self, messages=messages, tokens=self.tokens + tokens, inserted=inserted)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """A block a plan carries beside the window: `memory` (remembered facts), `recall`
+    (the session's summarized history), `memory_recall` (the memory's other sessions)."""
+
+    kind: str
+    tokens: int
+    units: tuple[int, ...] = ()
+
+
+def omitted_message(count: int) -> Message:
+    """Marks dropped history, so truncation is never silent."""
+    return {"role": "system", "content": f"[… {count} earlier messages omitted …]"}
+
+
+def plan_context(
+    *,
+    system: list[Message],
+    transcript: list[Message],
+    transcript_tokens: list[int],
+    summary: str | None,
+    summary_covers: int,
+    budget: int,
+    counter: TokenCounter,
+    tools_tokens: int = 0,
+    keep_recent_ratio: float = 0.5,
+    allow_summary: bool = True,
+    system_tokens: int | None = None,
+    kept: Sequence[str] = (),
+) -> Plan:
+    """Plan system + summary + recent transcript within `budget` tokens.
+
+    `transcript_tokens[i]` is `counter.count_message(transcript[i])`, computed
+    once when the message arrived; only messages that must be cut are
+    tokenized here.  In order of preference: send everything; ask to
+    summarize up to a split that leaves the verbatim suffix at most
+    `keep_recent_ratio` of what system and tools leave of the budget (big steps
+    keep the prefix stable for prompt caches); drop the oldest units after the
+    summary; cut the largest messages of the last user turn in the middle.  The
+    last user turn is always sent.  With `summary=None`, `summary_covers` and
+    `kept` (agent context sent with the summary) are ignored.
+    """
+    if len(transcript_tokens) != len(transcript):
+        raise ValueError("transcript_tokens needs one count per transcript message")
+    if system_tokens is None:  # callers planning repeatedly pass count_messages(system) once
+        system_tokens = counter.count_messages(system)
+    base = system_tokens + tools_tokens
+    if base > budget:
+        raise ContextOverflowError(f"system messages and tools need {base} tokens of {budget}")
+    covers = min(summary_covers, len(transcript)) if summary is not None else 0
+    head = [summary_message(summary, kept)] if summary is not None else []
+    head_tokens = [counter.count_message(message) for message in head]
+    head_total = sum(head_tokens)
+
+    starts = [i for i in range(covers, len(transcript)) if transcript[i].get("role") != "tool"]
+    users = [i for i in starts if transcript[i].get("role") == "user"]
+    keep_from = (users or starts or [len(transcript)])[-1]
+    candidates = [i for i in starts if i <= keep_from] or [keep_from]
+    suffix = [0] * (len(transcript) + 1)  # suffix[i]: tokens of transcript[i:]
+    for i in range(len(transcript) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + transcript_tokens[i]
+
+    def marker_tokens(start: int) -> int:
+        return counter.count_message(omitted_message(start - covers)) if start > covers else 0
+
+    def total(start: int) -> int:
+        return base + head_total + marker_tokens(start) + suffix[start]
+
+    recent_limit = keep_recent_ratio * (budget - base)  # of what can be compressed
+    if (
+        total(candidates[0]) > budget
+        and allow_summary
+        and keep_from > covers
+        and suffix[covers] > recent_limit
+    ):
+        split = next((s for s in candidates if s > covers and suffix[s] <= recent_limit), keep_from)
+        return Plan([], 0, "summary", (covers, split), 0)
+
+    for start in candidates:  # the first one sends everything after the summary
+        if total(start) <= budget:
+            return _plan(system, head, transcript[start:], start - covers, total(start))
+
+    # Even the last turn alone is too big: cut its largest messages (and the summary).
+    room = budget - base - marker_tokens(keep_from)
+    fitted, used = _fit(
+        [*head, *transcript[keep_from:]],
+        [*head_tokens, *transcript_tokens[keep_from:]],
+        room,
+        counter,
+    )
+    tokens = base + marker_tokens(keep_from) + used
+    return _plan(system, fitted[: len(head)], fitted[len(head) :], keep_from - covers, tokens, True)
+
+
+def _plan(
+    system: list[Message],
+    head: list[Message],
+    rest: list[Message],
+    dropped: int,
+    tokens: int,
+    cut: bool = False,
+) -> Plan:
+    marker = [omitted_message(dropped)] if dropped else []
+    messages = [*system, *head, *marker, *rest]  # shared, not copied: nobody mutates them
+    compression = "truncated" if dropped or cut else ("summary" if head else "none")
+    return Plan(messages, tokens, compression, None, dropped)
+
+
+def _fit(
+    messages: list[Message], sizes: list[int], room: int, counter: TokenCounter
+) -> tuple[list[Message], int]:
+    """Cut the largest messages to a common cap so all fit in `room`; returns (messages, tokens)."""
+    floors = [counter.count_message(_cut(message, 0, counter)) for message in messages]
+    if sum(floors) > room:
+        raise ContextOverflowError(f"the last turn needs at least {sum(floors)} tokens of {room}")
+    slack = [max(size - floor, 0) for size, floor in zip(sizes, floors, strict=True)]
+    cap = _water_level(slack, room - sum(floors))
+    fitted, used = [], 0
+    for message, size, extra in zip(messages, sizes, slack, strict=True):
+        if extra <= cap:
+            fitted.append(message)
+            used += size
+        else:
+            fitted.append(_cut(message, cap, counter))
+            used += counter.count_message(fitted[-1])
+    return fitted, used
+
+
+def _cut(message: Message, room: int, counter: TokenCounter) -> Message:
+    """Copy of `message` whose cuttable texts (content, tool arguments) total <= room tokens."""
+    result = copy.deepcopy(message)
+    fields = _text_fields(result)
+    sizes = [counter.count_text(obj[key]) if room > 0 else 0 for obj, key in fields]
+    cap = _water_level(sizes, room)
+    for (obj, key), size in zip(fields, sizes, strict=True):
+        if room <= 0:
+            obj[key] = ""
+        elif size > cap:
+            obj[key] = counter.truncate_middle(obj[key], cap)
+    return result
+
+
+def _text_fields(message: Message) -> list[tuple[dict[str, Any], str]]:
+    """The (container, key) pairs of a message's free text, the only parts that can be cut."""
+    fields: list[tuple[dict[str, Any], str]] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        fields.append((message, "content"))
+    elif isinstance(content, list):
+        fields += [
+            (p, "text")
+            for p in content
+            if p.get("type") == "text" and isinstance(p.get("text"), str)
+        ]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function")
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            fields.append((function, "arguments"))
+    return fields
+
+
+def _water_level(sizes: list[int], room: int) -> int:
+    """Largest cap with sum(min(size, cap)) <= room: cut the biggest first, spare the small."""
+    low, high = 0, max(sizes, default=0)
+    while low < high:
+        cap = (low + high + 1) // 2
+        if sum(min(size, cap) for size in sizes) <= room:
+            low = cap
+        else:
+            high = cap - 1
+    return low

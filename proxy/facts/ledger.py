@@ -1,0 +1,249 @@
+"""The facts ledger: what a conversation states (`proxy.facts.statements`), each statement with
+where it came from and when, so a later value supersedes an earlier one instead of both
+being kept.
+
+A fact is a subject as it was said, qualifiers and all ("invoice number for the Lisbon
+order"), and its whole value ("INV-88213"). Two facts whose subjects name the same
+words (filler such as "the", "new", "now" aside, in any order) are two values of one
+thing, and the later one is current; "invoice number for the Riga order" is another
+thing. Pure and dependency-free: the summarizer pins from it, recall marks superseded
+values with it, and memory learns from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from proxy.conversation.identity import Message
+from proxy.facts.literals import _normalize, missing_facts
+from proxy.facts.statements import statements, subject_words
+from proxy.observability.redaction import redact
+
+__all__ = [
+    "MAX_FACTS",
+    "Fact",
+    "Valued",
+    "facts_in",
+    "merge",
+    "message_text",
+    "names",
+    "pinned",
+    "ranked",
+    "recent_text",
+    "terms",
+]
+
+MAX_FACTS = 400
+"""A ledger keeps at most this many facts (see `_capped` for which go)."""
+
+_TERM = re.compile(r"\w+")
+# A word list reads best as words.
+_FILLER = frozenset(
+    """
+    a an the this that these those it its is are was were be been being am do does did
+    has have had will would shall should can could may might must and or but nor so yet
+    of to in on at by for with from into onto about as than then there here what which
+    who whom whose when where why how i me my we us our you your he him his she her they
+    them their not no yes ok okay please now new newly currently actually correction
+    update updated updates changed change changes moved move set sets going let lets
+    remember note noted also still just final finally instead rather becomes became
+    become stays stay keep kept using use used via per each every called named say says
+    said plan record user assistant tool result
+    """.split()  # noqa: SIM905
+)
+# A value said to be a credential, or shaped like one, is never a fact to keep or share.
+_CREDENTIAL = re.compile(r"key|token|secret|password|passphrase|credential")
+
+
+class Valued:
+    """A value of a subject (a session's `Fact`, a memory's `Remembered`): what it is a
+    value of, whether it is still current, and how it reads."""
+
+    __slots__ = ()
+    kind: str
+    subject: str
+    value: str
+    superseded_by: str | None
+
+    @property
+    def key(self) -> str:
+        """What the fact is a value of: its subject's words, filler aside, in order of
+        the alphabet ("Lisbon order's invoice number" is the "invoice number for the
+        Lisbon order"); a fact without a subject (an older ledger's) stands for itself."""
+        return subject_key(self.subject) if self.subject else "= " + _normalize(self.value)
+
+    @property
+    def current(self) -> bool:
+        return self.superseded_by is None
+
+    def text(self) -> str:
+        return f"{self.subject}: {self.value}" if self.subject else self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Fact(Valued):
+    """One value, what it is the value of, and where and when it was said."""
+
+    kind: str  # the type of the value's first literal (`proxy.facts.literals`), or "text"
+    subject: str
+    value: str
+    source: int  # transcript index of the message that said it (last time)
+    time: float
+    mentions: int = 1
+    superseded_by: str | None = None  # the value that replaced it, if one did
+
+    def to_list(self) -> list[Any]:
+        return [
+            self.kind,
+            self.subject,
+            self.value,
+            self.source,
+            self.time,
+            self.mentions,
+            self.superseded_by,
+        ]
+
+    @classmethod
+    def from_list(cls, data: list[Any]) -> Fact:
+        return cls(*data)
+
+
+def message_text(message: Message) -> str:
+    """The words of a message: its text parts and its tool calls' arguments."""
+    content = message.get("content")
+    parts: list[str] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        parts += [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    return "\n".join(parts)
+
+
+def recent_text(conversation: Sequence[Message], messages: int = 3, chars: int = 4000) -> str:
+    """The latest turns' words: what recall and pinned facts are ranked against."""
+    return "\n".join(message_text(m) for m in conversation[-messages:])[-chars:]
+
+
+def pinned(
+    ledger: Sequence[Fact], query: str, count: Callable[[str], int], max_tokens: int
+) -> Callable[[str], list[str]]:
+    """What to pin after a summary: the current facts it lacks, and the current value of
+    every fact that was updated (summaries get those wrong), most relevant to `query`
+    first, within `max_tokens`."""
+    updated = {fact.key for fact in ledger if not fact.current}
+
+    def pin(summary: str) -> list[str]:
+        current = ranked(ledger, query)
+        absent = set(missing_facts([fact.value for fact in current], summary))
+        kept: list[str] = []
+        used = 0
+        for fact in current:
+            if fact.key not in updated and fact.value not in absent:
+                continue
+            text = fact.text()
+            cost = count(text) + 1
+            if used + cost <= max_tokens:
+                kept.append(text)
+                used += cost
+        return kept
+
+    return pin
+
+
+def facts_in(text: str, source: int, time: float) -> list[Fact]:
+    """The statements of one message as facts; none that is (or is said to be) a
+    credential: a password said in a conversation stays in its message, where recall
+    finds it, and is never pinned, noted or shared with another session."""
+    return [
+        Fact(kind, subject, value, source, time)
+        for kind, subject, value in statements(text)
+        if not _CREDENTIAL.search(subject.casefold()) and redact(value) == value
+    ]
+
+
+@functools.lru_cache(maxsize=8192)
+def subject_key(subject: str) -> str:
+    """A subject's words, filler aside, in order of the alphabet (asked for on every
+    request that offers remembered facts, so kept once worked out)."""
+    return " ".join(sorted({w for w in subject_words(subject) if w not in _FILLER}))
+
+
+def names(fact: Valued, text: str) -> bool:
+    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words."""
+    return all(word in text for word in fact.key.split())
+
+
+def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
+    """`ledger` with `new` facts (in the order said) added: a value said again is
+    refreshed, a different value of the same subject supersedes the current one."""
+    facts = list(ledger)
+    where = {fact.key: i for i, fact in enumerate(facts) if fact.current}
+    for fact in new:
+        index = where.get(fact.key)
+        if index is None:
+            where[fact.key] = len(facts)
+            facts.append(fact)
+            continue
+        old = facts[index]
+        if _normalize(old.value) == _normalize(fact.value):
+            facts[index] = replace(
+                old, source=fact.source, time=fact.time, mentions=old.mentions + 1
+            )
+        else:
+            facts[index] = replace(old, superseded_by=fact.value)
+            where[fact.key] = len(facts)
+            facts.append(fact)
+    return _capped(facts)
+
+
+def ranked(facts: Iterable[Fact], query: str) -> list[Fact]:
+    """Current facts, those with a subject first (a value without one is often an id in a
+    log line), each group most relevant to `query` first (TF-IDF overlap of subject and
+    value with it), then the more recently said."""
+    current = [fact for fact in facts if fact.current]
+    wanted = Counter(terms(query))
+    documents = [set(terms(fact.text())) for fact in current]
+    frequency: Counter[str] = Counter(term for document in documents for term in document)
+    size = len(documents) + 1
+
+    def score(item: tuple[Fact, set[str]]) -> tuple[bool, float, float]:
+        fact, document = item
+        relevance = sum(
+            math.log(size / (1 + frequency[term])) + 1 for term in document if term in wanted
+        )
+        return bool(fact.subject), relevance, fact.source
+
+    pairs = sorted(zip(current, documents, strict=True), key=score, reverse=True)
+    return [fact for fact, _ in pairs]
+
+
+def terms(text: str) -> list[str]:
+    """Lower-case words and numbers of `text`, filler dropped (shared by recall and memory)."""
+    return [
+        term
+        for term in _TERM.findall(_normalize(text))
+        if term not in _FILLER and (len(term) > 1 or term.isdigit())
+    ]
+
+
+def _capped(facts: list[Fact]) -> list[Fact]:
+    """At most MAX_FACTS: superseded facts go first, then those without a subject (ids
+    in pasted logs are many), oldest first, then the oldest of the rest."""
+    excess = len(facts) - MAX_FACTS
+    if excess <= 0:
+        return facts
+    order = sorted(range(len(facts)), key=lambda i: (facts[i].current, bool(facts[i].subject), i))
+    drop = set(order[:excess])
+    return [fact for i, fact in enumerate(facts) if i not in drop]

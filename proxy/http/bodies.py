@@ -1,0 +1,116 @@
+"""HTTP helpers every route shares: a bounded body read, JSON in and out, the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+
+from proxy.config.settings import ServerSettings
+from proxy.errors import ProxyError
+from proxy.http.auth import Principal
+from proxy.http.browser import require_json
+
+__all__ = [
+    "ClientDisconnected",
+    "parse_json",
+    "principal",
+    "read_body",
+    "unless_disconnected",
+]
+
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before its answer was ready."""
+
+
+async def read_body(request: Request, server: ServerSettings) -> bytes:
+    """The request body; 413 once it passes `server.max_body_bytes`, 408 if it has not
+    all arrived within `server.body_timeout_seconds`. A body up to twice the limit is read
+    to its end first (and dropped): a client still sending when the answer comes would see
+    its connection reset rather than the 413. A larger one is cut off. Only a JSON body is
+    read (`proxy.http.browser`). A client gone mid-body is `ClientDisconnected`."""
+    require_json(request.headers)
+    limit = server.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > 2 * limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(server.body_timeout_seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > 2 * limit:
+                    raise _too_large(limit)
+                if size <= limit:
+                    chunks.append(chunk)
+    except TimeoutError:
+        raise ProxyError(
+            408,
+            f"The request body did not arrive within {server.body_timeout_seconds:g} s.",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise ClientDisconnected from None
+    if size > limit:
+        raise _too_large(limit)
+    return b"".join(chunks)
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or an OpenAI-shaped 400."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ProxyError(400, "Request body is not valid JSON.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
+    )
+
+
+def principal(request: Request) -> Principal:
+    """The caller `AuthMiddleware` authenticated."""
+    found = request.scope.get("state", {}).get("principal")
+    if not isinstance(found, Principal):  # every route is behind the middleware
+        raise ProxyError(401, "Not authenticated.", code="invalid_api_key")
+    return found
+
+
+async def unless_disconnected(request: Request, call: Awaitable[T]) -> T:
+    """`call`'s result; cancelled, and `ClientDisconnected` raised, as soon as the client
+    hangs up, so a request nobody waits for stops costing an upstream call. (Once a
+    stream has started, Starlette's StreamingResponse watches for this itself.)"""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(_hangup(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watch.cancel()
+        raise
+    if task.done():
+        watch.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):  # let it close its upstream connection
+        await task
+    raise ClientDisconnected
+
+
+async def _hangup(request: Request) -> None:
+    """Returns when the client disconnects (the body is read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,4 @@
+"""Recall: the messages a summary covers stay searchable (a BM25 index built fold by
+fold), and the ones most relevant to the latest turns come back verbatim. Pure: imports
+facts, summary and the conversation model.
+"""

@@ -1,0 +1,5 @@
+"""Stored conversations: the records (`records`: messages, summary checkpoints, the
+small meta record every request reads), the store protocol, turn locks (`locks`), and the
+stores themselves (`stores/`: SQLite on disk, Redis). Imports the conversation model,
+facts and summary (what a checkpoint holds), observability and config.
+"""

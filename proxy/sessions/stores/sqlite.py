@@ -1,0 +1,315 @@
+"""SQLite, the disk store's engine: the schema, and one connection's operations.
+
+Four tables, append-only in use: `sessions` (one row per session: its meta record and
+version), `messages` and `checkpoints` (one row each, keyed by position), `plans` (a
+turn's plan record, keyed by the version it stored; the newest `PLANS_KEPT` kept). A commit is
+one transaction of a handful of statements (about 0.15 ms for a two-message turn here,
+where the same writes through diskcache's key-value API took 0.36 ms), and a window is
+one range query.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from proxy.sessions.records import PLANS_KEPT, LateCommit
+
+__all__ = ["Busy", "Database", "Row"]
+
+Row = tuple[Any, ...]
+Busy = sqlite3.OperationalError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    checkpoints INTEGER NOT NULL,
+    expires REAL,
+    meta BLOB NOT NULL,
+    PRIMARY KEY (tenant, session)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires) WHERE expires IS NOT NULL;
+CREATE TABLE IF NOT EXISTS messages (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (tenant, session, position)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (tenant, session, position)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS plans (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (tenant, session, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memories (
+    tenant TEXT NOT NULL,
+    memory TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (tenant, memory)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, at REAL NOT NULL);
+DROP TABLE IF EXISTS locks;
+CREATE TABLE IF NOT EXISTS leases (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    name TEXT NOT NULL,
+    token TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (tenant, session, name)
+) WITHOUT ROWID;
+"""
+
+
+class Database:
+    """One connection to the store's database file. `wait` is how long a statement
+    waits for another process's lock before raising `Busy`."""
+
+    def __init__(self, path: Path, wait: float) -> None:
+        self._connection = sqlite3.connect(
+            path, timeout=wait, isolation_level=None, check_same_thread=False
+        )
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute("PRAGMA synchronous=NORMAL")
+
+    def create(self) -> None:
+        self._connection.executescript(SCHEMA)  # idempotent: IF NOT EXISTS throughout
+
+    def close(self) -> None:
+        self._connection.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (taken at once: BEGIN IMMEDIATE), committed or rolled back."""
+        connection = self._connection
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            if connection.in_transaction:  # SQLite ends it by itself on some errors (FULL)
+                connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def session(self, tenant: str, session: str) -> Row | None:
+        """(version, length, checkpoints, expires, meta) of a live session."""
+        row = self._connection.execute(
+            "SELECT version, length, checkpoints, expires, meta FROM sessions"
+            " WHERE tenant = ? AND session = ?",
+            (tenant, session),
+        ).fetchone()
+        return row if row is not None and not _expired(row[3]) else None
+
+    def sessions(
+        self, tenant: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[bytes]:
+        """Meta records of live sessions in (tenant, session) order, after `after`."""
+        where, args = ["(expires IS NULL OR expires >= ?)"], [time.time()]
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if after is not None:
+            where.append("(tenant, session) > (?, ?)")
+            args += after
+        rows = self._connection.execute(
+            f"SELECT meta FROM sessions WHERE {' AND '.join(where)}"
+            " ORDER BY tenant, session LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def entries(self, table: str, tenant: str, session: str, start: int, end: int) -> list[bytes]:
+        rows = self._connection.execute(
+            f"SELECT entry FROM {table} WHERE tenant = ? AND session = ?"
+            " AND position >= ? AND position < ? ORDER BY position",
+            (tenant, session, start, end),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def commit(
+        self,
+        tenant: str,
+        session: str,
+        expected: int,
+        keep: int,
+        entries: Sequence[bytes],
+        kept_checkpoints: int,
+        checkpoints: Sequence[bytes],
+        record: tuple[int, int, int, float | None, bytes],
+        deadline: float = math.inf,
+        plan: bytes | None = None,
+    ) -> bool:
+        """Compare-and-set on the version; cut the transcript (and checkpoints) to what is
+        kept, append the new ones, replace the meta record, add the plan record (the
+        oldest beyond `PLANS_KEPT` go). Rolled back (`LateCommit`) if the lock was had,
+        or the writing done, after `deadline` (epoch seconds)."""
+        with self.transaction() as connection:
+            _in_time(deadline)
+            row = connection.execute(
+                "SELECT version, length, checkpoints, expires FROM sessions"
+                " WHERE tenant = ? AND session = ?",
+                (tenant, session),
+            ).fetchone()
+            if row is not None and _expired(row[3]):
+                row = None
+            if (row[0] if row else 0) != expected:
+                return False
+            length, count = (row[1], row[2]) if row else (0, 0)
+            if row is None:  # absent, or expired: nothing of it may survive
+                self._remove(tenant, session)
+            if keep < length:
+                self._cut("messages", tenant, session, keep)
+            if kept_checkpoints < count:
+                self._cut("checkpoints", tenant, session, kept_checkpoints)
+            for table, first, values in (
+                ("messages", keep, entries),
+                ("checkpoints", kept_checkpoints, checkpoints),
+            ):
+                if values:
+                    connection.executemany(
+                        f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)",
+                        [(tenant, session, first + i, value) for i, value in enumerate(values)],
+                    )
+            connection.execute(
+                "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (tenant, session, *record),
+            )
+            if plan is not None:
+                self._add_plan(tenant, session, record[0], plan)
+            _in_time(deadline)
+        return True
+
+    def _add_plan(self, tenant: str, session: str, version: int, plan: bytes) -> None:
+        connection = self._connection
+        connection.execute(
+            "INSERT OR REPLACE INTO plans VALUES (?, ?, ?, ?)", (tenant, session, version, plan)
+        )
+        # Versions only grow, so the newest PLANS_KEPT lie within that many versions.
+        connection.execute(
+            "DELETE FROM plans WHERE tenant = ? AND session = ? AND version <= ?",
+            (tenant, session, version - PLANS_KEPT),
+        )
+
+    def plans(self, tenant: str, session: str) -> list[bytes]:
+        rows = self._connection.execute(
+            "SELECT entry FROM plans WHERE tenant = ? AND session = ? ORDER BY version",
+            (tenant, session),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def delete(self, tenant: str, session: str) -> bool:
+        with self.transaction():
+            existed = self.session(tenant, session) is not None
+            self._remove(tenant, session)
+        return existed
+
+    def memory(self, tenant: str, memory: str) -> Row | None:
+        """(version, data) of a memory."""
+        return self._connection.execute(
+            "SELECT version, data FROM memories WHERE tenant = ? AND memory = ?",
+            (tenant, memory),
+        ).fetchone()
+
+    def put_memory(self, tenant: str, memory: str, expected: int, data: bytes) -> bool:
+        """Compare-and-set on the version (0 = absent); the new version is expected + 1."""
+        with self.transaction() as connection:
+            row = self.memory(tenant, memory)
+            if (row[0] if row else 0) != expected:
+                return False
+            connection.execute(
+                "INSERT OR REPLACE INTO memories VALUES (?, ?, ?, ?)",
+                (tenant, memory, expected + 1, data),
+            )
+        return True
+
+    def delete_memory(self, tenant: str, memory: str) -> bool:
+        with self.transaction() as connection:
+            cursor = connection.execute(
+                "DELETE FROM memories WHERE tenant = ? AND memory = ?", (tenant, memory)
+            )
+        return cursor.rowcount > 0
+
+    def expire(self) -> int:
+        """Remove every session whose TTL passed, with its messages and checkpoints."""
+        now = time.time()
+        with self.transaction() as connection:
+            for table in ("messages", "checkpoints", "plans"):
+                connection.execute(
+                    f"DELETE FROM {table} WHERE (tenant, session) IN"
+                    " (SELECT tenant, session FROM sessions WHERE expires < ?)",
+                    (now,),
+                )
+            return connection.execute("DELETE FROM sessions WHERE expires < ?", (now,)).rowcount
+
+    # Each lock operation is one statement, so one transaction of its own (autocommit).
+
+    def lock(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
+        """Take the lock if it is free or its holder's time ran out."""
+        now = time.time()
+        taken = self._connection.execute(
+            "INSERT INTO leases VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant, session, name) DO UPDATE"
+            " SET token = excluded.token, expires = excluded.expires WHERE expires < ?",
+            (tenant, session, name, token, now + seconds, now),
+        )
+        return taken.rowcount == 1
+
+    def extend(self, tenant: str, session: str, name: str, token: str, seconds: float) -> bool:
+        now = time.time()
+        updated = self._connection.execute(
+            "UPDATE leases SET expires = ? WHERE tenant = ? AND session = ? AND name = ?"
+            " AND token = ? AND expires >= ?",
+            (now + seconds, tenant, session, name, token, now),
+        )
+        return updated.rowcount == 1
+
+    def unlock(self, tenant: str, session: str, name: str, token: str) -> None:
+        self._connection.execute(
+            "DELETE FROM leases WHERE tenant = ? AND session = ? AND name = ? AND token = ?",
+            (tenant, session, name, token),
+        )
+
+    def probe(self) -> None:
+        """A real write, as a turn's commit makes one (readiness: a store that answers
+        reads may still refuse writes: a full volume, a damaged file)."""
+        with self.transaction() as connection:
+            connection.execute("INSERT OR REPLACE INTO probe VALUES (1, ?)", (time.time(),))
+
+    def _cut(self, table: str, tenant: str, session: str, keep: int) -> None:
+        self._connection.execute(
+            f"DELETE FROM {table} WHERE tenant = ? AND session = ? AND position >= ?",
+            (tenant, session, keep),
+        )
+
+    def _remove(self, tenant: str, session: str) -> None:
+        for table in ("messages", "checkpoints", "plans", "sessions"):
+            self._connection.execute(
+                f"DELETE FROM {table} WHERE tenant = ? AND session = ?",
+                (tenant, session),
+            )
+
+
+def _in_time(deadline: float) -> None:
+    if time.time() > deadline:
+        raise LateCommit("the commit reached the store after its deadline")
+
+
+def _expired(expires: float | None) -> bool:
+    return expires is not None and expires < time.time()

@@ -1,0 +1,520 @@
+"""The one door to providers: a LiteLLM Router built from the config's `model_list`.
+
+Retries, fallbacks and load balancing are LiteLLM's. This module decides which
+request parameters may pass, turns LiteLLM's objects into plain OpenAI JSON,
+and turns LiteLLM's exceptions into `ProxyError`s with no secrets in them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import httpx
+import litellm
+import openai
+import orjson
+from litellm import Router
+
+from proxy.config.settings import ConfigError, Settings
+from proxy.errors import ProxyError
+from proxy.observability.redaction import Redactor
+from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
+from proxy.upstream.models import OPENAI_OWN, Models
+from proxy.upstream.native import NativeApi, NativeStream, native_events, native_json
+from proxy.upstream.router import FALLBACK_SETTINGS, lean_models, native_models, router_for
+
+logger = logging.getLogger("context_proxy.upstream")
+T = TypeVar("T")
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+# Chat parameters that are hints only OpenAI has (caching, moderation, abuse tracking,
+# metadata, verbosity): sent to a model that takes them (`Models.supports`), dropped and
+# said for any other, never refused.
+PROVIDER_HINTS = tuple(sorted(OPENAI_OWN | {"prompt_cache_key", "safety_identifier"}))
+
+# Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
+# sometimes reports these as a 500, so the exception chain is searched for them.
+_TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
+_UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
+_NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
+# The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
+_NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
+
+# LiteLLM's decorations around a provider's own message: its class names, its advice to
+# its own users, its retry and model-group notes.
+_NOISE = [
+    re.compile(r"^litellm\.\w+:\s*(\w+:\s*)?"),
+    re.compile(r"^\w+Exception - "),
+    re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
+    re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
+    re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
+    re.compile(r"\.?\s*No fallback model group found for .*$", re.DOTALL),
+]
+# The Router's words when every deployment of a model is cooling down after failures.
+_COOLING = re.compile(r"No deployments available for selected model.*?(?:in (\d+) seconds)?")
+
+
+class Upstream:
+    """Sends chat completions to providers through LiteLLM's Router.
+
+    Models whose deployments (and fallbacks) all speak the OpenAI API take the lean
+    path: the Router picks the deployment, retries and falls back as configured, and
+    `DirectClient` makes the call. Everything else takes `litellm.acompletion`.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._router: Router | None = router_for(settings)
+        self.models = Models(settings, self._router)
+        self._direct = DirectClient(self._router)
+        self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
+        self._native = native_models(settings)
+        # Every error text leaving the proxy passes through this.
+        self.redact = Redactor.from_settings(settings)
+        summary = settings.context.summary_model
+        if summary is not None and not self.models.serves(summary):
+            self.close_router()
+            raise ConfigError(
+                f"context.summary_model: `{summary}` is not a model this proxy serves"
+                " (a model_list name, an alias or a wildcard route)"
+            )
+
+    async def complete_text(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        api_key: str | None = None,
+    ) -> str:
+        """One plain completion's text: what the summarizer needs from a model (at
+        temperature 0 where the model takes one)."""
+        params: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
+        if not self.models.reasons(model):
+            params["temperature"] = 0
+        completion = await self.complete(params, api_key=api_key)
+        choices = completion.data.get("choices") or [{}]
+        return str((choices[0].get("message") or {}).get("content") or "")
+
+    async def close(self) -> None:
+        await self._direct.close()
+        self.close_router()
+
+    def close_router(self) -> None:
+        if self._router is not None:
+            # A Router hooks itself into LiteLLM's global callback lists, which hold at
+            # most 30: a later Router (another app in this process) would be left without
+            # its cooldown callbacks if this one stayed hooked.
+            self._router.discard()
+            self._router = None
+
+    async def complete(
+        self,
+        params: dict[str, Any],
+        messages_json: bytes | None = None,
+        api_key: str | None = None,
+        models: frozenset[str] | None = None,
+    ) -> Completion:
+        """A completion; `messages_json`, when given, is `params["messages"]` serialized;
+        `api_key`, when given, replaces the deployment's (passthrough); `models`, when
+        given, are all the caller's key may use, fallbacks included."""
+        params = params | {"stream": False}
+        messages_json = _encoded(params, messages_json)
+        options = self._options(api_key, models)
+
+        async def call() -> Any:
+            if params["model"] in self.lean_models:
+                return await self._routed(self._direct.complete, params, messages_json, options)
+            return await self._call(params, options)
+
+        try:
+            response = await _within(self._settings.server.request_timeout_seconds, call())
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        if isinstance(response, Completion):
+            return response
+        return Completion(_openai_completion(_plain(response)))
+
+    async def stream(
+        self,
+        params: dict[str, Any],
+        messages_json: bytes | None = None,
+        api_key: str | None = None,
+        models: frozenset[str] | None = None,
+    ) -> AsyncIterator[Events]:
+        """The stream's events. The call is made, and its first events read, before
+        this returns: a failure before any byte reaches the client (an error as the first
+        event included) surfaces here, as an error status."""
+        params = params | {"stream": True}
+        messages_json = _encoded(params, messages_json)
+        options = self._options(api_key, models)
+
+        async def opened() -> tuple[Events, AsyncIterator[Events]]:
+            if params["model"] in self.lean_models:
+                call = self._direct.stream
+                events = await self._routed(call, params, messages_json, options)
+            else:
+                events = self._chunks(await self._call(params, options))
+            return await anext(events), events
+
+        try:
+            timeout = self._settings.server.request_timeout_seconds
+            first, events = await _within(timeout, opened())
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        return self._relayed(first, events, api_key)
+
+    def native(self, model: str, api: NativeApi) -> bool:
+        """Whether `model`'s every deployment speaks `api` (`router.native_models`)."""
+        return model in self._native[api]
+
+    async def native_complete(
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        api_key: str | None = None,
+        models: frozenset[str] | None = None,
+    ) -> dict[str, Any]:
+        """One reply of the provider's own API, through LiteLLM's route for it."""
+        options = self._options(api_key, models)
+        call = self._native_call(api, request | {"stream": False}, options)
+        try:
+            response = await _within(self._settings.server.request_timeout_seconds, call)
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        return native_json(response)
+
+    async def native_stream(
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        reader: NativeStream,
+        api_key: str | None = None,
+        models: frozenset[str] | None = None,
+    ) -> AsyncIterator[Events]:
+        """The provider's own events, read by the door's `reader`; opened (its first
+        event read) before this returns, as `stream` is."""
+        options = self._options(api_key, models)
+
+        async def opened() -> tuple[Events, AsyncIterator[Events]]:
+            response = await self._native_call(api, request | {"stream": True}, options)
+            events = native_events(api, response, reader)
+            return await anext(events), events
+
+        try:
+            timeout = self._settings.server.request_timeout_seconds
+            first, events = await _within(timeout, opened())
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+        return self._relayed(first, events, api_key)
+
+    async def _native_call(
+        self, api: NativeApi, request: dict[str, Any], options: dict[str, Any]
+    ) -> Any:
+        assert self._router is not None  # native models are configured models
+        options = options | {"timeout": self._settings.server.request_timeout_seconds}
+        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
+            options["drop_params"] = True
+        if api == "anthropic_messages":
+            return await self._router.aanthropic_messages(**request, **options)
+        return await self._router.aresponses(**request, **options)
+
+    async def _routed(
+        self, call: Any, params: dict[str, Any], messages: bytes | None, options: dict[str, Any]
+    ) -> Any:
+        """`call` on the deployment the Router picks, with its retries and fallbacks."""
+        assert self._router is not None
+        payload = {key: value for key, value in params.items() if key != "model"}
+        return await self._router._ageneric_api_call_with_fallbacks(
+            model=params["model"],
+            original_function=call,
+            messages=params["messages"],
+            openai_payload=payload,
+            openai_messages=messages,
+            timeout=self._settings.server.request_timeout_seconds,
+            **options,
+        )
+
+    async def _relayed(
+        self, first: Events, events: AsyncIterator[Events], api_key: str | None
+    ) -> AsyncIterator[Events]:
+        yield first
+        try:
+            async for event in events:
+                yield event
+        except Exception as exc:
+            raise self.error(exc, api_key) from None
+
+    async def _chunks(self, response: Any) -> AsyncIterator[Events]:
+        """LiteLLM's stream as OpenAI chunks. Its wrapper ends a stream the provider never
+        finished with a `finish_reason` of its own making: that one is an error instead."""
+        try:
+            async for chunk in response:
+                data = _openai_chunk(_plain(chunk))
+                finishing = any(c.get("finish_reason") for c in data["choices"])
+                if finishing and _finish_made_up(response):
+                    raise unfinished()
+                yield Events([data])
+        finally:
+            close = getattr(response, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # must not mask the real failure
+                    await close()
+
+    async def _call(self, params: dict[str, Any], options: dict[str, Any]) -> Any:
+        options = options | {"timeout": self._settings.server.request_timeout_seconds}
+        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
+            options["drop_params"] = True
+        own = {name: params[name] for name in OPENAI_OWN if name in params}
+        if own:  # left in only for an `openai/…` model: the body's own, as the client sent it
+            params = {name: value for name, value in params.items() if name not in own}
+            options["extra_body"] = own
+        if self._router is not None and self.models.served_as(params["model"]) is not None:
+            return await self._router.acompletion(**params, **options)
+        return await litellm.acompletion(**params, **options)
+
+    def _options(self, api_key: str | None, models: frozenset[str] | None) -> dict[str, Any]:
+        """The Router's arguments for one caller: their own provider key (passthrough),
+        and, for a key limited to some models, the fallbacks left to it."""
+        options = _credentials(api_key)
+        if models is not None:
+            options |= self._fallbacks(models)[0]
+        return options
+
+    def refused_fallbacks(self, model: str, models: frozenset[str] | None) -> list[str]:
+        """The fallbacks of `model` (its own and the default ones) that a key limited to
+        `models` may not use, so the Router will not try them for it."""
+        if models is None or self._router is None:
+            return []
+        refused = self._fallbacks(models)[1]
+        return sorted({*refused.get(model, ()), *refused.get("*", ())})
+
+    def _fallbacks(
+        self, models: frozenset[str]
+    ) -> tuple[dict[str, list[dict[str, list[Any]]]], dict[str, set[str]]]:
+        """The Router's fallback lists cut to the models a key may use (a model named or
+        served by its wildcard route, as `Principal.may_use`), and what was cut, by the
+        model it fell back from."""
+        if self._router is None:
+            return {}, {}
+        options: dict[str, list[dict[str, list[Any]]]] = {}
+        refused: dict[str, set[str]] = {}
+        for setting in FALLBACK_SETTINGS:
+            rules = getattr(self._router, setting, None) or []
+            kept = []
+            for rule in rules:
+                for source, targets in rule.items() if isinstance(rule, dict) else ():
+                    allowed = []
+                    for target in targets or []:
+                        name = target.get("model") if isinstance(target, dict) else target
+                        served = self.models.served_as(name) if isinstance(name, str) else None
+                        if isinstance(name, str) and (name in models or served in models):
+                            allowed.append(target)
+                        else:
+                            refused.setdefault(source, set()).add(str(name))
+                    kept.append({source: allowed})
+            options[setting] = kept
+        return options, refused
+
+    def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
+        """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
+        if isinstance(exc, ProxyError):
+            return exc
+        gateway = _gateway_status(exc)
+        status = gateway or getattr(exc, "status_code", None)
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            status = 502
+        message = _gateway_words(exc, gateway) or _provider_words(exc)
+        message = self.redact(message, (api_key,) if api_key else ())
+        code = getattr(exc, "code", None)
+        return ProxyError(
+            status,
+            message or "upstream error",
+            code=str(code) if code is not None else None,
+            error_type=None if status < 500 else "upstream_error",
+            headers=_retry_after(exc) if status in (429, 503) else None,
+        )
+
+
+def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:
+    """The messages serialized (once: the lean path splices these bytes into each
+    attempt's body), and the other parameters checked to serialize, before any attempt:
+    JSON nested too deep for orjson (which the Router would take for a failing
+    deployment) raises `orjson.JSONEncodeError` here, a 400."""
+    orjson.dumps({key: value for key, value in params.items() if key != "messages"})
+    return messages_json if messages_json is not None else orjson.dumps(params["messages"])
+
+
+async def _within(seconds: float, call: Awaitable[T]) -> T:
+    """`call`'s result, or TimeoutError once `seconds` have passed: one deadline for the
+    whole call, its retries and fallbacks included. A call still running then is
+    cancelled and not waited for (LiteLLM's retry loop can outlive a cancellation)."""
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:  # the client went away
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    return task.result()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Take a left task's outcome, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _finish_made_up(response: Any) -> bool:
+    """Whether LiteLLM's stream wrapper, not the provider, ends the stream. The wrapper
+    records the provider's own finish (`received_finish_reason`); the Router wraps that
+    wrapper in another for fallbacks, keeping it in its generator's frame, where this
+    looks for it (a test covers the pinned LiteLLM). Unknown: taken as the provider's."""
+    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
+    inner = frame.f_locals.get("model_response") if frame is not None else response
+    return hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None
+
+
+def _credentials(api_key: str | None) -> dict[str, Any]:
+    """Call arguments that put the caller's own key in place of the deployment's."""
+    return {"api_key": api_key} if api_key else {}
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what caused it, outermost first."""
+    seen: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and all(cause is not other for other in seen):
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return seen
+
+
+def _gateway_words(exc: BaseException, status: int | None) -> str | None:
+    """What to say of a failure no provider put in words: it could not be reached, did
+    not answer in time, or answered what is not JSON (a client has no use for the
+    connection library's own text, which names its classes and sockets)."""
+    if status not in (502, 504):
+        return None
+    causes = _causes(exc)
+    if status == 504:
+        ours = [str(c) for c in causes if type(c) is TimeoutError and str(c)]
+        return f"The provider gave no answer: {ours[0]}." if ours else "The provider timed out."
+    if any(isinstance(c, json.JSONDecodeError | orjson.JSONDecodeError) for c in causes):
+        return "The provider's answer was not JSON."
+    if not any(isinstance(c, httpx.TransportError | OSError) for c in causes):
+        return None  # the provider's own words, in an error event say
+    refused = any(
+        isinstance(c, ConnectionRefusedError) or "Connect call failed" in str(c) for c in causes
+    )
+    return "Could not reach the provider" + (": connection refused." if refused else ".")
+
+
+def _provider_words(exc: BaseException) -> str:
+    """The provider's own message, out of LiteLLM's decorations and, where it quotes the
+    provider's JSON error body, out of that body."""
+    message = str(getattr(exc, "message", None) or exc)
+    cooling = _COOLING.search(message)
+    if cooling:
+        wait = f" Try again in {cooling.group(1)} s." if cooling.group(1) else ""
+        return "Every deployment of this model failed just now and is resting." + wait
+    for pattern in _NOISE:
+        message = pattern.sub("", message)
+    message = message.strip()
+    if message.startswith("{"):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            data = orjson.loads(message)
+            error = data.get("error") if isinstance(data, dict) else None
+            inner = error.get("message") if isinstance(error, dict) else None
+            if isinstance(inner, str) and inner:
+                message = inner
+    return message or "The provider failed."
+
+
+def _gateway_status(exc: BaseException) -> int | None:
+    """The status of a failure the provider's status does not give: it timed out or was
+    unreachable, sent what is not JSON, or no key was there to send (LiteLLM reports
+    these as 500s)."""
+    for cause in _causes(exc):
+        if isinstance(cause, _TIMEOUTS):
+            return 504
+        if isinstance(cause, _NO_REPLY):
+            return 502
+        if isinstance(cause, openai.OpenAIError) and _NO_KEY.search(str(cause)):
+            return 401
+    return None
+
+
+def _retry_after(exc: BaseException) -> dict[str, str] | None:
+    """The provider's `Retry-After`, from the response its error carries."""
+    for cause in _causes(exc):
+        for headers in (
+            getattr(cause, "litellm_response_headers", None),
+            getattr(getattr(cause, "response", None), "headers", None),
+            getattr(cause, "headers", None),
+        ):
+            value = headers.get("retry-after") if hasattr(headers, "get") else None
+            if value:
+                return {"Retry-After": str(value)}
+    return None
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A LiteLLM response object as OpenAI JSON (no LiteLLM-private fields)."""
+    data = obj.model_dump(exclude_none=False) if hasattr(obj, "model_dump") else dict(obj)
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+# Fields LiteLLM adds to OpenAI's objects; clients of an OpenAI-compatible API never see them.
+_LITELLM_FIELDS = frozenset({"provider_specific_fields", "citations", "moderation"})
+_NULL_OMITTED = frozenset({"tool_calls", "function_call", "audio", "reasoning_content"})
+
+
+def _without(data: dict[str, Any], drop: frozenset[str], drop_none: frozenset[str] | None) -> dict:
+    return {
+        k: v
+        for k, v in data.items()
+        if k not in drop and not (v is None and (drop_none is None or k in drop_none))
+    }
+
+
+def _openai_usage(data: dict[str, Any]) -> None:
+    if isinstance(data.get("usage"), dict):
+        data["usage"] = _without(data["usage"], frozenset({"cost"}), frozenset())
+
+
+def _openai_completion(data: dict[str, Any]) -> dict[str, Any]:
+    data = _without(data, _LITELLM_FIELDS, frozenset())
+    data["choices"] = [
+        _without(choice, _LITELLM_FIELDS, frozenset())
+        | {"message": _without(choice.get("message") or {}, _LITELLM_FIELDS, _NULL_OMITTED)}
+        for choice in data.get("choices") or []
+    ]
+    _openai_usage(data)
+    return data
+
+
+def _openai_chunk(data: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's chunk shape: deltas carry only what is present, and the usage chunk
+    (`stream_options.include_usage`) has an empty `choices` list."""
+    data = _without(data, _LITELLM_FIELDS, frozenset())
+    choices = [
+        _without(choice, _LITELLM_FIELDS, frozenset())
+        | {"delta": _without(choice.get("delta") or {}, _LITELLM_FIELDS, None)}
+        for choice in data.get("choices") or []
+    ]
+    if data.get("usage") and all(not c["delta"] and not c.get("finish_reason") for c in choices):
+        choices = []
+    data["choices"] = choices
+    _openai_usage(data)
+    return data

@@ -1,0 +1,360 @@
+"""The lean path: calling an OpenAI-compatible deployment once LiteLLM's Router chose it.
+
+`litellm.acompletion` on an `openai/…` deployment hands the messages to the openai SDK,
+whose request transform walks every message in Python (about 0.2 ms each), so a long
+conversation costs the proxy more the longer it gets. A deployment that already speaks
+the OpenAI API needs no translation: this module posts the body serialized once by
+orjson on a shared keep-alive client and relays the reply's bytes (SSE events included)
+without re-encoding them. Deployment choice, retries, fallbacks and timeouts stay the
+Router's (see `proxy.upstream.client`); failures are raised as LiteLLM's own exception types
+and reported to the Router's cooldown bookkeeping, as LiteLLM's logging would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import httpx
+import litellm
+import orjson
+from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig, OpenAIUnknownModelConfig
+from litellm.llms.openai.common_utils import OpenAIError
+
+__all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible", "unfinished"]
+
+OPENAI_BASE = "https://api.openai.com/v1"
+# Deployment settings the lean path honours; a deployment with any other setting (default
+# request parameters, credentials by name, Azure's api_version, …) takes LiteLLM's call.
+LEAN_PARAMS = frozenset(
+    {
+        "model",
+        "api_base",
+        "api_key",
+        "organization",
+        "extra_headers",
+        "timeout",
+        "stream_timeout",
+        "max_retries",
+        "rpm",
+        "tpm",
+        "weight",
+        "order",
+        "tags",
+    }
+)
+# LiteLLM's configs that leave an OpenAI request as it is (o-series, gpt-5 and audio models
+# have their own, which rewrite parameters: those take LiteLLM's call).
+_PLAIN_CONFIGS = (OpenAIGPTConfig, OpenAIUnknownModelConfig)
+
+
+def is_openai_compatible(litellm_params: Mapping[str, Any]) -> bool:
+    """Whether a deployment can be posted to directly: the `openai` provider, a model
+    LiteLLM does not rewrite requests for, and no settings beyond `LEAN_PARAMS`."""
+    if not set(litellm_params) <= LEAN_PARAMS:
+        return False
+    try:
+        model, provider, _, _ = litellm.get_llm_provider(
+            model=str(litellm_params["model"]), api_base=litellm_params.get("api_base")
+        )
+    except Exception:
+        return False
+    if provider != "openai":
+        return False
+    config = litellm.ProviderConfigManager.get_provider_chat_config(
+        model=model, provider=litellm.LlmProviders.OPENAI
+    )
+    return type(config) in _PLAIN_CONFIGS
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A non-streamed reply: parsed, and the exact bytes to relay."""
+
+    data: dict[str, Any]
+    raw: bytes | None = None
+    native: dict[str, Any] | None = (
+        None  # the reply in the door's own API (`proxy.upstream.native`)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Streamed chunks that arrived together: parsed, and the exact SSE bytes to relay
+    (None: the chunks were made here and must be serialized)."""
+
+    chunks: list[dict[str, Any]]
+    raw: bytes | None = None
+    native: bool = False  # `raw` is in the door's own API (`proxy.upstream.native`), not chat's
+
+
+class DirectClient:
+    """Posts to OpenAI-compatible deployments on one keep-alive connection pool."""
+
+    def __init__(self, router: litellm.Router | None = None) -> None:
+        self._router = router
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def complete(self, **params: Any) -> Completion:
+        """Called by the Router with the chosen deployment's settings merged into `params`."""
+        started = time.time()
+        try:
+            async with self._post(params, stream=False) as response:
+                raw = await response.read()
+            data = _json(raw, params)
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        self._succeeded(params, data.get("usage"), started)
+        return Completion(data, raw)
+
+    async def stream(self, **params: Any) -> AsyncIterator[Events]:
+        """Open the stream (errors before the first byte raise here, where the Router can
+        retry or fall back); the events follow when iterated."""
+        started = time.time()
+        context = self._post(params, stream=True)
+        try:
+            response = await context.__aenter__()
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        return self._events(context, response, params, started)
+
+    async def _events(
+        self,
+        context: Any,
+        response: aiohttp.ClientResponse,
+        params: dict[str, Any],
+        started: float,
+    ) -> AsyncIterator[Events]:
+        usage: dict[str, Any] | None = None
+        finished = False  # the provider's own finish: a finish_reason, or [DONE]
+        try:
+            async for events in _sse_events(response):
+                chunks, relayed, done = [], [], False
+                for raw in events:
+                    data = raw[len(b"data: ") :].strip() if raw.startswith(b"data: ") else b""
+                    if not data:
+                        continue  # comments and keep-alives
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    chunk = _json(data, params)
+                    if "error" in chunk and "choices" not in chunk:
+                        raise _mapped(params, _error_from_event(chunk))
+                    usage = chunk.get("usage") or usage
+                    finished = finished or any(
+                        isinstance(c, dict) and c.get("finish_reason")
+                        for c in chunk.get("choices") or ()
+                    )
+                    chunks.append(chunk)
+                    relayed.append(raw)
+                if chunks:
+                    yield Events(chunks, b"".join(relayed))
+                if done:
+                    finished = True
+                    break
+            if not finished:  # closed cleanly, but before the reply was done
+                raise unfinished()
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await context.__aexit__(None, None, None)
+        self._succeeded(params, usage, started)
+
+    def _post(self, params: dict[str, Any], *, stream: bool) -> Any:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector)
+        model = litellm.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
+        body = _body(params["openai_payload"], model, params.get("openai_messages"))
+        # The Router passes the request's deadline (`server.request_timeout_seconds`).
+        timeout = params["timeout"] if isinstance(params.get("timeout"), int | float) else None
+        limits = (  # a stream: each read within the deadline; else the whole call
+            aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
+            if stream
+            else aiohttp.ClientTimeout(total=timeout)
+        )
+        return _checked(
+            self._session.post(_url(params), data=body, headers=_headers(params), timeout=limits),
+            params,
+        )
+
+    def _failed(self, params: dict[str, Any], exc: Exception, started: float) -> Exception:
+        """The LiteLLM exception for `exc`, after telling the Router's cooldown logic."""
+        mapped = _mapped(params, exc)
+        if self._router is not None:
+            kwargs = {"exception": mapped, "litellm_params": _router_params(params)}
+            with contextlib.suppress(Exception):
+                self._router.deployment_callback_on_failure(kwargs, None, started, time.time())
+        return mapped
+
+    def _succeeded(self, params: dict[str, Any], usage: Any, started: float) -> None:
+        """Count the success as LiteLLM's logging would: the Router's async callback
+        where the deployment has rate limits (it tracks their usage too), else the
+        cheap one that only counts it."""
+        if self._router is None:
+            return
+        tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
+        kwargs = {
+            "litellm_params": _router_params(params),
+            "standard_logging_object": {"total_tokens": tokens},
+        }
+        limited = any(params.get(k) or (params.get("model_info") or {}).get(k) for k in _LIMITS)
+        if not limited:
+            with contextlib.suppress(Exception):
+                self._router.sync_deployment_callback_on_success(kwargs, None, started, time.time())
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._router.deployment_callback_on_success(kwargs, None, started, time.time())
+        )
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+
+
+_LIMITS = ("rpm", "tpm")
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+@contextlib.asynccontextmanager
+async def _checked(request: Any, params: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The response, once its status says it succeeded; else the provider's error."""
+    async with request as response:
+        if response.status >= 400:
+            message = _error_message(await response.read())
+            headers = httpx.Headers(dict(response.headers))
+            raise _mapped(params, OpenAIError(response.status, message, headers=headers))
+        yield response
+
+
+async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
+    """The complete SSE events each read brought, each ending in a blank line: relayed
+    together, a read's events cost one write to the client rather than one each."""
+    buffer = b""
+    async for data in response.content.iter_any():
+        buffer += data
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+        *events, buffer = buffer.split(b"\n\n")
+        if events:
+            yield [event + b"\n\n" for event in events]
+    if buffer.strip():
+        yield [buffer]
+
+
+def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
+    """The request body for the deployment's model; `messages`, when given, is the
+    messages array already serialized (spliced in rather than serialized again)."""
+    if messages is None:
+        return orjson.dumps({**payload, "model": model})
+    rest = {key: value for key, value in payload.items() if key != "messages"}
+    return orjson.dumps({**rest, "model": model})[:-1] + b',"messages":' + messages + b"}"
+
+
+def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise litellm.APIError(
+            status_code=502,
+            message="The provider's reply is not valid JSON.",
+            llm_provider="openai",
+            model=str(params.get("model")),
+        )
+    return data
+
+
+def _error_message(body: bytes) -> str:
+    """The provider's own message from an OpenAI-shaped error body, else the body."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        error = None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return body.decode(errors="replace")
+
+
+def _error_from_event(chunk: dict[str, Any]) -> OpenAIError:
+    error = chunk.get("error")
+    message = error.get("message") if isinstance(error, dict) else str(error)
+    status = error.get("code") if isinstance(error, dict) else None
+    return OpenAIError(status if isinstance(status, int) else 500, str(message))
+
+
+def _mapped(params: dict[str, Any], exc: Exception) -> Exception:
+    """LiteLLM's exception for a failure, as its own OpenAI handler would raise it."""
+    if isinstance(exc, tuple(litellm.LITELLM_EXCEPTION_TYPES)):
+        return exc
+    model = str(params.get("model"))
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return litellm.Timeout(
+            message="The provider did not answer in time.", model=model, llm_provider="openai"
+        )
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return litellm.APIConnectionError(
+            message=f"Could not reach the provider: {type(exc).__name__}",
+            llm_provider="openai",
+            model=model,
+        )
+    try:
+        exception_type(model=model, original_exception=exc, custom_llm_provider="openai")
+    except Exception as mapped:
+        return mapped
+    return exc
+
+
+def _url(params: dict[str, Any]) -> str:
+    base = (
+        params.get("api_base")
+        or litellm.api_base
+        or os.environ.get("OPENAI_BASE_URL")
+        or os.environ.get("OPENAI_API_BASE")
+        or OPENAI_BASE
+    )
+    return str(base).rstrip("/") + "/chat/completions"
+
+
+def _headers(params: dict[str, Any]) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    key = params.get("api_key") or litellm.api_key or os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    organization = params.get("organization") or os.environ.get("OPENAI_ORGANIZATION")
+    if organization:
+        headers["openai-organization"] = str(organization)
+    extra = params.get("extra_headers")
+    if isinstance(extra, dict):
+        headers |= {str(k): str(v) for k, v in extra.items()}
+    return headers
+
+
+def _router_params(params: dict[str, Any]) -> dict[str, Any]:
+    """What LiteLLM's logging hands the Router's deployment callbacks."""
+    return {
+        "metadata": params.get("litellm_metadata") or {},
+        "model_info": params.get("model_info") or {},
+    }
+
+
+def unfinished() -> litellm.APIError:
+    """The error of a stream the provider ended before its reply was finished (closed
+    cleanly, or after what is not its API's events), on every route."""
+    return litellm.APIError(
+        status_code=502,
+        message="The provider's stream ended before the reply was finished.",
+        llm_provider="openai",
+        model="",
+    )

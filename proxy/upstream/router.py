@@ -1,0 +1,164 @@
+"""LiteLLM's Router, with two of its defaults made explicit for a gateway.
+
+Retries: the Router retries twice when `router_settings` names no `num_retries`; here a
+request is tried as often as the config says, once unless it says more. Cooldowns: a
+rejected key (401, 403) says nothing of a deployment's health, only of the key (with
+`auth.mode: passthrough`, of one caller's key), so it benches no deployment; LiteLLM
+cools a deployment down on the first 401, even the only one of its model.
+
+And which way past the Router each model's calls go: the lean path for models whose
+deployments all speak the OpenAI API (`lean_models`), a door's own API for models whose
+deployments all speak it (`native_models`), LiteLLM's full call otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import litellm
+from litellm import Router
+
+from proxy.config.settings import ConfigError, Settings
+from proxy.upstream.lean import is_openai_compatible
+
+__all__ = ["ProxyRouter", "lean_models", "native_models", "router_for"]
+
+_KEY_REJECTED = frozenset({401, 403})
+
+
+class ProxyRouter(Router):
+    def deployment_callback_on_failure(self, kwargs: dict[str, Any], *args: Any) -> Any:
+        """LiteLLM's failure bookkeeping (cooldowns), minus rejected keys."""
+        if _key_rejected(kwargs):
+            return False
+        return super().deployment_callback_on_failure(kwargs, *args)
+
+
+def router_for(settings: Settings) -> ProxyRouter | None:
+    """The Router of the config's `model_list` (None without one)."""
+    if not settings.model_list:
+        return None
+    model_list = [entry.model_dump() for entry in settings.model_list]
+    for index, entry in enumerate(settings.model_list):
+        _check_provider(index, entry.litellm_params)
+    options = {"num_retries": 0, **settings.router_settings}
+    try:
+        return ProxyRouter(model_list=model_list, **options)
+    except TypeError as exc:
+        raise ConfigError(f"router_settings: {exc}") from None
+    except Exception as exc:  # LiteLLM's own words, one line, not its traceback
+        raise ConfigError(f"model_list or router_settings: {_first_line(exc)}") from None
+
+
+def _check_provider(index: int, params: dict[str, Any]) -> None:
+    """A deployment whose provider LiteLLM cannot tell is refused at start, naming it
+    (the Router would fail on it at start, or at its first request)."""
+    model = str(params["model"])
+    if "*" in model:
+        return  # a wildcard route: its provider is named when a request fills it in
+    try:
+        litellm.get_llm_provider(
+            model=model,
+            custom_llm_provider=params.get("custom_llm_provider"),
+            api_base=params.get("api_base"),
+        )
+    except Exception:
+        raise ConfigError(
+            f"model_list[{index}].litellm_params.model: LiteLLM knows no provider for"
+            f" `{model}`; name one, as in `openai/{model.split('/')[-1]}`"
+        ) from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _key_rejected(kwargs: dict[str, Any]) -> bool:
+    return getattr(kwargs.get("exception"), "status_code", None) in _KEY_REJECTED
+
+
+# The provider that speaks each door's own API, and where it speaks it by default.
+_NATIVE_PROVIDERS = {"anthropic_messages": "anthropic", "responses": "openai"}
+_OPENAI = "https://api.openai.com"
+_OPENAI_BASE_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+
+
+def native_models(settings: Settings) -> dict[str, frozenset[str]]:
+    """For each native API (`proxy.upstream.native`), the model names whose every deployment
+    speaks it: an `anthropic/…` deployment speaks the Messages API; an `openai/…` one
+    the Responses API at OpenAI's own address, elsewhere only when its `model_info` says
+    `native_api: true` (an OpenAI-compatible server may not serve `/responses`).
+    `native_api: false` keeps a deployment on the chat translation."""
+    routes: dict[str, frozenset[str]] = {}
+    for api, wanted in _NATIVE_PROVIDERS.items():
+        speaks: dict[str, bool] = {}
+        for entry in settings.model_list:
+            ok = _speaks(entry.litellm_params, entry.model_info, wanted)
+            speaks[entry.model_name] = speaks.get(entry.model_name, True) and ok
+        routes[api] = frozenset(name for name, ok in speaks.items() if ok)
+    return routes
+
+
+def _speaks(params: dict[str, Any], info: dict[str, Any], wanted: str) -> bool:
+    declared = info.get("native_api")
+    if declared is False:
+        return False
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(
+            model=str(params["model"]), api_base=params.get("api_base")
+        )
+    except Exception:  # a provider LiteLLM cannot name
+        return False
+    if provider != wanted:
+        return False
+    return declared is True or wanted == "anthropic" or _openai_base(params).startswith(_OPENAI)
+
+
+def _openai_base(params: dict[str, Any]) -> str:
+    """Where LiteLLM sends an `openai/…` deployment: its `api_base`, else the address the
+    environment names, else OpenAI's."""
+    for value in (params.get("api_base"), *map(os.environ.get, _OPENAI_BASE_VARIABLES)):
+        if value:
+            return str(value)
+    return _OPENAI
+
+
+# Routing strategies that need nothing from LiteLLM's logging callbacks: with others
+# (latency-, usage- or cost-based), every call goes through `litellm.acompletion`.
+_LEAN_STRATEGIES = frozenset({"simple-shuffle"})
+FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+
+
+def lean_models(settings: Settings) -> frozenset[str]:
+    """Model names whose every deployment, and every model they fall back to, is
+    OpenAI-compatible (`is_openai_compatible`): those can take the lean path."""
+    router = settings.router_settings
+    if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
+        return frozenset()
+    compatible: dict[str, bool] = {}
+    for entry in settings.model_list:
+        ok = is_openai_compatible(entry.litellm_params)
+        compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
+    edges: dict[str, set[str]] = {}
+    for key in FALLBACK_SETTINGS:
+        for rule in router.get(key) or []:
+            for name, targets in rule.items() if isinstance(rule, dict) else ():
+                edges.setdefault(name, set()).update(targets or [])
+    defaults = set(router.get("default_fallbacks") or [])
+
+    def reachable(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo += [*edges.get(current, ()), *defaults]
+        return seen
+
+    return frozenset(
+        name
+        for name in compatible
+        if all(compatible.get(other, False) for other in reachable(name))
+    )

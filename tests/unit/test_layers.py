@@ -1,0 +1,141 @@
+"""The package layout holds: each layer imports only the layers below it, no module
+imports another in a cycle, and the pure core imports no framework
+(`docs/architecture.md`)."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "proxy"
+
+# Lowest first: a package may import its own modules and those of the packages above it
+# in this list, never one below.
+LAYERS = (
+    "proxy.errors",
+    "proxy.config",
+    "proxy.conversation",
+    "proxy.observability",
+    "proxy.facts",
+    "proxy.summary",
+    "proxy.recall",
+    "proxy.memory",
+    "proxy.sessions",
+    "proxy.upstream",
+    "proxy.engine",
+    "proxy.doors",
+    "proxy.http",
+    "proxy.cli",
+)
+# The pure core: no I/O framework, no LiteLLM, no store client.
+PURE = (
+    "proxy.conversation",
+    "proxy.facts",
+    "proxy.summary",
+    "proxy.recall",
+    "proxy.memory",
+    "proxy.engine.window",
+    "proxy.engine.reconcile",
+    "proxy.engine.agent_compaction",
+)
+FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """Every module `name` imports, wherever in the file (a function's import counts)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def layer(name: str) -> int | None:
+    for rank, prefix in enumerate(LAYERS):
+        if name == prefix or name.startswith(prefix + "."):
+            return rank
+    return None
+
+
+MODULES = modules()
+GRAPH = {
+    name: {found for found in imports(name, path) if found in MODULES and found != name}
+    for name, path in MODULES.items()
+}
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in MODULES if name != "proxy" and layer(name) is None] == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_down_the_layers(name: str) -> None:
+    rank = layer(name)
+    upward = sorted(
+        found for found in GRAPH[name] if rank is not None and (layer(found) or 0) > rank
+    )
+    assert upward == [], f"{name} (layer {LAYERS[rank or 0]}) imports a layer above it"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith(PURE)))
+def test_the_pure_core_imports_no_framework(name: str) -> None:
+    found = imports(name, MODULES[name])
+    assert sorted(f for f in found if f.split(".")[0] in FRAMEWORKS) == []
+
+
+def test_no_import_cycle() -> None:
+    """Packages import each other's modules only downward, so a cycle could only be
+    within a package: none there either."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        stack.append(name)
+        for found in sorted(GRAPH[name]):
+            if state.get(found) == 1:
+                cycles.append([*stack[stack.index(found) :], found])
+            elif found not in state:
+                visit(found)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+    assert cycles == []
+
+
+def near_synonyms(a: str, b: str) -> bool:
+    """One name is the other with its ending changed: `memory`/`memories`,
+    `summary`/`summarize`, `turns`/`turn_locks`."""
+    common = len(os.path.commonprefix([a, b]))  # noqa: RUF071 - characters, not paths
+    return a != b and common >= 4 and common >= min(len(a), len(b)) - 2
+
+
+def test_no_two_module_names_differ_only_by_a_suffix() -> None:
+    """Two modules anywhere in the tree: one concept, one name. (A door's package holds
+    a `door` module, as `doors/` holds doors.)"""
+    names = {name.rsplit(".", 1)[-1] for name, path in MODULES.items() if path.stem != "__init__"}
+    assert sorted((a, b) for a in names for b in names if a < b and near_synonyms(a, b)) == []
