@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proxy.errors import ProxyError
+from proxy.errors import InvalidRequest
 
 __all__ = [
     "ROLES",
@@ -147,8 +147,7 @@ def validate_parameters(body: dict[str, Any]) -> None:
     """Unknown or internal parameters, and parameters of the wrong type (not messages)."""
     for key in body:
         if key not in CHAT_PARAMETERS:
-            raise ProxyError(
-                400,
+            raise InvalidRequest(
                 f"Unrecognized request argument supplied: {key}",
                 code="unknown_parameter",
                 param=key,
@@ -285,8 +284,8 @@ def _reject(message: Any, where: str) -> None:
     raise invalid(f"{where}.content", f"`{where}.content` must be a string or array.")
 
 
-def invalid(param: str, message: str) -> ProxyError:
-    return ProxyError(400, message, code="invalid_value", param=param)
+def invalid(param: str, message: str) -> InvalidRequest:
+    return InvalidRequest(message, code="invalid_value", param=param)
 
 
 def session_id(value: str, where: str) -> str:
@@ -308,5 +307,5 @@ def header_session_id(value: str, where: str) -> str:
     return session_id(text, where)
 
 
-def _invalid_session_id(where: str, why: str) -> ProxyError:
-    return ProxyError(400, f"{where}: {why}", code="invalid_session_id", param=where)
+def _invalid_session_id(where: str, why: str) -> InvalidRequest:
+    return InvalidRequest(f"{where}: {why}", code="invalid_session_id", param=where)

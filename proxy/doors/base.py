@@ -17,7 +17,6 @@ from starlette.responses import JSONResponse, Response
 
 from proxy.conversation.validation import session_id
 from proxy.engine.types import Turn
-from proxy.errors import ProxyError
 from proxy.upstream.lean import Completion
 from proxy.upstream.native import Native
 
@@ -71,6 +70,30 @@ class Inbound:
         return self.body.get("stream") is True
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An error as a door writes it: its HTTP status and its OpenAI fields, worked out at
+    the HTTP boundary (`proxy.http.errors`), so that a door only renders it."""
+
+    status: int
+    type: str  # OpenAI's error type, such as `invalid_request_error`
+    message: str
+    code: str | None = None
+    param: str | None = None
+    headers: dict[str, str] | None = None
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        """OpenAI's error body."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+            }
+        }
+
+
 class Framer(Protocol):
     """One streamed reply's wire framing, fed the upstream's chat chunks in order."""
 
@@ -82,7 +105,7 @@ class Framer(Protocol):
 
     def end(self) -> bytes: ...
 
-    def error(self, exc: ProxyError) -> bytes: ...
+    def error(self, error: ErrorReply) -> bytes: ...
 
 
 class Door(Protocol):

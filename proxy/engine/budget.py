@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from proxy.engine.calibration import Calibration
-from proxy.errors import ProxyError
+from proxy.errors import ContextOverflow
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.upstream.client import Upstream
@@ -36,11 +36,9 @@ class Budgets:
             budget = min(budget, limits.max_input_tokens - requested)
         budget = math.floor(budget / self.calibration.factor(label))
         if budget <= 0:
-            raise ProxyError(
-                400,
+            raise ContextOverflow(
                 f"max_tokens={requested} leaves no room for input in {model}'s "
                 f"{limits.max_input_tokens}-token context.",
-                code="context_length_exceeded",
                 param="max_tokens",
             )
         return budget

@@ -22,8 +22,8 @@ from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
 from proxy.engine.summarizer import Summaries
 from proxy.engine.types import Request, State
-from proxy.engine.window import ContextOverflowError, Plan, plan_context
-from proxy.errors import ProxyError
+from proxy.engine.window import Plan, plan_context
+from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
 from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, SessionStore, StoredMessage
 from proxy.summary.fold import SummarizationError
@@ -135,12 +135,9 @@ class Planning:
                 system_tokens=request.system_tokens,
                 kept=checkpoint.kept if checkpoint else (),
             )
-        except ContextOverflowError as exc:
-            raise ProxyError(
-                400,
-                f"This model's context budget is {request.budget} tokens; {exc}.",
-                code="context_length_exceeded",
-                param="messages",
+        except ContextOverflow as exc:
+            raise ContextOverflow(
+                f"This model's context budget is {request.budget} tokens; {exc}.", param="messages"
             ) from None
 
     async def summarized(

@@ -50,7 +50,7 @@ from proxy.engine.types import (
     planned_turn,
 )
 from proxy.engine.window import Plan
-from proxy.errors import ProxyError, previous_response_not_found
+from proxy.errors import ProxyError, SessionConflict, previous_response_not_found
 from proxy.observability.metrics import REPLIES_CUT, ModelLabels
 from proxy.sessions.locks import Lease, TurnLocks
 from proxy.sessions.records import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessage
@@ -464,8 +464,7 @@ def _not_latest(meta: SessionMeta | None, continues: int) -> ProxyError:
     can be continued."""
     if _length(meta) < continues:
         return previous_response_not_found()
-    return ProxyError(
-        409,
+    return SessionConflict(
         "The previous response is not the latest of its conversation: a conversation"
         " continues from its latest response only.",
         code="conflict",
@@ -477,9 +476,8 @@ def _transcript(meta: SessionMeta | None) -> tuple[int, str] | None:
     return (meta.length, meta.head) if meta is not None else None
 
 
-def _conflict() -> ProxyError:
-    return ProxyError(
-        409,
+def _conflict() -> SessionConflict:
+    return SessionConflict(
         "The session gained messages from a concurrent turn that this request's history"
         " does not have; resend it with the session's current history.",
         code="conflict",

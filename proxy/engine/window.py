@@ -21,20 +21,15 @@ from typing import Any, Literal
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
+from proxy.errors import ContextOverflow
 from proxy.summary.message import summary_message
 
 __all__ = [
-    "ContextOverflowError",
     "Inserted",
     "Plan",
     "omitted_message",
     "plan_context",
 ]
-
-
-class ContextOverflowError(ValueError):
-    """The request cannot fit: system messages and tools alone exceed the budget, or
-    the last turn's parts that cannot be cut (images, per-message overhead) do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +105,7 @@ def plan_context(
         system_tokens = counter.count_messages(system)
     base = system_tokens + tools_tokens
     if base > budget:
-        raise ContextOverflowError(f"system messages and tools need {base} tokens of {budget}")
+        raise ContextOverflow(f"system messages and tools need {base} tokens of {budget}")
     covers = min(summary_covers, len(transcript)) if summary is not None else 0
     head = [summary_message(summary, kept)] if summary is not None else []
     head_tokens = [counter.count_message(message) for message in head]
@@ -176,7 +171,7 @@ def _fit(
     """Cut the largest messages to a common cap so all fit in `room`; returns (messages, tokens)."""
     floors = [counter.count_message(_cut(message, 0, counter)) for message in messages]
     if sum(floors) > room:
-        raise ContextOverflowError(f"the last turn needs at least {sum(floors)} tokens of {room}")
+        raise ContextOverflow(f"the last turn needs at least {sum(floors)} tokens of {room}")
     slack = [max(size - floor, 0) for size, floor in zip(sizes, floors, strict=True)]
     cap = _water_level(slack, room - sum(floors))
     fitted, used = [], 0

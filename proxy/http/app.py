@@ -20,15 +20,15 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
-from proxy.doors.anthropic.door import MessagesDoor, anthropic_error
-from proxy.doors.base import Door, Framer, Inbound, ORJSONResponse, field_label
+from proxy.doors.anthropic.door import MessagesDoor
+from proxy.doors.base import Door, ErrorReply, Framer, Inbound, ORJSONResponse, field_label
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
 from proxy.engine.history import pause
 from proxy.engine.turn import Engine, TurnEvents
 from proxy.engine.types import RequestContext
-from proxy.errors import ProxyError
+from proxy.errors import InternalError, InvalidRequest, ProxyError
 from proxy.http import browser, headers, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
 from proxy.http.bodies import (
@@ -37,6 +37,13 @@ from proxy.http.bodies import (
     principal,
     read_body,
     unless_disconnected,
+)
+from proxy.http.errors import (
+    OPENAI_TYPES,
+    error_reply,
+    error_response,
+    reply_response,
+    status_of,
 )
 from proxy.http.sessions import SessionApi, model_not_allowed
 from proxy.http.telemetry import RequestTelemetry
@@ -65,8 +72,7 @@ def _ratio(value: str | None) -> float | None:
     except ValueError:
         ratio = -1.0
     if not 0.1 <= ratio <= 0.95:
-        raise ProxyError(
-            400,
+        raise InvalidRequest(
             f"{headers.BUDGET_RATIO} must be a number from 0.1 to 0.95.",
             code="invalid_header",
             param=headers.BUDGET_RATIO,
@@ -79,8 +85,7 @@ def _mode(value: str | None) -> Mode:
     if value is None or value == "":
         return "auto"
     if value.lower() not in ("append", "full", "auto"):
-        raise ProxyError(
-            400,
+        raise InvalidRequest(
             f"{headers.SESSION_MODE} must be `append` or `full`.",
             code="invalid_header",
             param=headers.SESSION_MODE,
@@ -143,7 +148,7 @@ class Proxy:
                 telemetry.finish(CLIENT_CLOSED_REQUEST)
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
             except ProxyError as exc:
-                telemetry.finish(exc.status_code)
+                telemetry.finish(status_of(exc))
                 raise
             except BaseException:
                 telemetry.finish(500)
@@ -200,9 +205,9 @@ class Proxy:
             turn, completion = await unless_disconnected(
                 request, self.engine.complete(inbound.body, context, telemetry, native)
             )
-        except ProxyError as exc:
-            if refused:
-                exc.headers = (exc.headers or {}) | {headers.FALLBACKS_REFUSED: ", ".join(refused)}
+        except ProxyError:
+            if refused:  # the error handler adds these to the error's own headers
+                request.state.error_headers = {headers.FALLBACKS_REFUSED: ", ".join(refused)}
             raise
         return door.reply(completion, inbound, turn, response_headers | headers.turn_headers(turn))
 
@@ -264,12 +269,12 @@ class Proxy:
                     yield framer.chunks(batch.chunks, batch.raw)
             status = 200
         except ProxyError as exc:
-            status = exc.status_code
+            status = status_of(exc)
             scrubbed = exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
             logger.warning(
                 "a %s stream failed (%d): %s", events.turn.model, status, scrubbed.message
             )
-            yield framer.error(scrubbed)
+            yield framer.error(error_reply(scrubbed))
             return
         finally:
             telemetry.finish(status)
@@ -339,32 +344,21 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         caller = request.scope.get("state", {}).get("principal")
         own = caller.presented if isinstance(caller, Principal) else ()
         scrubbed = exc.redacted(lambda text: redact(text, own))
-        if scrubbed.status_code >= 500:  # ours or the provider's: the operator's to know
-            logger.warning(
-                "%s answered %d: %s", request.url.path, exc.status_code, scrubbed.message
-            )
-        return error_response(request.url.path, scrubbed)
+        status = status_of(scrubbed)
+        if status >= 500:  # ours or the provider's: the operator's to know
+            logger.warning("%s answered %d: %s", request.url.path, status, scrubbed.message)
+        extra = request.scope.get("state", {}).get("error_headers")
+        return error_response(request.url.path, scrubbed, extra)
 
     return proxy_error
 
 
 def _not_taken(model: str, name: str) -> ProxyError:
-    return ProxyError(
-        400,
+    return InvalidRequest(
         f"The model `{model}` does not take `{name}` (drop_params is false).",
         code="unsupported_parameter",
         param=name,
     )
-
-
-def error_response(path: str, exc: ProxyError) -> Response:
-    """The one boundary where an error takes its door's shape: Anthropic's for the
-    Messages API, OpenAI's everywhere else."""
-    if path.startswith("/v1/messages"):
-        return anthropic_error(exc)
-    if path == viewer.PAGE:
-        return viewer.login_page(exc)
-    return exc.response()
 
 
 async def _too_deep(request: Request, exc: Exception) -> Response:
@@ -373,16 +367,17 @@ async def _too_deep(request: Request, exc: Exception) -> Response:
     (its JSONEncodeError); any other TypeError is a fault of ours, a 500."""
     if isinstance(exc, TypeError) and str(exc) != "Recursion limit reached":
         raise exc
-    error = ProxyError(
-        400, "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
+    error = InvalidRequest(
+        "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
     )
     return error_response(request.url.path, error)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    error = ProxyError(exc.status_code, str(exc.detail), code=str(exc.status_code))
-    return error_response(request.url.path, error)
+    kind = OPENAI_TYPES.get(exc.status_code, "api_error")
+    error = ErrorReply(exc.status_code, kind, str(exc.detail), code=str(exc.status_code))
+    return reply_response(request.url.path, error)
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
@@ -391,7 +386,7 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    error = ProxyError(500, "Internal error in context-proxy.", code="internal_error")
+    error = InternalError("Internal error in context-proxy.", code="internal_error")
     return error_response(request.url.path, error)
 
 

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from proxy.config.settings import AuthSettings, KeyEntry
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, RateLimited, Unauthenticated
 from proxy.sessions.records import tenant_id
 
 __all__ = ["OPEN_PATHS", "Auth", "AuthMiddleware", "Principal", "credential"]
@@ -102,8 +102,7 @@ class Auth:
             return Principal(tenant_id(token, self._secret), presented=presented)
         if token is None:
             what = "your provider API key" if passthrough else "a proxy key"
-            raise ProxyError(
-                401,
+            raise Unauthenticated(
                 f"Missing credentials: pass {what} as `Authorization: Bearer …`.",
                 code="missing_api_key",
             )
@@ -112,7 +111,7 @@ class Auth:
             tenant = tenant_id(token, self._secret)
             return Principal(tenant, provider_key=token, presented=presented)
         if key is None:
-            raise ProxyError(401, "Invalid proxy key.", code="invalid_api_key")
+            raise Unauthenticated("Invalid proxy key.", code="invalid_api_key")
         return _admitted(key, key.entry.tenant or tenant_id(token, self._secret), presented)
 
     def tag(self, token: str) -> str | None:
@@ -148,11 +147,10 @@ def _admitted(key: _Key, tenant: str, presented: tuple[str, ...]) -> Principal:
     """The caller `key` names, once its rate limit lets it in (else a 429)."""
     wait = key.limit.take() if key.limit is not None else 0.0
     if wait:
-        raise ProxyError(
-            429,
+        raise RateLimited(
             f"This key's limit of {key.entry.rpm} requests per minute is reached.",
             code="rate_limit_exceeded",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            retry_after=str(max(1, math.ceil(wait))),
         )
     entry = key.entry
     return Principal(

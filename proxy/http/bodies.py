@@ -11,7 +11,13 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from proxy.config.settings import ServerSettings
-from proxy.errors import ProxyError
+from proxy.errors import (
+    InvalidRequest,
+    ProxyError,
+    RequestTimeout,
+    RequestTooLarge,
+    Unauthenticated,
+)
 from proxy.http.auth import Principal
 from proxy.http.browser import require_json
 
@@ -52,8 +58,7 @@ async def read_body(request: Request, server: ServerSettings) -> bytes:
                 if size <= limit:
                     chunks.append(chunk)
     except TimeoutError:
-        raise ProxyError(
-            408,
+        raise RequestTimeout(
             f"The request body did not arrive within {server.body_timeout_seconds:g} s.",
             code="request_timeout",
         ) from None
@@ -69,15 +74,15 @@ def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise ProxyError(400, "Request body is not valid JSON.", code="invalid_json") from None
+        raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
     if not isinstance(data, dict):
-        raise ProxyError(400, "Request body must be a JSON object.", code="invalid_json")
+        raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
     return data
 
 
 def _too_large(limit: int) -> ProxyError:
-    return ProxyError(
-        413, f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
+    return RequestTooLarge(
+        f"Request body exceeds the limit of {limit} bytes.", code="request_too_large"
     )
 
 
@@ -85,7 +90,7 @@ def principal(request: Request) -> Principal:
     """The caller `AuthMiddleware` authenticated."""
     found = request.scope.get("state", {}).get("principal")
     if not isinstance(found, Principal):  # every route is behind the middleware
-        raise ProxyError(401, "Not authenticated.", code="invalid_api_key")
+        raise Unauthenticated("Not authenticated.", code="invalid_api_key")
     return found
 
 

@@ -26,7 +26,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import ProxyError
+from proxy.errors import PermissionDenied, ProxyError, UnsupportedMediaType
 
 __all__ = ["PAGE_HEADER", "OriginGuard", "from_own_page", "middleware", "require_json"]
 
@@ -55,8 +55,7 @@ class OriginGuard:
             headers = Headers(scope=scope)
             origin = headers.get("origin")
             if origin is not None and not self._allowed(origin, headers):
-                error = ProxyError(
-                    403,
+                error = PermissionDenied(
                     "Requests from this web origin are not allowed; list it in"
                     " server.cors_origins to allow it.",
                     code="origin_not_allowed",
@@ -115,8 +114,7 @@ def require_json(headers: Headers) -> None:
     charset allowed)."""
     media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
-        raise ProxyError(
-            415,
+        raise UnsupportedMediaType(
             "Request body must be sent as Content-Type: application/json.",
             code="unsupported_media_type",
         )

@@ -20,7 +20,7 @@ from proxy.conversation.validation import invalid, session_id, validate_paramete
 from proxy.doors.base import ORJSONResponse
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
-from proxy.errors import ProxyError
+from proxy.errors import InvalidRequest, NotFound, PermissionDenied, ProxyError
 from proxy.http.auth import Principal
 from proxy.http.bodies import parse_json, principal, read_body
 from proxy.sessions.records import Checkpoint, SessionMeta, SessionStore, StoredMessage
@@ -132,7 +132,7 @@ class SessionApi:
         name = _named(request, "memory_id")
         memory = await self.engine.memories.memory(tenant, name)
         if memory is None:
-            raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
+            raise NotFound(f"No memory `{name}`.", code="memory_not_found")
         facts = [f.to_dict() for f in memory.facts]
         return ORJSONResponse(
             {"id": name, "object": "memory", "facts": facts, "sessions": memory.sessions}
@@ -143,7 +143,7 @@ class SessionApi:
         tenant = _tenant(principal(request), request.query_params.get("tenant"))
         name = _named(request, "memory_id")
         if not await self.engine.memories.forget(tenant, name):
-            raise ProxyError(404, f"No memory `{name}`.", code="memory_not_found")
+            raise NotFound(f"No memory `{name}`.", code="memory_not_found")
         return ORJSONResponse({"id": name, "object": "memory.deleted", "deleted": True})
 
     async def _session(self, request: Request) -> tuple[str, str, SessionMeta]:
@@ -187,8 +187,7 @@ def session_view(
 
 
 def model_not_allowed(model: str) -> ProxyError:
-    return ProxyError(
-        403,
+    return PermissionDenied(
         f"This key may not use the model `{model}`.",
         code="model_not_allowed",
         param="model",
@@ -200,8 +199,8 @@ def _tenant(caller: Principal, named: str | None) -> str:
     if named is None or named == caller.tenant:
         return caller.tenant
     if not caller.admin:
-        raise ProxyError(
-            403, "Only an admin key may name a tenant.", code="permission_denied", param="tenant"
+        raise PermissionDenied(
+            "Only an admin key may name a tenant.", code="permission_denied", param="tenant"
         )
     if not named or ":" in named:
         raise invalid("tenant", "`tenant` must be a tenant name, without `:`.")
@@ -219,8 +218,7 @@ def _named(request: Request, param: str) -> str:
         return session_id(named, "id")
     if b"%2f" in (request.scope.get("raw_path") or b"").lower():
         # The server split the segment at the `/`: the route matched may not be the one meant.
-        raise ProxyError(
-            400,
+        raise InvalidRequest(
             f"An id holding `/` is named by `?id=`, with `{BY_QUERY}` as the path's segment.",
             code="invalid_session_id",
             param=param,
@@ -263,4 +261,4 @@ def _summary(meta: SessionMeta) -> dict[str, Any]:
 
 
 def _no_session(name: str) -> ProxyError:
-    return ProxyError(404, f"No session `{name}`.", code="session_not_found")
+    return NotFound(f"No session `{name}`.", code="session_not_found")

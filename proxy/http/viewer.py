@@ -45,7 +45,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Scope
 
-from proxy.errors import ProxyError
+from proxy.doors.base import ErrorReply
+from proxy.errors import InternalError, NotFound, PermissionDenied, Unauthenticated
 from proxy.http.auth import Auth, Principal, credential
 from proxy.http.bodies import principal
 from proxy.http.browser import PAGE_HEADER, from_own_page
@@ -184,8 +185,8 @@ class Viewer:
         and the page token (`{"page_token": …, "expires_in": seconds}`)."""
         _own_page(request.headers)
         if credential(request.headers) is None:
-            raise ProxyError(
-                401, "Log in with a proxy key as `Authorization: Bearer …`.", code="missing_api_key"
+            raise Unauthenticated(
+                "Log in with a proxy key as `Authorization: Bearer …`.", code="missing_api_key"
             )
         caller = principal(request)
         key = credential(request.headers)
@@ -201,7 +202,7 @@ class Viewer:
             "key": self.auth.tag(key) if key is not None else None,
         }
         if not await self.store.put_memory(LOGINS, _digest(token), 0, orjson.dumps(record)):
-            raise ProxyError(500, "The login could not be stored.", code="internal_error")
+            raise InternalError("The login could not be stored.", code="internal_error")
         body = {"object": "viewer.login", "page_token": page_token, "expires_in": LOGIN_SECONDS}
         response = Response(orjson.dumps(body), headers=_HEADERS, media_type="application/json")
         response.set_cookie(
@@ -236,15 +237,15 @@ class Viewer:
 
 def _own_page(headers: Headers) -> None:
     if not from_own_page(headers):
-        raise ProxyError(
-            403, "Only the viewer's own page may log in or out.", code="origin_not_allowed"
+        raise PermissionDenied(
+            "Only the viewer's own page may log in or out.", code="origin_not_allowed"
         )
 
 
-def login_page(exc: ProxyError) -> Response:
-    """`/ui` without a (valid) key or login: the page, which shows its login form, as a
-    401."""
-    return _page(exc.status_code)
+def login_page(error: ErrorReply) -> Response:
+    """`/ui` without a (valid) key or login: the page, which shows its login form, with
+    the error's status (a 401)."""
+    return _page(error.status)
 
 
 async def page(request: Request) -> Response:
@@ -258,7 +259,7 @@ def _page(status: int) -> Response:
 async def asset(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in _TYPES:
-        raise ProxyError(404, f"No such file `{name}`.", code="not_found")
+        raise NotFound(f"No such file `{name}`.", code="not_found")
     return Response(_read(name), headers=_HEADERS, media_type=_TYPES[name])
 
 

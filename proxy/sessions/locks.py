@@ -28,7 +28,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from proxy.errors import ProxyError
+from proxy.errors import SessionConflict
 from proxy.sessions.records import SessionKey, SessionStore
 
 __all__ = ["Lease", "TurnLocks"]
@@ -200,10 +200,9 @@ class TurnLocks:
             del self._local[key]
 
 
-def _busy() -> ProxyError:
-    return ProxyError(
-        409,
+def _busy() -> SessionConflict:
+    return SessionConflict(
         "Another turn of this session is still running; retry when it has finished.",
         code="session_busy",
-        headers={"Retry-After": "1"},
+        retry_after="1",
     )

@@ -2,7 +2,7 @@
 
 Retries, fallbacks and load balancing are LiteLLM's. This module decides which
 request parameters may pass, turns LiteLLM's objects into plain OpenAI JSON,
-and turns LiteLLM's exceptions into `ProxyError`s with no secrets in them.
+and turns LiteLLM's exceptions into `UpstreamFailure`s with no secrets in them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import litellm
@@ -22,7 +22,7 @@ import orjson
 from litellm import Router
 
 from proxy.config.settings import ConfigError, Settings
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, UpstreamFailure, UpstreamTimeout
 from proxy.observability.redaction import Redactor
 from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
@@ -42,6 +42,7 @@ PROVIDER_HINTS = tuple(sorted(OPENAI_OWN | {"prompt_cache_key", "safety_identifi
 
 # Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
 # sometimes reports these as a 500, so the exception chain is searched for them.
+Gateway = Literal["timeout", "no_reply", "no_key"]
 _TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
 _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
 _NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
@@ -324,22 +325,27 @@ class Upstream:
         return options, refused
 
     def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
-        """Map any LiteLLM/provider exception to an OpenAI-shaped error, minus secrets."""
+        """Any LiteLLM or provider exception as an `UpstreamFailure`, minus secrets: the
+        provider's own status where it answered one."""
         if isinstance(exc, ProxyError):
             return exc
-        gateway = _gateway_status(exc)
-        status = gateway or getattr(exc, "status_code", None)
-        if not isinstance(status, int) or not 400 <= status <= 599:
-            status = 502
+        gateway = _gateway_failure(exc)
         message = _gateway_words(exc, gateway) or _provider_words(exc)
         message = self.redact(message, (api_key,) if api_key else ())
-        code = getattr(exc, "code", None)
-        return ProxyError(
-            status,
+        raw_code = getattr(exc, "code", None)
+        code = str(raw_code) if raw_code is not None else None
+        if gateway == "timeout":
+            return UpstreamTimeout(message or "The provider timed out.", code=code)
+        status = getattr(exc, "status_code", None) if gateway is None else None
+        if gateway == "no_key":  # the deployment has no key: what its provider would answer
+            status = 401
+        if not isinstance(status, int) or not 400 <= status <= 599:
+            status = None
+        return UpstreamFailure(
             message or "upstream error",
-            code=str(code) if code is not None else None,
-            error_type=None if status < 500 else "upstream_error",
-            headers=_retry_after(exc) if status in (429, 503) else None,
+            provider_status=status,
+            code=code,
+            retry_after=_retry_after(exc) if status in (429, 503) else None,
         )
 
 
@@ -400,14 +406,14 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _gateway_words(exc: BaseException, status: int | None) -> str | None:
+def _gateway_words(exc: BaseException, gateway: Gateway | None) -> str | None:
     """What to say of a failure no provider put in words: it could not be reached, did
     not answer in time, or answered what is not JSON (a client has no use for the
     connection library's own text, which names its classes and sockets)."""
-    if status not in (502, 504):
+    if gateway not in ("timeout", "no_reply"):
         return None
     causes = _causes(exc)
-    if status == 504:
+    if gateway == "timeout":
         ours = [str(c) for c in causes if type(c) is TimeoutError and str(c)]
         return f"The provider gave no answer: {ours[0]}." if ours else "The provider timed out."
     if any(isinstance(c, json.JSONDecodeError | orjson.JSONDecodeError) for c in causes):
@@ -441,21 +447,20 @@ def _provider_words(exc: BaseException) -> str:
     return message or "The provider failed."
 
 
-def _gateway_status(exc: BaseException) -> int | None:
-    """The status of a failure the provider's status does not give: it timed out or was
-    unreachable, sent what is not JSON, or no key was there to send (LiteLLM reports
-    these as 500s)."""
+def _gateway_failure(exc: BaseException) -> Gateway | None:
+    """A failure the provider's status does not tell: it timed out, was unreachable or
+    sent what is not JSON, or no key was there to send (LiteLLM reports these as 500s)."""
     for cause in _causes(exc):
         if isinstance(cause, _TIMEOUTS):
-            return 504
+            return "timeout"
         if isinstance(cause, _NO_REPLY):
-            return 502
+            return "no_reply"
         if isinstance(cause, openai.OpenAIError) and _NO_KEY.search(str(cause)):
-            return 401
+            return "no_key"
     return None
 
 
-def _retry_after(exc: BaseException) -> dict[str, str] | None:
+def _retry_after(exc: BaseException) -> str | None:
     """The provider's `Retry-After`, from the response its error carries."""
     for cause in _causes(exc):
         for headers in (
@@ -465,7 +470,7 @@ def _retry_after(exc: BaseException) -> dict[str, str] | None:
         ):
             value = headers.get("retry-after") if hasattr(headers, "get") else None
             if value:
-                return {"Retry-After": str(value)}
+                return str(value)
     return None
 
 

@@ -11,7 +11,7 @@ import litellm
 from litellm import Router
 
 from proxy.config.settings import Settings
-from proxy.errors import ProxyError
+from proxy.errors import NotFound
 from proxy.upstream.limits import ModelLimits, model_limits
 
 __all__ = ["OPENAI_OWN", "Models"]
@@ -124,8 +124,7 @@ class Models:
         """404 for a model that is neither configured nor an allowed provider/name."""
         if self.serves(model):
             return
-        raise ProxyError(
-            404,
+        raise NotFound(
             f"The model `{model}` does not exist or is not served by this proxy.",
             code="model_not_found",
             param="model",

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from proxy.errors import ProxyError
+from proxy.errors import UpstreamFailure
 from proxy.upstream.lean import Events, unfinished
 
 __all__ = [
@@ -90,9 +90,9 @@ def _event(raw: bytes) -> tuple[str, dict[str, Any]] | None:
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise ProxyError(502, "The provider sent an event that is not JSON.") from None
+        raise UpstreamFailure("The provider sent an event that is not JSON.") from None
     if not isinstance(value, dict):
-        raise ProxyError(502, "The provider sent an event that is not an object.")
+        raise UpstreamFailure("The provider sent an event that is not an object.")
     return kind or str(value.get("type") or ""), value
 
 

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from proxy.conversation.tokens import TokenCounter, counter_for
 from proxy.engine.window import (
-    ContextOverflowError,
     Plan,
     omitted_message,
     plan_context,
 )
+from proxy.errors import ContextOverflow
 from proxy.summary.message import summary_message
 
 CHAR = counter_for("local-model", "char")
@@ -181,9 +181,9 @@ def test_orphan_tool_result_at_the_start_is_dropped_visibly() -> None:
 
 
 def test_system_messages_alone_over_budget_raise() -> None:
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextOverflow):
         plan([user("hi")], budget=100, system=[{"role": "system", "content": text(2000)}])
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextOverflow):
         plan([user("hi")], budget=100, tools_tokens=200)
 
 
@@ -326,7 +326,7 @@ def check_sendable(case: Case, result: Plan) -> None:
 def run(case: Case) -> Plan | None:
     try:
         return case.run()
-    except ContextOverflowError:
+    except ContextOverflow:
         # only when not even the bare last turn (texts emptied) plus a marker fits
         last_user = max(i for i, m in enumerate(case.transcript) if m["role"] == "user")
         bare = [_emptied(m) for m in case.transcript[last_user:]]

@@ -13,7 +13,7 @@ from proxy.conversation.tokens import CountCache, counter_for
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import Match
 from proxy.engine.types import Request, State
-from proxy.errors import ProxyError
+from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint
 from tests.unit.sessions_factory import COUNTER, entries, meta
 
@@ -139,7 +139,7 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
         None,  # type: ignore[arg-type]
     )
     request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
-    with pytest.raises(ProxyError):
+    with pytest.raises(ContextOverflow):
         await planning._background(request, 30)
     assert summaries.failures == [("gpt-4o-mini", "background")]
 

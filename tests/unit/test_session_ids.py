@@ -10,7 +10,7 @@ import pytest
 
 from proxy.conversation.validation import header_session_id, session_id
 from proxy.doors.base import body_session_id, inner_session_id
-from proxy.errors import ProxyError
+from proxy.errors import InvalidRequest
 
 CLAUDE_SESSION = "3f1c2a9e-8b7d-4c6e-9f10-2a3b4c5d6e7f"
 DEVICE = "a" * 64
@@ -53,9 +53,8 @@ def test_any_text_is_a_session_id(value: str) -> None:
     ],
 )
 def test_empty_long_or_control_characters_are_refused(value: str) -> None:
-    with pytest.raises(ProxyError) as refused:
+    with pytest.raises(InvalidRequest) as refused:
         session_id(value, "metadata.user_id")
-    assert refused.value.status_code == 400
     assert refused.value.code == "invalid_session_id"
     assert refused.value.param == "metadata.user_id"
 
@@ -65,7 +64,7 @@ def test_a_header_is_read_as_utf8() -> None:
     sent = "café ☕".encode().decode("latin-1")
     assert header_session_id(sent, "X-Session-Id") == "café ☕"
     assert header_session_id("plain-ascii", "X-Session-Id") == "plain-ascii"
-    with pytest.raises(ProxyError) as refused:
+    with pytest.raises(InvalidRequest) as refused:
         header_session_id("caf\xe9", "X-Session-Id")  # latin-1 bytes: not UTF-8
     assert refused.value.code == "invalid_session_id"
     assert "UTF-8" in refused.value.message
@@ -111,7 +110,7 @@ def test_any_other_value_is_the_id_as_it_is(value: str) -> None:
 
 
 def test_the_inner_id_is_checked_like_any_other() -> None:
-    with pytest.raises(ProxyError) as refused:
+    with pytest.raises(InvalidRequest) as refused:
         body_session_id({"metadata": {"user_id": claude_code_user_id("x" * 300)}}, FIELDS)
     assert refused.value.code == "invalid_session_id"
     assert refused.value.param == "metadata.user_id"

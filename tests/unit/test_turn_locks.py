@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ProxyError
+from proxy.errors import SessionConflict
 from proxy.sessions.locks import LEASE_SECONDS, TurnLocks
 from proxy.sessions.stores import DiskSessionStore, LeaseLost
 from proxy.sessions.stores.redis import RedisSessionStore
@@ -66,9 +66,9 @@ async def test_a_turn_held_in_another_process_is_waited_for_then_a_409(tmp_path:
     here, there = DiskSessionStore(str(tmp_path)), DiskSessionStore(str(tmp_path))
     token = await there.try_lock(*KEY, 30, "turn")
     assert token is not None
-    with pytest.raises(ProxyError) as raised:
+    with pytest.raises(SessionConflict) as raised:
         await TurnLocks(here, wait_seconds=0.3).acquire(KEY)
-    assert (raised.value.status_code, raised.value.code) == (409, "session_busy")
+    assert (raised.value.code, raised.value.retry_after) == ("session_busy", "1")
     await there.unlock(*KEY, token, "turn")
     lease = await TurnLocks(here, wait_seconds=0.3).acquire(KEY)
     assert not lease.contended

@@ -26,9 +26,16 @@ from starlette.responses import Response
 from proxy.conversation.validation import check_ranges, check_types, invalid
 from proxy.doors.anthropic.native import MessagesNative, arguments, native_content
 from proxy.doors.anthropic.stream import MessagesFramer, error_body, message_id, stop_reason
-from proxy.doors.base import Api, Inbound, ORJSONResponse, body_session_id, text_of, unknown_fields
+from proxy.doors.base import (
+    Api,
+    ErrorReply,
+    Inbound,
+    ORJSONResponse,
+    body_session_id,
+    text_of,
+    unknown_fields,
+)
 from proxy.engine.types import Turn
-from proxy.errors import ProxyError
 from proxy.upstream.lean import Completion
 
 __all__ = ["MessagesDoor", "anthropic_error", "to_chat"]
@@ -141,12 +148,12 @@ class MessagesDoor:
         return MessagesFramer(inbound.body["model"], turn.tokens_sent or 0)
 
 
-def anthropic_error(exc: ProxyError) -> Response:
+def anthropic_error(error: ErrorReply) -> Response:
     return Response(
-        orjson.dumps(error_body(exc)),
-        status_code=exc.status_code,
+        orjson.dumps(error_body(error)),
+        status_code=error.status,
         media_type="application/json",
-        headers=exc.headers,
+        headers=error.headers,
     )
 
 

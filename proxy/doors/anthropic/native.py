@@ -20,7 +20,7 @@ import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.doors.anthropic.stream import event
-from proxy.errors import ProxyError
+from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi
 
 __all__ = ["MessagesNative", "arguments", "native_content"]
@@ -129,7 +129,7 @@ class MessagesEvents:
         chunks: list[dict[str, Any]] = []
         if kind == "error":
             error = data.get("error") or {}
-            raise ProxyError(502, str(error.get("message") or "The provider's stream failed."))
+            raise UpstreamFailure(str(error.get("message") or "The provider's stream failed."))
         if kind == "message_start":
             message = (data.get("message") or {}) | {"model": self._model}  # as asked for
             self._input = message.get("usage") or {}

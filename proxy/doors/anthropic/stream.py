@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import ProxyError
+from proxy.doors.base import ErrorReply
 
 __all__ = ["MessagesFramer", "error_body", "message_id", "stop_reason"]
 
@@ -43,9 +43,10 @@ def stop_reason(finish_reason: Any) -> str | None:
     return _STOP_REASONS.get(str(finish_reason), "end_turn")
 
 
-def error_body(exc: ProxyError) -> dict[str, Any]:
-    kind = _ERROR_TYPES.get(exc.status_code, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+def error_body(error: ErrorReply) -> dict[str, Any]:
+    """Anthropic's error body: its error type for the HTTP status."""
+    kind = _ERROR_TYPES.get(error.status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
 def message_id(completion_id: Any) -> str:
@@ -97,8 +98,8 @@ class MessagesFramer:
         out.append(event("message_stop", {}))
         return b"".join(out)
 
-    def error(self, exc: ProxyError) -> bytes:
-        return event("error", {"error": error_body(exc)["error"]})
+    def error(self, error: ErrorReply) -> bytes:
+        return event("error", {"error": error_body(error)["error"]})
 
     def _start(self, chunks: list[dict[str, Any]]) -> bytes:
         message = {

@@ -8,9 +8,8 @@ import orjson
 from starlette.responses import Response
 
 from proxy.conversation.validation import validate_parameters
-from proxy.doors.base import Api, Inbound, ORJSONResponse
+from proxy.doors.base import Api, ErrorReply, Inbound, ORJSONResponse
 from proxy.engine.types import Turn
-from proxy.errors import ProxyError
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion
 
@@ -56,5 +55,5 @@ class ChatFramer:
     def end(self) -> bytes:
         return b"data: [DONE]\n\n"
 
-    def error(self, exc: ProxyError) -> bytes:
-        return b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+    def error(self, error: ErrorReply) -> bytes:
+        return b"data: " + orjson.dumps(error.body()) + b"\n\n"

@@ -24,7 +24,7 @@ from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.stream import response_usage
 from proxy.engine import agent_compaction
 from proxy.engine.types import Turn
-from proxy.errors import ProxyError
+from proxy.errors import InvalidRequest
 from proxy.upstream.lean import Completion
 
 __all__ = ["CompactDoor"]
@@ -75,7 +75,7 @@ class CompactDoor:
         return ORJSONResponse(body, headers=headers)
 
     def framer(self, inbound: Inbound, turn: Turn) -> Framer:
-        raise ProxyError(400, "responses/compact does not stream.", param="stream")
+        raise InvalidRequest("responses/compact does not stream.", param="stream")
 
 
 def _items(source: Any) -> list[Any]:

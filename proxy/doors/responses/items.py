@@ -25,7 +25,7 @@ from typing import Any
 from proxy.conversation.identity import GENESIS, RESPONSES_OUTPUT, Message
 from proxy.conversation.validation import invalid
 from proxy.doors.base import text_of
-from proxy.errors import ProxyError, previous_response_not_found
+from proxy.errors import InvalidRequest, previous_response_not_found
 from proxy.sessions.records import SessionStore
 
 __all__ = ["ItemNames", "References", "ResponseIds", "as_given"]
@@ -237,7 +237,7 @@ def _item(reply: Message | None, kind: str, number: int) -> Any:
     }
 
 
-def _unknown(item_id: str) -> ProxyError:
+def _unknown(item_id: str) -> InvalidRequest:
     shown = item_id if len(item_id) <= 200 else item_id[:200] + "…"
     return invalid(
         "input",

@@ -17,7 +17,7 @@ from typing import Any
 from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
-from proxy.errors import ProxyError
+from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi
 
 __all__ = ["CARRIED", "ResponsesNative", "chat_item"]
@@ -120,7 +120,7 @@ class ResponsesEvents:
         if kind in ("error", "response.failed"):
             failed = data.get("response") or {}
             error = data.get("error") or failed.get("error") or data
-            raise ProxyError(502, str(error.get("message") or "The provider's response failed."))
+            raise UpstreamFailure(str(error.get("message") or "The provider's response failed."))
         if kind == "response.output_text.delta":
             delta = {"content": data.get("delta") or ""}
         elif kind == "response.output_item.added":

@@ -9,9 +9,8 @@ from typing import Any
 
 import orjson
 
-from proxy.doors.base import text_of
+from proxy.doors.base import ErrorReply, text_of
 from proxy.doors.responses.items import ItemNames
-from proxy.errors import ProxyError
 
 __all__ = ["ResponsesFramer", "output_items", "response_object"]
 
@@ -169,15 +168,15 @@ class ResponsesFramer:
         out.append(self._event("response.completed", {"response": response}))
         return b"".join(out)
 
-    def error(self, exc: ProxyError) -> bytes:
+    def error(self, error: ErrorReply) -> bytes:
         """`response.failed`, then `error`: a client that reads the response's own end
         (Codex) sees it fail, and the openai SDK raises at the `error` event (which says
         it in its fields and in an `error` object, the shape the SDK raises for)."""
-        error = {"code": exc.code or "server_error", "message": exc.message}
-        failed = self._response("failed", self._output) | {"error": error}
-        said = error | {"param": exc.param}
+        fields = {"code": error.code or "server_error", "message": error.message}
+        failed = self._response("failed", self._output) | {"error": fields}
+        said = fields | {"param": error.param}
         return self._event("response.failed", {"response": failed}) + self._event(
-            "error", said | {"error": said | {"type": exc.error_type}}
+            "error", said | {"error": said | {"type": error.type}}
         )
 
     def _delta(self, delta: dict[str, Any]) -> list[bytes]:

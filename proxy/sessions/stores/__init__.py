@@ -16,7 +16,7 @@ from typing import TypeVar
 from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 
 from proxy.config.settings import SessionSettings
-from proxy.errors import ProxyError
+from proxy.errors import SessionConflict, StoreUnavailable
 from proxy.observability import metrics
 from proxy.sessions.records import Checkpoint, LockName, SessionMeta, SessionStore, StoredMessage
 from proxy.sessions.stores.disk import DiskSessionStore
@@ -48,8 +48,8 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
-def store_fault(exc: BaseException) -> ProxyError:
-    """The 503 for a store fault, saying what kind it is (the store's own words, which
+def store_fault(exc: BaseException) -> StoreUnavailable:
+    """The error of a store fault, saying what kind it is (the store's own words, which
     may name paths or hosts, stay in the log)."""
     name = getattr(exc, "sqlite_errorname", "")
     if isinstance(exc, TimeoutError):  # a commit past its deadline (Redis's own are not)
@@ -75,17 +75,15 @@ def store_fault(exc: BaseException) -> ProxyError:
         message = "The session store (Redis) is unreachable; retry shortly."
     else:
         message = "The session store is unavailable; retry shortly."
-    return ProxyError(503, message, code="store_unavailable", headers={"Retry-After": "1"})
+    return StoreUnavailable(message)
 
 
-def lease_lost() -> ProxyError:
-    """The 409 for a turn whose commit its lapsed turn lock fenced off (see LeaseLost)."""
-    return ProxyError(
-        409,
+def lease_lost() -> SessionConflict:
+    """The conflict of a turn whose commit its lapsed turn lock fenced off (see LeaseLost)."""
+    return SessionConflict(
         "This turn's session lock lapsed while it ran (its proxy stalled) and another turn"
         " of the session went ahead; its reply was not stored. Resend it with the"
-        " session's current history.",
-        code="conflict",
+        " session's current history."
     )
 
 
