@@ -16,14 +16,13 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal, TypeVar
 
 import httpx
-import litellm
 import openai
 import orjson
-from litellm import Router
 
 from proxy.config.settings import ConfigError, Settings
 from proxy.errors import ProxyError, UpstreamFailure, UpstreamTimeout
 from proxy.observability.redaction import Redactor
+from proxy.upstream import adapter
 from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
 from proxy.upstream.native import NativeApi, NativeStream, native_events, native_json
@@ -31,9 +30,6 @@ from proxy.upstream.router import FALLBACK_SETTINGS, lean_models, native_models,
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
-
-litellm.suppress_debug_info = True
-litellm.telemetry = False
 
 # Chat parameters that are hints only OpenAI has (caching, moderation, abuse tracking,
 # metadata, verbosity): sent to a model that takes them (`Models.supports`), dropped and
@@ -43,7 +39,7 @@ PROVIDER_HINTS = tuple(sorted(OPENAI_OWN | {"prompt_cache_key", "safety_identifi
 # Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
 # sometimes reports these as a 500, so the exception chain is searched for them.
 Gateway = Literal["timeout", "no_reply", "no_key"]
-_TIMEOUTS = (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
+_TIMEOUTS = (adapter.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
 _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
 _NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
 # The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
@@ -73,7 +69,7 @@ class Upstream:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._router: Router | None = router_for(settings)
+        self._router: adapter.Router | None = router_for(settings)
         self.models = Models(settings, self._router)
         self._direct = DirectClient(self._router)
         self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
@@ -233,7 +229,8 @@ class Upstream:
         """`call` on the deployment the Router picks, with its retries and fallbacks."""
         assert self._router is not None
         payload = {key: value for key, value in params.items() if key != "model"}
-        return await self._router._ageneric_api_call_with_fallbacks(
+        return await adapter.call_with_fallbacks(
+            self._router,
             model=params["model"],
             original_function=call,
             messages=params["messages"],
@@ -260,7 +257,7 @@ class Upstream:
             async for chunk in response:
                 data = _openai_chunk(_plain(chunk))
                 finishing = any(c.get("finish_reason") for c in data["choices"])
-                if finishing and _finish_made_up(response):
+                if finishing and not adapter.provider_finished(response):
                     raise unfinished()
                 yield Events([data])
         finally:
@@ -279,7 +276,7 @@ class Upstream:
             options["extra_body"] = own
         if self._router is not None and self.models.served_as(params["model"]) is not None:
             return await self._router.acompletion(**params, **options)
-        return await litellm.acompletion(**params, **options)
+        return await adapter.acompletion(**params, **options)
 
     def _options(self, api_key: str | None, models: frozenset[str] | None) -> dict[str, Any]:
         """The Router's arguments for one caller: their own provider key (passthrough),
@@ -379,16 +376,6 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
     """Take a left task's outcome, so asyncio does not log it as never retrieved."""
     if not task.cancelled():
         task.exception()
-
-
-def _finish_made_up(response: Any) -> bool:
-    """Whether LiteLLM's stream wrapper, not the provider, ends the stream. The wrapper
-    records the provider's own finish (`received_finish_reason`); the Router wraps that
-    wrapper in another for fallbacks, keeping it in its generator's frame, where this
-    looks for it (a test covers the pinned LiteLLM). Unknown: taken as the provider's."""
-    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
-    inner = frame.f_locals.get("model_response") if frame is not None else response
-    return hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None
 
 
 def _credentials(api_key: str | None) -> dict[str, Any]:

@@ -21,12 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import httpx
-import litellm
 import orjson
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
-from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig, OpenAIUnknownModelConfig
-from litellm.llms.openai.common_utils import OpenAIError
+
+from proxy.upstream import adapter
 
 __all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible", "unfinished"]
 
@@ -50,9 +47,6 @@ LEAN_PARAMS = frozenset(
         "tags",
     }
 )
-# LiteLLM's configs that leave an OpenAI request as it is (o-series, gpt-5 and audio models
-# have their own, which rewrite parameters: those take LiteLLM's call).
-_PLAIN_CONFIGS = (OpenAIGPTConfig, OpenAIUnknownModelConfig)
 
 
 def is_openai_compatible(litellm_params: Mapping[str, Any]) -> bool:
@@ -61,17 +55,12 @@ def is_openai_compatible(litellm_params: Mapping[str, Any]) -> bool:
     if not set(litellm_params) <= LEAN_PARAMS:
         return False
     try:
-        model, provider, _, _ = litellm.get_llm_provider(
+        model, provider, _, _ = adapter.get_llm_provider(
             model=str(litellm_params["model"]), api_base=litellm_params.get("api_base")
         )
     except Exception:
         return False
-    if provider != "openai":
-        return False
-    config = litellm.ProviderConfigManager.get_provider_chat_config(
-        model=model, provider=litellm.LlmProviders.OPENAI
-    )
-    return type(config) in _PLAIN_CONFIGS
+    return provider == "openai" and adapter.leaves_openai_requests_alone(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +87,7 @@ class Events:
 class DirectClient:
     """Posts to OpenAI-compatible deployments on one keep-alive connection pool."""
 
-    def __init__(self, router: litellm.Router | None = None) -> None:
+    def __init__(self, router: adapter.Router | None = None) -> None:
         self._router = router
         self._session: aiohttp.ClientSession | None = None
 
@@ -176,7 +165,7 @@ class DirectClient:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector)
-        model = litellm.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
+        model = adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
         body = _body(params["openai_payload"], model, params.get("openai_messages"))
         # The Router passes the request's deadline (`server.request_timeout_seconds`).
         timeout = params["timeout"] if isinstance(params.get("timeout"), int | float) else None
@@ -194,9 +183,9 @@ class DirectClient:
         """The LiteLLM exception for `exc`, after telling the Router's cooldown logic."""
         mapped = _mapped(params, exc)
         if self._router is not None:
-            kwargs = {"exception": mapped, "litellm_params": _router_params(params)}
             with contextlib.suppress(Exception):
-                self._router.deployment_callback_on_failure(kwargs, None, started, time.time())
+                routed = _router_params(params)
+                adapter.report_failure(self._router, mapped, routed, started, time.time())
         return mapped
 
     def _succeeded(self, params: dict[str, Any], usage: Any, started: float) -> None:
@@ -206,17 +195,14 @@ class DirectClient:
         if self._router is None:
             return
         tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
-        kwargs = {
-            "litellm_params": _router_params(params),
-            "standard_logging_object": {"total_tokens": tokens},
-        }
+        routed = _router_params(params)
         limited = any(params.get(k) or (params.get("model_info") or {}).get(k) for k in _LIMITS)
         if not limited:
             with contextlib.suppress(Exception):
-                self._router.sync_deployment_callback_on_success(kwargs, None, started, time.time())
+                adapter.count_success(self._router, routed, tokens, started, time.time())
             return
         task = asyncio.get_running_loop().create_task(
-            self._router.deployment_callback_on_success(kwargs, None, started, time.time())
+            adapter.track_success(self._router, routed, tokens, started, time.time())
         )
         _BACKGROUND.add(task)
         task.add_done_callback(_BACKGROUND.discard)
@@ -232,8 +218,8 @@ async def _checked(request: Any, params: dict[str, Any]) -> AsyncIterator[aiohtt
     async with request as response:
         if response.status >= 400:
             message = _error_message(await response.read())
-            headers = httpx.Headers(dict(response.headers))
-            raise _mapped(params, OpenAIError(response.status, message, headers=headers))
+            error = adapter.openai_error(response.status, message, response.headers)
+            raise _mapped(params, error)
         yield response
 
 
@@ -267,7 +253,7 @@ def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         data = None
     if not isinstance(data, dict):
-        raise litellm.APIError(
+        raise adapter.APIError(
             status_code=502,
             message="The provider's reply is not valid JSON.",
             llm_provider="openai",
@@ -287,39 +273,35 @@ def _error_message(body: bytes) -> str:
     return body.decode(errors="replace")
 
 
-def _error_from_event(chunk: dict[str, Any]) -> OpenAIError:
+def _error_from_event(chunk: dict[str, Any]) -> Exception:
     error = chunk.get("error")
     message = error.get("message") if isinstance(error, dict) else str(error)
     status = error.get("code") if isinstance(error, dict) else None
-    return OpenAIError(status if isinstance(status, int) else 500, str(message))
+    return adapter.openai_error(status if isinstance(status, int) else 500, str(message))
 
 
 def _mapped(params: dict[str, Any], exc: Exception) -> Exception:
     """LiteLLM's exception for a failure, as its own OpenAI handler would raise it."""
-    if isinstance(exc, tuple(litellm.LITELLM_EXCEPTION_TYPES)):
+    if isinstance(exc, adapter.EXCEPTION_TYPES):
         return exc
     model = str(params.get("model"))
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return litellm.Timeout(
+        return adapter.Timeout(
             message="The provider did not answer in time.", model=model, llm_provider="openai"
         )
     if isinstance(exc, aiohttp.ClientError | OSError):
-        return litellm.APIConnectionError(
+        return adapter.APIConnectionError(
             message=f"Could not reach the provider: {type(exc).__name__}",
             llm_provider="openai",
             model=model,
         )
-    try:
-        exception_type(model=model, original_exception=exc, custom_llm_provider="openai")
-    except Exception as mapped:
-        return mapped
-    return exc
+    return adapter.map_openai_error(model, exc)
 
 
 def _url(params: dict[str, Any]) -> str:
     base = (
         params.get("api_base")
-        or litellm.api_base
+        or adapter.default_api_base()
         or os.environ.get("OPENAI_BASE_URL")
         or os.environ.get("OPENAI_API_BASE")
         or OPENAI_BASE
@@ -329,7 +311,7 @@ def _url(params: dict[str, Any]) -> str:
 
 def _headers(params: dict[str, Any]) -> dict[str, str]:
     headers = {"content-type": "application/json"}
-    key = params.get("api_key") or litellm.api_key or os.environ.get("OPENAI_API_KEY")
+    key = params.get("api_key") or adapter.default_api_key() or os.environ.get("OPENAI_API_KEY")
     if key:
         headers["authorization"] = f"Bearer {key}"
     organization = params.get("organization") or os.environ.get("OPENAI_ORGANIZATION")
@@ -349,10 +331,10 @@ def _router_params(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def unfinished() -> litellm.APIError:
+def unfinished() -> Exception:
     """The error of a stream the provider ended before its reply was finished (closed
     cleanly, or after what is not its API's events), on every route."""
-    return litellm.APIError(
+    return adapter.APIError(
         status_code=502,
         message="The provider's stream ended before the reply was finished.",
         llm_provider="openai",

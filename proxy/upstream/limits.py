@@ -7,9 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-import litellm
-
 from proxy.config.settings import Settings
+from proxy.upstream import adapter
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -75,12 +74,12 @@ def input_price(settings: Settings, model: str) -> float | None:
 # some config said about a model; limits and prices are read from this copy instead.
 _MAP_LIMITS: dict[str, tuple[int, int | None]] = {
     name: (int(info["max_input_tokens"]), info.get("max_output_tokens"))
-    for name, info in litellm.model_cost.items()
+    for name, info in adapter.model_cost.items()
     if isinstance(info, dict) and isinstance(info.get("max_input_tokens"), int | float)
 }
 _MAP_PRICES: dict[str, float] = {
     name: float(info["input_cost_per_token"])
-    for name, info in litellm.model_cost.items()
+    for name, info in adapter.model_cost.items()
     if isinstance(info, dict) and isinstance(info.get("input_cost_per_token"), int | float)
 }
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import litellm
-from litellm import Router
-
 from proxy.config.settings import Settings
 from proxy.errors import NotFound
+from proxy.upstream import adapter
 from proxy.upstream.limits import ModelLimits, model_limits
 
 __all__ = ["OPENAI_OWN", "Models"]
@@ -29,7 +27,7 @@ _CAPABILITIES = {"speed": "supports_speed"}
 
 
 class Models:
-    def __init__(self, settings: Settings, router: Router | None) -> None:
+    def __init__(self, settings: Settings, router: adapter.Router | None) -> None:
         self._settings = settings
         self._router = router  # its pattern router matches the wildcard routes
         self._names = settings.model_names()
@@ -76,8 +74,7 @@ class Models:
         to, its `*` filled in (looked up once per name: the Router copies deployments)."""
         if not self._patterns or self._router is None:
             return None
-        found = self._router.pattern_router.route(model)
-        return found[0] if found else None
+        return adapter.pattern_route(self._router, model)
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - one Models per process, bounded
     def supports(self, model: str, parameter: str) -> bool:
@@ -89,16 +86,16 @@ class Models:
         ] or [{"model": self.provider_model(model)}]
         for params in deployments:
             try:
-                name, provider, _, _ = litellm.get_llm_provider(
+                name, provider, _, _ = adapter.get_llm_provider(
                     model=str(params["model"]), api_base=params.get("api_base")
                 )
-                supported = litellm.get_supported_openai_params(name, provider) or ()
+                supported = adapter.get_supported_openai_params(name, provider) or ()
             except Exception:  # a provider LiteLLM cannot name: take nothing optional
                 return False
             taken = provider == "openai" if parameter in OPENAI_OWN else parameter in supported
             capability = _CAPABILITIES.get(parameter)
             if capability is not None:
-                taken = taken and litellm.model_cost.get(name, {}).get(capability) is True
+                taken = taken and adapter.model_cost.get(name, {}).get(capability) is True
             if not taken:
                 return False
         return True
@@ -108,7 +105,7 @@ class Models:
         """Whether `model` reasons before it answers, by LiteLLM's model map: such a model
         (gpt-5.5, Codex's) refuses any temperature but its default."""
         try:
-            return bool(litellm.supports_reasoning(model=self.provider_model(model)))
+            return bool(adapter.supports_reasoning(model=self.provider_model(model)))
         except Exception:  # a model LiteLLM's map does not know
             return False
 
@@ -133,4 +130,4 @@ class Models:
 
 def _is_provider_model(model: str) -> bool:
     provider, _, name = model.partition("/")
-    return bool(name) and provider in litellm.provider_list
+    return bool(name) and adapter.is_provider(provider)

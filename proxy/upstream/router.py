@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import litellm
-from litellm import Router
-
 from proxy.config.settings import ConfigError, Settings
+from proxy.upstream import adapter
 from proxy.upstream.lean import is_openai_compatible
 
 __all__ = ["ProxyRouter", "lean_models", "native_models", "router_for"]
@@ -27,7 +25,7 @@ __all__ = ["ProxyRouter", "lean_models", "native_models", "router_for"]
 _KEY_REJECTED = frozenset({401, 403})
 
 
-class ProxyRouter(Router):
+class ProxyRouter(adapter.Router):
     def deployment_callback_on_failure(self, kwargs: dict[str, Any], *args: Any) -> Any:
         """LiteLLM's failure bookkeeping (cooldowns), minus rejected keys."""
         if _key_rejected(kwargs):
@@ -58,7 +56,7 @@ def _check_provider(index: int, params: dict[str, Any]) -> None:
     if "*" in model:
         return  # a wildcard route: its provider is named when a request fills it in
     try:
-        litellm.get_llm_provider(
+        adapter.get_llm_provider(
             model=model,
             custom_llm_provider=params.get("custom_llm_provider"),
             api_base=params.get("api_base"),
@@ -106,7 +104,7 @@ def _speaks(params: dict[str, Any], info: dict[str, Any], wanted: str) -> bool:
     if declared is False:
         return False
     try:
-        _, provider, _, _ = litellm.get_llm_provider(
+        _, provider, _, _ = adapter.get_llm_provider(
             model=str(params["model"]), api_base=params.get("api_base")
         )
     except Exception:  # a provider LiteLLM cannot name

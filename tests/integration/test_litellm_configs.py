@@ -5,6 +5,7 @@ example config LiteLLM ships starts or fails in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import time
@@ -12,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import litellm
 import openai
 import pytest
 import yaml
@@ -24,7 +24,8 @@ from tests.integration.test_metrics import delta, scrape
 from tests.servers import proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 
-EXAMPLES = Path(litellm.__file__).parent / "proxy" / "example_config_yaml"
+# LiteLLM's own example configs, from its installed package (found without importing it).
+EXAMPLES = Path(importlib.util.find_spec("litellm").origin).parent / "proxy" / "example_config_yaml"
 MASTER = "sk-master-0123456789abcdef"
 SAY = [{"role": "user", "content": "hello"}]
 

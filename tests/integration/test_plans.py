@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import litellm
 import orjson
 
 from proxy.sessions.records import PLANS_KEPT
+from proxy.upstream import adapter
 from tests.benchmarks.scorecard import generate
 from tests.conftest import MODEL
 from tests.integration.test_metrics import delta, scrape
@@ -45,7 +45,7 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
     assert len(records) == len(bodies) < PLANS_KEPT  # one record per turn, in order
     versions = [record["version"] for record in records]
     assert versions == sorted(set(versions))
-    price = litellm.model_cost[MODEL]["input_cost_per_token"]
+    price = adapter.model_cost[MODEL]["input_cost_per_token"]
     kinds: set[str] = set()
     for record, body in zip(records, bodies, strict=True):
         parts = {part["kind"]: part for part in record["parts"]}

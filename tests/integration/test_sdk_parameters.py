@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
-import litellm
 import openai
 import orjson
 import pytest
@@ -20,6 +19,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsBas
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
 from proxy.http.headers import DROPPED
+from proxy.upstream import adapter
 from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream
 
@@ -317,7 +317,7 @@ def _not_taken_by_litellm(route: Route) -> set[str]:
     refused (a 400 naming them) while `drop_params` is unset, as the README says."""
     if route.door != "chat" or route.lean:
         return set()
-    return set(CHAT) - set(litellm.get_supported_openai_params(route.model, "openai") or ())
+    return set(CHAT) - set(adapter.get_supported_openai_params(route.model, "openai") or ())
 
 
 def _continuing(route: Route, url: str, upstream: FakeUpstream, key: str) -> dict[str, Any]:

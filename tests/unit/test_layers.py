@@ -5,7 +5,11 @@ imports another in a cycle, and the pure core imports no framework
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import os
+import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,38 @@ def test_no_two_module_names_differ_only_by_a_suffix() -> None:
     a `door` module, as `doors/` holds doors.)"""
     names = {name.rsplit(".", 1)[-1] for name, path in MODULES.items() if path.stem != "__init__"}
     assert sorted((a, b) for a in names for b in names if a < b and near_synonyms(a, b)) == []
+
+
+def test_only_the_adapter_imports_litellm() -> None:
+    """LiteLLM is behind one module (`proxy.upstream.adapter`), whose private parts
+    `tests/integration/test_litellm_contract.py` pins."""
+    importers = sorted(
+        name
+        for name, path in MODULES.items()
+        if any(found.split(".")[0] == "litellm" for found in imports(name, path))
+    )
+    assert importers == ["proxy.upstream.adapter"]
+
+
+def test_every_imported_package_is_declared() -> None:
+    """What the proxy imports is in pyproject.toml's dependencies, pinned: a package that
+    arrives only because another depends on it can leave with that one's next release."""
+    project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["project"]
+    declared = {_normal(re.split(r"[=<>\[;]", r, maxsplit=1)[0]) for r in project["dependencies"]}
+    distributions = importlib.metadata.packages_distributions()
+    imported = {
+        found.split(".")[0]
+        for name, path in MODULES.items()
+        for found in imports(name, path)
+        if found.split(".")[0] not in (*sys.stdlib_module_names, "proxy", "__future__", "")
+    }
+    missing = {
+        top: distributions.get(top)
+        for top in imported
+        if not {_normal(d) for d in distributions.get(top, [top])} & declared
+    }
+    assert missing == {}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -1,0 +1,169 @@
+"""LiteLLM, behind one module: the only place the proxy imports it.
+
+Everything the proxy uses of LiteLLM is named here. Its public API is passed on as it is;
+what is private to LiteLLM (a leading underscore, a module of its internals, the frame of
+its stream wrapper) is wrapped in one function each, and `tests/unit/test_litellm_contract.py`
+pins every one of them against the locked LiteLLM, so an upgrade that moves one fails
+that test rather than a request.
+
+LiteLLM fetches its model cost map over the network when it is imported, unless told not
+to, and Anthropic's beta-header table on the first call that needs a beta header; the
+proxy reaches no network but its providers', so this module says so before it imports
+LiteLLM.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import litellm
+from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+from litellm.llms.openai.chat.gpt_transformation import (
+    OpenAIGPTConfig,
+    OpenAIUnknownModelConfig,
+)
+from litellm.llms.openai.common_utils import OpenAIError
+
+__all__ = [
+    "EXCEPTION_TYPES",
+    "APIConnectionError",
+    "APIError",
+    "Router",
+    "Timeout",
+    "acompletion",
+    "call_with_fallbacks",
+    "count_success",
+    "default_api_base",
+    "default_api_key",
+    "get_llm_provider",
+    "get_supported_openai_params",
+    "is_provider",
+    "leaves_openai_requests_alone",
+    "map_openai_error",
+    "model_cost",
+    "openai_error",
+    "pattern_route",
+    "provider_finished",
+    "report_failure",
+    "supports_reasoning",
+    "track_success",
+]
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+# -- public API, as it is ---------------------------------------------------------------
+
+Router = litellm.Router
+APIError = litellm.APIError
+APIConnectionError = litellm.APIConnectionError
+Timeout = litellm.Timeout
+EXCEPTION_TYPES: tuple[type[Exception], ...] = tuple(litellm.LITELLM_EXCEPTION_TYPES)
+acompletion = litellm.acompletion
+get_llm_provider = litellm.get_llm_provider
+get_supported_openai_params = litellm.get_supported_openai_params
+supports_reasoning = litellm.supports_reasoning
+# LiteLLM's model map. A Router writes each deployment's `model_info` into it, so read
+# it as shipped before any Router is made (`proxy.upstream.limits` does, at import).
+model_cost: dict[str, Any] = litellm.model_cost
+
+
+def is_provider(name: str) -> bool:
+    """Whether LiteLLM knows a provider of this name (`openai`, `anthropic`, …)."""
+    return name in litellm.provider_list
+
+
+def default_api_base() -> str | None:
+    """The `api_base` set on the litellm module itself, if any."""
+    return litellm.api_base
+
+
+def default_api_key() -> str | None:
+    """The `api_key` set on the litellm module itself, if any."""
+    return litellm.api_key
+
+
+def leaves_openai_requests_alone(model: str) -> bool:
+    """Whether LiteLLM sends an `openai/…` chat request for `model` as it is: its plain
+    configs do, while o-series, gpt-5 and audio models have configs of their own that
+    rewrite parameters. (The config classes are LiteLLM's internals.)"""
+    config = litellm.ProviderConfigManager.get_provider_chat_config(
+        model=model, provider=litellm.LlmProviders.OPENAI
+    )
+    return type(config) in (OpenAIGPTConfig, OpenAIUnknownModelConfig)
+
+
+# -- private API, each pinned by tests/unit/test_litellm_contract.py ---------------------
+
+
+async def call_with_fallbacks(router: Any, **kwargs: Any) -> Any:
+    """`kwargs["original_function"]` on the deployment the Router picks, with the
+    Router's retries, fallbacks and cooldowns: what its own `acompletion` runs, for a
+    call the proxy makes itself (the lean path). The Router method is private."""
+    return await router._ageneric_api_call_with_fallbacks(**kwargs)
+
+
+def pattern_route(router: Any, model: str) -> dict[str, Any] | None:
+    """The first deployment of the wildcard route the Router matches `model` to, its `*`
+    filled in; None for none. (`Router.pattern_router` is not documented.)"""
+    found = router.pattern_router.route(model)
+    return found[0] if found else None
+
+
+def report_failure(
+    router: Any, exception: Exception, params: dict[str, Any], started: float, ended: float
+) -> None:
+    """Tell the Router's cooldown bookkeeping that a call it routed failed, as LiteLLM's
+    logging does (its deployment callback, with the arguments its logging passes)."""
+    kwargs = {"exception": exception, "litellm_params": params}
+    router.deployment_callback_on_failure(kwargs, None, started, ended)
+
+
+def count_success(
+    router: Any, params: dict[str, Any], total_tokens: int, started: float, ended: float
+) -> None:
+    """Count a routed call's success, as LiteLLM's logging does for a deployment with no
+    rate limits (the Router's cheap callback)."""
+    kwargs = {"litellm_params": params, "standard_logging_object": {"total_tokens": total_tokens}}
+    router.sync_deployment_callback_on_success(kwargs, None, started, ended)
+
+
+async def track_success(
+    router: Any, params: dict[str, Any], total_tokens: int, started: float, ended: float
+) -> None:
+    """Count a routed call's success and its tokens, as LiteLLM's logging does for a
+    deployment with rate limits (the Router's async callback tracks their usage)."""
+    kwargs = {"litellm_params": params, "standard_logging_object": {"total_tokens": total_tokens}}
+    await router.deployment_callback_on_success(kwargs, None, started, ended)
+
+
+def provider_finished(response: Any) -> bool:
+    """Whether the provider, not LiteLLM's stream wrapper, ended a stream. The wrapper
+    records the provider's own finish (`received_finish_reason`); the Router wraps that
+    wrapper in another for fallbacks, keeping it in its generator's frame, where this
+    looks for it. Unknown: taken as the provider's."""
+    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
+    inner = frame.f_locals.get("model_response") if frame is not None else response
+    return not (hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None)
+
+
+def openai_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Exception:
+    """The error LiteLLM's OpenAI handler raises for a provider's error answer."""
+    return OpenAIError(status, message, headers=httpx.Headers(dict(headers or {})))
+
+
+def map_openai_error(model: str, exc: Exception) -> Exception:
+    """LiteLLM's own exception for a failure of an `openai/…` call, as its OpenAI
+    handler maps it (status, rate limit, context window, content policy, …)."""
+    try:
+        exception_type(model=model, original_exception=exc, custom_llm_provider="openai")
+    except Exception as mapped:
+        return mapped
+    return exc
