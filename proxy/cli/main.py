@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port or settings.server.port,
         workers=workers,
         log_config=log_config(settings.server.log_format, settings.server.log_level),
-        timeout_graceful_shutdown=settings.server.shutdown_grace_seconds,
+        # Annotated `int`; uvicorn waits it out with asyncio.wait_for, which takes a float.
+        timeout_graceful_shutdown=settings.server.shutdown_grace_seconds,  # type: ignore[arg-type]
         access_log=False,  # the proxy writes its own line per request
     )
     return 0

@@ -104,6 +104,7 @@ def _named(session_id: str, query: dict[str, str]) -> dict[str, str]:
 
 
 def _list(client: httpx.Client, query: dict[str, str], limit: int) -> None:
+    rows: list[dict[str, Any]]
     rows, after = [], None
     while len(rows) < limit:
         page = _call(

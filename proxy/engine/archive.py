@@ -156,6 +156,7 @@ class Archive:
         first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
         shown = archived.shown
         placed = shown is not None and len(plan.messages) - first <= shown.before - offset <= newest
+        block: Recalled | None
         if (
             placed
             and shown is not None

@@ -58,7 +58,7 @@ class Planning:
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
         speaks = checkpoint is not None and bool(checkpoint.text)
-        head = [summary_message(checkpoint.text, checkpoint.kept)] if speaks else []
+        head = [summary_message(checkpoint.text, checkpoint.kept)] if checkpoint and speaks else []
         head_tokens = self.summary_tokens(request.counter, checkpoint)
         window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
         total = request.system_tokens + request.tools_tokens + head_tokens + window
@@ -76,8 +76,9 @@ class Planning:
                 recent = request.conversation[covers - state.origin :]
             else:
                 recent = [s.message for s in await self._history.window(request, state, covers)]
-            compression = "summary" if head else "none"
-            return Plan([*request.system, *head, *recent], total, compression, None, 0)
+            return Plan(
+                [*request.system, *head, *recent], total, "summary" if head else "none", None, 0
+            )
         entries = await self._history.window(request, state, covers)
         await self._history.fill(entries, {name}, request.counter)
         plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)

@@ -289,7 +289,7 @@ class Engine:
             )
             meta, checkpoints = self._history.after(request, state, entry)
             entries = (*state.new, entry)
-            record = turn.record and orjson.dumps(turn.record | {"version": meta.version})
+            record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
             lease = turn.lease
             release = lease.token if lease is not None else None
             try:

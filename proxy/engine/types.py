@@ -5,12 +5,12 @@ handed back to the door. All frozen: each step builds the next from the last."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.engine.reconcile import Match, Serialized
-from proxy.engine.window import Plan
+from proxy.engine.window import Compression, Plan
 from proxy.sessions.records import Checkpoint, Mode, SessionKey, SessionMeta, StoredMessage
 
 if TYPE_CHECKING:
@@ -25,8 +25,6 @@ __all__ = [
     "Turn",
     "planned_turn",
 ]
-
-Compression = Literal["none", "summary", "truncated"]
 
 
 @dataclass(frozen=True, slots=True)

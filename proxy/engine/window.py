@@ -15,7 +15,7 @@ is dropped like any other omitted message (counted, with a marker).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -25,11 +25,15 @@ from proxy.errors import ContextOverflow
 from proxy.summary.message import summary_message
 
 __all__ = [
+    "Compression",
     "Inserted",
     "Plan",
     "omitted_message",
     "plan_context",
 ]
+
+
+Compression = Literal["none", "summary", "truncated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +42,7 @@ class Plan:
     """Exactly what to send upstream; empty when `summarize` must happen first."""
     tokens: int
     """count_messages(messages) + tools tokens; 0 when `messages` is empty."""
-    compression: Literal["none", "summary", "truncated"]
+    compression: Compression
     summarize: tuple[int, int] | None
     """Transcript span [start, end) to fold into the summary before sending."""
     dropped: int
@@ -47,7 +51,7 @@ class Plan:
     """The blocks added to the window, in the order they were added."""
 
     def with_message(
-        self, at: int, message: Message, tokens: int, kind: str, units: Sequence[int] = ()
+        self, at: int, message: Message, tokens: int, kind: str, units: Iterable[int] = ()
     ) -> Plan:
         """The plan with `message` (of `tokens` tokens) inserted before `messages[at]`:
         a block of remembered facts or recalled history (`kind`), showing the units that
@@ -161,7 +165,7 @@ def _plan(
 ) -> Plan:
     marker = [omitted_message(dropped)] if dropped else []
     messages = [*system, *head, *marker, *rest]  # shared, not copied: nobody mutates them
-    compression = "truncated" if dropped or cut else ("summary" if head else "none")
+    compression: Compression = "truncated" if dropped or cut else ("summary" if head else "none")
     return Plan(messages, tokens, compression, None, dropped)
 
 

@@ -221,11 +221,12 @@ class Proxy:
         body, model = inbound.body, inbound.body["model"]
         dropped = list(inbound.native_dropped if native else inbound.dropped)
         refuse = self.settings.server.drop_params is False
-        for name, parameter in native.optional if native else ():
-            if not self.upstream.models.supports(model, parameter) and native.drop(name):
-                if refuse:
-                    raise _not_taken(model, name)
-                dropped.append(name)
+        if native:
+            for name, parameter in native.optional:
+                if not self.upstream.models.supports(model, parameter) and native.drop(name):
+                    if refuse:
+                        raise _not_taken(model, name)
+                    dropped.append(name)
         for group in () if native else inbound.optional:
             present = [name for name in group if name in body]
             kept = next((n for n in present if self.upstream.models.supports(model, n)), None)

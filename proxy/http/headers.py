@@ -30,7 +30,7 @@ def turn_headers(turn: Turn) -> dict[str, str]:
     """What the proxy did to a managed turn's context, said in response headers."""
     if not turn.managed:
         return {}
-    values = {COMPRESSION: turn.compression}
+    values: dict[str, str] = {COMPRESSION: turn.compression}
     if turn.tokens_original is not None and turn.tokens_sent is not None:
         values[TOKENS_ORIGINAL] = str(turn.tokens_original)
         values[TOKENS_SENT] = str(turn.tokens_sent)

@@ -90,8 +90,8 @@ def remember(
         where[key] = len(facts)
         facts.append(Remembered(fact.kind, fact.subject, fact.value, start, session, fact.time))
     if len(facts) > MAX_REMEMBERED:
-        old = {i for i, f in enumerate(facts) if not f.current}
-        drop = set(sorted(old)[: len(facts) - MAX_REMEMBERED])
+        stale = {i for i, f in enumerate(facts) if not f.current}
+        drop = set(sorted(stale)[: len(facts) - MAX_REMEMBERED])
         facts = [f for i, f in enumerate(facts) if i not in drop][-MAX_REMEMBERED:]
     return facts
 

@@ -142,13 +142,13 @@ class RecallIndex:
         # were independent): "mobile", "launch" and "date" are each common, together rare.
         share = {term: math.log(len(self.postings[term]) / count) for term in wanted}
         rare = math.log(max(2, _DISTINCTIVE * count) / count)
-        scores = {u: v for u, v in scores.items() if sum(map(share.get, matched[u])) <= rare}
+        scores = {u: v for u, v in scores.items() if sum(share[t] for t in matched[u]) <= rare}
         if not scores:
             return []
         # A unit that has more of the query's terms outranks one that has a few of them
         # more often ("payments lead" over a short "lead").
         total = sum(weight[term] for term in wanted)
-        scores = {u: v * sum(map(weight.get, matched[u])) / total for u, v in scores.items()}
+        scores = {u: v * sum(weight[t] for t in matched[u]) / total for u, v in scores.items()}
         best = max(scores.values()) or 1.0
         scores = {u: v for u, v in scores.items() if v >= floor * best}
         last = max(count - 1, 1)

@@ -455,7 +455,9 @@ def _retry_after(exc: BaseException) -> str | None:
             getattr(getattr(cause, "response", None), "headers", None),
             getattr(cause, "headers", None),
         ):
-            value = headers.get("retry-after") if hasattr(headers, "get") else None
+            if headers is None or not hasattr(headers, "get"):
+                continue
+            value = headers.get("retry-after")
             if value:
                 return str(value)
     return None

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.config.settings import Settings
+from proxy.config.settings import ModelEntry, Settings
 from proxy.upstream import adapter
 
 logger = logging.getLogger("context_proxy.upstream")
@@ -27,7 +27,7 @@ def model_limits(settings: Settings, model: str) -> ModelLimits:
     """Input limit from the config's model_info, else LiteLLM's model map, else the
     configured default (logged, so a guessed budget is never silent). A name with
     several deployments gets the smallest limit: any of them may serve it."""
-    entries = [e for e in settings.model_list if e.model_name == model]
+    entries: list[ModelEntry | None] = [e for e in settings.model_list if e.model_name == model]
     found: list[tuple[int, int | None, Literal["config", "litellm"]]] = []
     for entry in entries or [None]:
         provider = str(entry.litellm_params["model"]) if entry else model
@@ -55,7 +55,7 @@ def input_price(settings: Settings, model: str) -> float | None:
     """USD per input token: a deployment's own `input_cost_per_token` (litellm_params or
     model_info), else LiteLLM's map. Several deployments: the cheapest, so savings are
     never overstated; one whose price is unknown leaves it unknown."""
-    entries = [e for e in settings.model_list if e.model_name == model]
+    entries: list[ModelEntry | None] = [e for e in settings.model_list if e.model_name == model]
     prices = []
     for entry in entries or [None]:
         params = entry.litellm_params if entry else {}

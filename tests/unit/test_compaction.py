@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from proxy.conversation.replies import StreamedReply, reply_message
 from proxy.engine.agent_compaction import answer, answer_chunks, asks_to_compact, restarts
 
@@ -27,7 +29,7 @@ def test_a_conversation_that_opens_with_a_summary_restarts_only_with_more_after_
 
 
 def test_the_answer_is_the_summary_then_the_latest_messages_as_they_were() -> None:
-    recent = [
+    recent: list[dict[str, Any]] = [
         {"role": "user", "content": "turn 9"},
         {
             "role": "assistant",

@@ -217,7 +217,7 @@ class Case:
     counter: TokenCounter
 
     def run(self, **changes: Any) -> Plan:
-        args = {
+        args: dict[str, Any] = {
             "system": self.system,
             "transcript": self.transcript,
             "transcript_tokens": [self.counter.count_message(m) for m in self.transcript],

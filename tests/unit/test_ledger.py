@@ -77,7 +77,7 @@ def test_pinned_keeps_updated_values_and_what_the_summary_lacks() -> None:
     # anyway (it changed), the path is not (the summary has it).
     assert pin("budget $4,250 then $3,796; repo at /srv/app") == ["travel budget: $3,796"]
     assert pin("nothing") == ["travel budget: $3,796", "repo path: /srv/app"]
-    assert pin.__call__("x") != []
+    assert pin("x") != []
     assert pinned(ledger, "", lambda t: len(t.split()), 2)("nothing") == []
 
 

@@ -86,7 +86,11 @@ def test_a_messages_window_goes_back_as_it_came(body: dict[str, Any]) -> None:
 
 
 def test_a_summary_takes_a_breakpoint_only_where_one_is_left() -> None:
-    body = {"model": "claude", "max_tokens": 10, "messages": [{"role": "user", "content": "q"}]}
+    body: dict[str, Any] = {
+        "model": "claude",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "q"}],
+    }
     summary = {"role": "system", "content": "Summary of the earlier conversation: …"}
     chat = {"model": "claude", "max_tokens": 10, "messages": [summary, *body["messages"]]}
     sent = MessagesNative(body).request(chat, summarized=True)

@@ -97,7 +97,7 @@ def test_a_long_message_comes_back_as_excerpts_around_its_matches() -> None:
     assert recalled is not None
     block = recalled.message
     assert "K-991" in block["content"] and "excerpt" in block["content"]
-    assert recalled.shown == {0: {"deploy", "key"}}  # excerpts around what was asked
+    assert recalled.shown == {0: frozenset({"deploy", "key"})}  # excerpts around what was asked
     assert recalled.covers(index.search("deploy key", 1)[0])
     assert not recalled.covers(index.search("filler deploy", 1)[0])
     assert COUNTER.count_message(block) <= 200

@@ -79,11 +79,16 @@ def test_full_resend_appends_only_the_new_tail() -> None:
 
 
 def test_fingerprint_means_only_new_messages_are_hashed(monkeypatch: Any) -> None:
+    from proxy.conversation.identity import message_hash
     from proxy.engine import reconcile as module
 
     hashed: list[Any] = []
-    real = module.message_hash
-    monkeypatch.setattr(module, "message_hash", lambda m: hashed.append(m) or real(m))
+
+    def counted(message: Any) -> str:
+        hashed.append(message)
+        return message_hash(message)
+
+    monkeypatch.setattr(module, "message_hash", counted)
     history = [user(f"u{i}") if i % 2 == 0 else bot(f"a{i}") for i in range(201)]
     meta = meta_for([*history, bot("reply")], sent=201)
     incoming = [*history, bot("reply"), user("next")]

@@ -54,7 +54,8 @@ async def test_layout_is_json_under_one_hash_tag(
     assert [orjson.loads(e) for e in await raw.lrange(key(prefix, "msgs"), 0, -1)] == [
         m.to_dict() for m in transcript
     ]
-    assert orjson.loads(await raw.hget(key(prefix, "meta"), "data"))["length"] == 2
+    data = await raw.hget(key(prefix, "meta"), "data")
+    assert data is not None and orjson.loads(data)["length"] == 2
     assert await raw.pttl(key(prefix, "meta")) == -1  # no TTL configured: never expires
     await store.close()
 
@@ -67,7 +68,7 @@ async def test_a_turn_pushes_only_its_new_messages(
     assert await store.commit(meta(transcript), 0, 0, transcript)
     # Tamper with a stored entry behind the store's back: a rewrite would restore it.
     marker = b'{"marker":true}'
-    await raw.lset(key(prefix, "msgs"), 0, marker)
+    await raw.lset(key(prefix, "msgs"), 0, marker.decode())  # redis-py types the value str
     more = entries("u", "a", start=2500, head=transcript[-1].chain)
     assert await store.commit(meta([*transcript, *more], version=2), 1, 2500, more)
     stored = await raw.lrange(key(prefix, "msgs"), 0, -1)

@@ -265,7 +265,7 @@ async def test_pinned_facts_are_capped_keeping_the_most_recent() -> None:
 
 
 def test_render_transcript_covers_tools_parts_and_names() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {
             "role": "user",

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiktoken
@@ -85,7 +86,7 @@ def test_text_parts_and_images() -> None:
     counter = counter_for("gpt-4o")
     plain = counter.count_message({"role": "user", "content": "describe this"})
 
-    def with_image(detail: str) -> dict:
+    def with_image(detail: str) -> dict[str, Any]:
         image = {"url": "data:image/png;base64,AAAA", "detail": detail}
         return {
             "role": "user",
@@ -103,7 +104,7 @@ def test_text_parts_and_images() -> None:
 def test_tool_calls_and_results() -> None:
     counter = counter_for("gpt-4o")
     arguments = json.dumps({"city": "Paris", "unit": "celsius"})
-    call = {
+    call: dict[str, Any] = {
         "role": "assistant",
         "content": None,
         "tool_calls": [

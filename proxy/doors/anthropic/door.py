@@ -111,7 +111,7 @@ _KINDS = {
 class MessagesDoor:
     api: Api = "messages"
     # The anthropic SDK's `workspace_id` and `user_profile_id`.
-    unsent_headers = ("anthropic-workspace-id", "anthropic-user-profile-id")
+    unsent_headers: tuple[str, ...] = ("anthropic-workspace-id", "anthropic-user-profile-id")
 
     def __init__(self, id_fields: list[str]) -> None:
         self._id_fields = id_fields

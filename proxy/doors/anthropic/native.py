@@ -233,7 +233,7 @@ def native_content(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     """`{ANTHROPIC_CONTENT: blocks}` where the chat form cannot hold every block (a server
     tool's call or result, a text's citations), else nothing."""
     for block in blocks:
-        known = _CHAT_BLOCKS.get(block.get("type"))
+        known = _CHAT_BLOCKS.get(block.get("type", ""))
         if known is None or any(v not in (None, []) for k, v in block.items() if k not in known):
             return {ANTHROPIC_CONTENT: blocks}
     return {}

@@ -102,7 +102,7 @@ class MessagesFramer:
         return event("error", {"error": error_body(error)["error"]})
 
     def _start(self, chunks: list[dict[str, Any]]) -> bytes:
-        message = {
+        message: dict[str, Any] = {
             "id": message_id(chunks[0].get("id") if chunks else None),
             "type": "message",
             "role": "assistant",

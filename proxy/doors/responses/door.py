@@ -163,6 +163,7 @@ class ResponsesDoor:
         chat, dropped = to_chat(body)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
+        session_id: str | None
         if previous is not None:
             session_id, length = self._ids.read(tenant, previous)
         else:  # else the session the body names, or that its item references name

@@ -148,8 +148,8 @@ class ResponsesFramer:
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 ours = self._names.mint(str(item.get("type", "message")), item["id"])
                 self._renamed.append((orjson.dumps(item["id"]), orjson.dumps(ours)))
-        for theirs, ours in self._renamed:
-            raw = raw.replace(theirs, ours)
+        for theirs, renamed in self._renamed:
+            raw = raw.replace(theirs, renamed)
         number = _SEQUENCE.search(raw)
         if number is not None:  # this proxy's own events (an error) follow on
             self._sequence = int(number[1]) + 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -123,7 +123,14 @@ return 0
 
 # A Redis that does not answer fails a request within seconds rather than hanging it; a
 # commit is waited for until its deadline has passed, with the grace for its answer.
-_TIMEOUTS = {
+
+
+class _Timeouts(TypedDict):
+    socket_connect_timeout: float
+    socket_timeout: float
+
+
+_TIMEOUTS: _Timeouts = {
     "socket_connect_timeout": 5.0,
     "socket_timeout": COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
 }
@@ -132,7 +139,8 @@ _MEMORY_EVERY = 1.0  # seconds between two looks at Redis's memory before turns
 
 def connect(url: str) -> aioredis.Redis | RedisCluster:
     """A client for `url`; `?cluster=true` (or a `redis+cluster://` URL) for a cluster,
-    given the address of any one of its nodes."""
+    given the address of any one of its nodes. It leaves answers undecoded, so every
+    string it returns is `bytes` (redis-py types them `bytes | str`: the store casts)."""
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     cluster = parts.scheme.endswith("+cluster") or query.get("cluster", [""])[0] in ("1", "true")
@@ -168,7 +176,7 @@ class RedisSessionStore:
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         meta_key = self._key(tenant, session_id, "meta")
-        data = await self._redis.hget(meta_key, "data")
+        data = cast("bytes | None", await self._redis.hget(meta_key, "data"))
         if data is None:
             return await self._legacy(tenant, session_id)
         return self._parsed(data)
@@ -234,7 +242,8 @@ class RedisSessionStore:
         return done
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
-        return list(await self._redis.lrange(self._key(tenant, session_id, "plans"), 0, -1))
+        plans = await self._redis.lrange(self._key(tenant, session_id, "plans"), 0, -1)
+        return list(cast("list[bytes]", plans))
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         existed = bool(await self._delete(keys=self._keys(tenant, session_id)))
@@ -251,12 +260,15 @@ class RedisSessionStore:
         high = b"[" + prefix + b"\xff" if tenant is not None else b"+"
         found: list[SessionMeta] = []
         while len(found) < limit:
-            members = await self._redis.zrangebylex(self._index, low, high, 0, limit)
+            members = cast(
+                "list[bytes]", await self._redis.zrangebylex(self._index, low, high, 0, limit)
+            )
             if not members:
                 break
             for member in members:
                 owner, _, session_id = member.decode().partition(":")
-                data = await self._redis.hget(self._key(owner, session_id, "meta"), "data")
+                meta_key = self._key(owner, session_id, "meta")
+                data = cast("bytes | None", await self._redis.hget(meta_key, "data"))
                 if data is None:
                     await self._redis.zrem(self._index, member)
                 elif len(found) < limit:
@@ -265,8 +277,9 @@ class RedisSessionStore:
         return found
 
     async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
-        version, data = await self._redis.hmget(
-            self._memory_key(tenant, memory_id), ["version", "data"]
+        version, data = cast(
+            "list[bytes | None]",
+            await self._redis.hmget(self._memory_key(tenant, memory_id), ["version", "data"]),
         )
         return (int(version), data) if version is not None and data is not None else None
 
@@ -344,7 +357,7 @@ class RedisSessionStore:
         from proxy.sessions.stores.legacy import convert
 
         meta_key, msgs_key, *_ = self._keys(tenant, session_id)
-        raw = await self._redis.hgetall(meta_key)
+        raw = cast("dict[bytes, bytes]", await self._redis.hgetall(meta_key))
         if not raw or b"head" not in raw:
             return None
         fields = {key.decode(): value.decode() for key, value in raw.items()}

@@ -121,6 +121,7 @@ class Database:
         self, tenant: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[bytes]:
         """Meta records of live sessions in (tenant, session) order, after `after`."""
+        args: list[float | str]
         where, args = ["(expires IS NULL OR expires >= ?)"], [time.time()]
         if tenant is not None:
             where.append("tenant = ?")
