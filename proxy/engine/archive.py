@@ -16,9 +16,9 @@ from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
 from proxy.recall.index import Hit, Recalled, RecallIndex, recall_message, segment
-from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, SessionStore
+from proxy.sessions.records import Checkpoint, Inserts, SessionKey, SessionMeta, SessionStore
 
-__all__ = ["Archive", "Archived", "Shown", "last_unit"]
+__all__ = ["Archive", "Archived", "last_unit"]
 
 _SESSIONS = 256  # archives cached per process
 _HITS = 12  # ranked units considered for one recall block
@@ -28,25 +28,15 @@ _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
 
 
 @dataclass(frozen=True, slots=True)
-class Shown:
-    """The recall block the session's last request carried, and before which transcript
-    message it went."""
-
-    before: int
-    block: Recalled
-    tokens: int
-
-
-@dataclass(frozen=True, slots=True)
 class Archived:
-    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`,
-    and the recall block shown under it."""
+    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`:
+    read from the store's checkpoints and kept while they are the session's (a cache: it
+    changes no plan)."""
 
     count: int = 0
     head: str = GENESIS
     index: RecallIndex = field(default_factory=RecallIndex)
     ledger: tuple[Fact, ...] = ()
-    shown: Shown | None = None
     # The current facts' key words and where each was stated, most specific first.
     stated: tuple[tuple[frozenset[str], int], ...] = ()
 
@@ -126,17 +116,21 @@ class Archive:
             self._cache.popitem(last=False)
         return archived
 
-    async def recalled(self, request: Request, state: State, plan: Plan) -> Plan:
+    async def recalled(
+        self, request: Request, state: State, plan: Plan, inserts: Inserts
+    ) -> tuple[Plan, Inserts]:
         """`plan` with a recall block: the summarized units most relevant to the latest
         turns, within `context.recall_ratio` of the budget and what the plan leaves of it.
         A new block goes before the newest unit, so everything before it (system,
         summary, the verbatim turns but the newest) keeps the last request's bytes; the
-        last block stays where it was, bytes and all, while it shows the best hits."""
+        session's last block (`inserts`, as its latest turn left them) stays where it
+        was, bytes and all, while it shows the best hits. With the inserts as this plan
+        leaves them."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(int(context.recall_ratio * request.budget), request.budget - plan.tokens)
         if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
-            return plan
+            return plan, inserts
         archived = await self.of(request.key, state.checkpoints, checkpoint)
         conversation = request.conversation
         asked = recent_text(conversation, messages=1)
@@ -150,38 +144,48 @@ class Archive:
         )
         hits = archived.named(asked, hits)
         if not hits:
-            return plan
+            return plan, inserts
         newest = last_unit(plan.messages)
         offset = state.length - len(plan.messages)  # transcript index - position, verbatim
         first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
-        shown = archived.shown
-        placed = shown is not None and len(plan.messages) - first <= shown.before - offset <= newest
-        block: Recalled | None
+        shown = _shown(inserts, archived)
+        before = inserts.recall_before
+        placed = shown is not None and len(plan.messages) - first <= before - offset <= newest
         if (
             placed
             and shown is not None
-            and all(shown.block.covers(hit) for hit in hits[: len(shown.block.shown)])
-            and shown.tokens <= room
+            and all(shown.covers(hit) for hit in hits[: len(shown.shown)])
+            and inserts.recall_tokens <= room
         ):
-            block = shown.block
+            at = before - offset
             return plan.with_message(
-                shown.before - offset, block.message, shown.tokens, "recall", block.shown
-            )
+                at, shown.message, inserts.recall_tokens, "recall", shown.shown
+            ), inserts
         found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
         ledger = await off_loop(
             plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
         )
         block = recall_message(found, ledger, request.counter, room)
         if block is None:
-            return plan
-        if placed and shown is not None and block.message == shown.block.message:
-            block = shown.block
+            return plan, inserts
+        if placed and shown is not None and block.message == shown.message:
+            at = before - offset
             return plan.with_message(
-                shown.before - offset, block.message, shown.tokens, "recall", block.shown
-            )
+                at, shown.message, inserts.recall_tokens, "recall", shown.shown
+            ), inserts
         tokens = request.counter.count_message(block.message)
-        self._remember(request.key, replace(archived, shown=Shown(offset + newest, block, tokens)))
-        return plan.with_message(newest, block.message, tokens, "recall", block.shown)
+        chosen = replace(
+            inserts,
+            recall=block.message,
+            recall_before=offset + newest,
+            recall_tokens=tokens,
+            recall_shown={
+                start: tuple(sorted(terms)) if terms is not None else None
+                for start, terms in block.shown.items()
+            },
+            recall_archive=(archived.count, archived.head),
+        )
+        return plan.with_message(newest, block.message, tokens, "recall", block.shown), chosen
 
     async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
         """The units of the whole session that best match `query`: the summarized part
@@ -224,6 +228,18 @@ class Archive:
             ]
         fresh = state.new[max(0, hit.start - state.keep) : max(0, hit.end - state.keep)]
         return [*stored, *(s.message for s in fresh)]
+
+
+def _shown(inserts: Inserts, archived: Archived) -> Recalled | None:
+    """The recall block the session's latest turn sent, while the archive it was chosen
+    from is the session's still (a fold since chooses again)."""
+    if inserts.recall is None or inserts.recall_archive != (archived.count, archived.head):
+        return None
+    shown = {
+        start: frozenset(terms) if terms is not None else None
+        for start, terms in inserts.recall_shown.items()
+    }
+    return Recalled(inserts.recall, shown)
 
 
 def _with_later_values(

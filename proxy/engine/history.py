@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,8 @@ from proxy.engine.types import Request, State
 from proxy.sessions.records import (
     MANY_MESSAGES,
     Checkpoint,
+    Inserts,
+    SessionKey,
     SessionMeta,
     SessionStore,
     StoredMessage,
@@ -35,12 +38,16 @@ __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 _OFF_LOOP_CHARS = 50_000
 _RESULTS_BACK = 64  # parallel tool calls a turn may answer across, at most
 _PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
+_INSERTS_KEPT = 1024  # sessions whose inserts a process keeps
 
 
 class History:
     def __init__(self, store: SessionStore, counts: CountCache) -> None:
         self._store = store
         self._counts = counts
+        # Sessions' inserts as last read, by the digest their meta names them by: a cache
+        # of what the store holds, which the digest says is current (it changes no plan).
+        self._inserts: OrderedDict[SessionKey, tuple[str, Inserts]] = OrderedDict()
 
     async def state(self, request: Request) -> State:
         """Load the meta, reconcile, validate and count the new messages; recount from the
@@ -102,6 +109,7 @@ class History:
         for stored_message in new:
             for name in totals:
                 totals[name] += stored_message.tokens[name]
+        inserts = await self._inserts_of(request.key, meta)
         return State(
             base=meta,
             match=match,
@@ -111,7 +119,26 @@ class History:
             checkpoints=checkpoints,
             expected=meta.version if meta else 0,
             serialized=serialized,
+            inserts=inserts,
         )
+
+    async def _inserts_of(self, key: SessionKey, meta: SessionMeta | None) -> Inserts | None:
+        """The blocks the session's latest turn sent beside its window (`Inserts`): read
+        from the store only when this process does not hold the ones its meta names."""
+        if meta is None or not meta.inserts:
+            return None
+        known = self._inserts.get(key)
+        if known is None or known[0] != meta.inserts:
+            data = await self._store.inserts(*key)
+            found = Inserts.from_json(data) if data is not None else None
+            if found is None or found.digest() != meta.inserts:
+                return None  # a commit that did not apply wrote them: none stand
+            known = (meta.inserts, found)
+            self._inserts[key] = known
+            while len(self._inserts) > _INSERTS_KEPT:
+                self._inserts.popitem(last=False)
+        self._inserts.move_to_end(key)
+        return known[1]
 
     async def _check_results(self, request: Request, keep: int, new: list[Message]) -> None:
         """Tool results that open an appended turn answer calls of the stored assistant
@@ -167,8 +194,7 @@ class History:
         keep = match.keep
         if stored is None or len(stored) < keep:
             stored = await self._store.messages(*request.key, 0, keep)
-        kept = stored[:keep]
-        await self.fill(kept, names, request.counter)
+        kept = await self.counted(stored[:keep], names, request.counter)
         checkpoint, count = meta.checkpoint, meta.checkpoints
         if keep < meta.length:  # summaries of what was cut away no longer apply
             valid = [
@@ -180,20 +206,28 @@ class History:
             checkpoint = replace(checkpoint, before=before)
         return {n: sum(s.tokens[n] for s in kept) for n in names}, checkpoint, count
 
-    async def fill(
+    async def counted(
         self, entries: list[StoredMessage], names: set[str], counter: TokenCounter
-    ) -> None:
-        """Add missing counts (messages stored before a tokenizer was used on them)."""
-        missing = [(s, n) for s in entries for n in names if n not in s.tokens]
+    ) -> list[StoredMessage]:
+        """`entries`, each with a count by every tokenizer in `names`: one stored before a
+        tokenizer was used on it is counted now (as a copy: what was read stays as read)."""
+        missing = [i for i, s in enumerate(entries) if not names <= s.tokens.keys()]
         if not missing:
-            return
+            return entries
 
-        def count() -> None:
-            for stored, name in missing:
-                named = counter_for_name(name, counter)
-                stored.tokens[name] = self._counts.message(named, stored.message, stored.hash)
+        def count() -> list[StoredMessage]:
+            found = list(entries)
+            for i in missing:
+                stored = entries[i]
+                tokens = dict(stored.tokens)
+                for name in names - tokens.keys():
+                    named = counter_for_name(name, counter)
+                    tokens[name] = self._counts.message(named, stored.message, stored.hash)
+                found[i] = replace(stored, tokens=tokens)
+            return found
 
-        await off_loop([stored.message for stored, _ in missing], count)
+        result: list[StoredMessage] = await off_loop([entries[i].message for i in missing], count)
+        return result
 
     async def window(self, request: Request, state: State, start: int) -> list[StoredMessage]:
         """transcript[start:] as this request leaves it: stored messages, then new ones."""
@@ -225,9 +259,15 @@ class History:
         return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
 
     def after(
-        self, request: Request, state: State, reply: StoredMessage
+        self,
+        request: Request,
+        state: State,
+        reply: StoredMessage,
+        calibration: dict[str, float],
+        inserts: str,
     ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
-        """The meta once the turn is stored, and the checkpoint stored with it (if any)."""
+        """The meta once the turn is stored (with the session's `calibration` and the
+        digest of its `inserts`), and the checkpoint stored with it (if any)."""
         assert request.key is not None
         base, match = state.base, state.match
         now = time.time()
@@ -267,6 +307,8 @@ class History:
             origin=origin,
             origin_head=origin_head,
             origin_totals=origin_totals,
+            calibration=calibration,
+            inserts=inserts,
             created=base.created if base is not None and base.created else now,
             updated=now,
         )

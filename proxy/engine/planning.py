@@ -80,7 +80,7 @@ class Planning:
                 [*request.system, *head, *recent], total, "summary" if head else "none", None, 0
             )
         entries = await self._history.window(request, state, covers)
-        await self._history.fill(entries, {name}, request.counter)
+        entries = await self._history.counted(entries, {name}, request.counter)
         plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
         if plan.summarize is None:
             return plan
@@ -159,7 +159,7 @@ class Planning:
         start, end = span
         entries = await self._history.window(request, state, start)
         entries = entries[: end - start]
-        await self._history.fill(entries, set(state.totals), request.counter)
+        entries = await self._history.counted(entries, set(state.totals), request.counter)
         archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
         try:
             checkpoint = await asyncio.wait_for(
@@ -272,7 +272,7 @@ class Planning:
         checkpoint = meta.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         entries = await self._store.messages(*request.key, covers, meta.length)
-        await self._history.fill(entries, set(meta.totals) | {name}, request.counter)
+        entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
         try:
             plan = await self._fitted(
                 request, entries, checkpoint, allow_summary=True, budget=budget

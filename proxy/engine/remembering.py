@@ -4,7 +4,8 @@ memory's most relevant facts are injected right after the system prompt.
 
 The injected block is chosen again only when the facts it could offer change (another
 session said something new, or a value was replaced), not every turn, so it breaks the
-prompt-cache prefix no more often than the memory changes.
+prompt-cache prefix no more often than the memory changes: the block and what it was
+chosen from are kept with the session (`Inserts`), so any process sends it the same.
 
 A memory also knows its sessions (the `_SESSIONS_KEPT` that said the most), so a user
 message is searched for in their recall indexes too (`memory.recall`): what extraction
@@ -13,11 +14,12 @@ leaves the prompt before it as it was."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -30,14 +32,14 @@ from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
 from proxy.recall.index import Hit
-from proxy.sessions.records import CAS_ATTEMPTS, SessionStore, StoredMessage
+from proxy.sessions.records import CAS_ATTEMPTS, Inserts, SessionStore, StoredMessage
 from proxy.sessions.stores import DAMAGED, store_fault
 
 __all__ = ["Memories"]
 
 logger = logging.getLogger("context_proxy.memory")
 
-_BLOCKS = 1024  # chosen blocks remembered per process
+_MEMORIES = 1024  # parsed memory records kept per process
 _INJECTION_SHARE = 0.02  # of the budget, when `memory.max_injection_tokens` is unset
 _SESSIONS_KEPT = 16  # a memory's sessions that said the most, whose messages recall searches
 _SEARCHED = 8  # of them, searched for one message (those that said the most)
@@ -81,10 +83,9 @@ class Memories:
         self._recall_ratio = settings.context.recall_ratio
         self._store = store
         self._archive = archive
-        # (tenant, memory, session) -> (what the block was chosen from, the block)
-        self._blocks: OrderedDict[tuple[str, str, str], tuple[int, Message | None]] = OrderedDict()
         # (tenant, memory) -> its record's bytes as last read, parsed: a memory is read
-        # on every request of its sessions and changes far less often.
+        # on every request of its sessions and changes far less often (a cache of the
+        # store's bytes: it changes no plan).
         self._parsed: OrderedDict[tuple[str, str], tuple[bytes, Memory]] = OrderedDict()
 
     async def memory(self, tenant: str, memory_id: str) -> Memory | None:
@@ -99,7 +100,7 @@ class Memories:
             except DAMAGED as exc:  # a 503 that says so, never a 500; left as it is
                 raise store_fault(exc) from exc
             self._parsed[key] = known
-            while len(self._parsed) > _BLOCKS:
+            while len(self._parsed) > _MEMORIES:
                 self._parsed.popitem(last=False)
         self._parsed.move_to_end(key)
         return known[1]
@@ -107,10 +108,14 @@ class Memories:
     async def forget(self, tenant: str, memory_id: str) -> bool:
         return await self._store.delete_memory(tenant, memory_id)
 
-    async def injected(self, request: Request, memory_id: str | None, plan: Plan) -> Plan:
-        """`plan` with the memory's block after the client's system messages."""
+    async def injected(
+        self, request: Request, memory_id: str | None, plan: Plan, inserts: Inserts
+    ) -> tuple[Plan, Inserts]:
+        """`plan` with the memory's block after the client's system messages: the one the
+        session's latest turn sent (`inserts`), while the facts and room it was chosen
+        from are as they were. With the inserts as this plan leaves them."""
         if memory_id is None or request.key is None or not plan.messages:
-            return plan
+            return plan, inserts
         tenant, session = request.key
         limit = self._settings.max_injection_tokens
         if limit is None:
@@ -119,11 +124,9 @@ class Memories:
         memory = await self.memory(tenant, memory_id)
         facts = [f for f in memory.facts if f.current] if memory else []
         offered = [f for f in facts if f.session != session]
-        chosen = hash((limit, tuple((f.key, f.value) for f in offered)))
-        key = (tenant, memory_id, session)
-        cached = self._blocks.get(key)
-        if cached is not None and cached[0] == chosen:
-            block = cached[1]
+        chosen = _digest([limit, memory_id, [(f.key, f.value) for f in offered]])
+        if inserts.memory_from == chosen:
+            block = inserts.memory
         else:
             block = memory_message(
                 offered,
@@ -133,14 +136,11 @@ class Memories:
                 self._settings.similarity_weight,
                 self._settings.confidence_weight,
             )
-            self._blocks[key] = (chosen, block)
-            while len(self._blocks) > _BLOCKS:
-                self._blocks.popitem(last=False)
-        self._blocks.move_to_end(key)
+            inserts = replace(inserts, memory=block, memory_from=chosen)
         if block is None:
-            return plan
+            return plan, inserts
         tokens = request.counter.count_message(block)
-        return plan.with_message(len(request.system), block, tokens, "memory")
+        return plan.with_message(len(request.system), block, tokens, "memory"), inserts
 
     async def recalled(self, request: Request, memory_id: str | None, plan: Plan) -> Plan:
         """`plan` with the units of the memory's other sessions that best match the
@@ -202,6 +202,11 @@ class Memories:
             if await self._store.put_memory(tenant, memory_id, version, updated.to_json()):
                 return
         logger.warning("memory not updated after %d attempts (conflicts)", CAS_ATTEMPTS)
+
+
+def _digest(chosen_from: object) -> str:
+    """Names what a memory block was chosen from (stable across processes)."""
+    return hashlib.blake2b(orjson.dumps(chosen_from), digest_size=16).hexdigest()
 
 
 def _said(messages: list[Message]) -> list[tuple[Fact, str]]:

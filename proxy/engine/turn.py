@@ -30,10 +30,10 @@ from proxy.conversation.replies import (
 )
 from proxy.conversation.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.conversation.validation import validate_messages
-from proxy.engine import agent_compaction
+from proxy.engine import agent_compaction, calibration
 from proxy.engine.agent_compaction import asks_to_compact
 from proxy.engine.archive import Archive
-from proxy.engine.budget import Budgets
+from proxy.engine.budget import budget
 from proxy.engine.history import History, off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import frame_of
@@ -51,9 +51,16 @@ from proxy.engine.types import (
 )
 from proxy.engine.window import Plan
 from proxy.errors import ProxyError, SessionConflict, previous_response_not_found
+from proxy.observability import metrics
 from proxy.observability.metrics import REPLIES_CUT, ModelLabels
 from proxy.sessions.locks import Lease, TurnLocks
-from proxy.sessions.records import CAS_ATTEMPTS, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.records import (
+    CAS_ATTEMPTS,
+    Inserts,
+    SessionMeta,
+    SessionStore,
+    StoredMessage,
+)
 from proxy.upstream.client import Upstream
 from proxy.upstream.lean import Completion, Events
 from proxy.upstream.native import Native
@@ -71,7 +78,9 @@ class Engine:
         self.upstream = upstream
         self.store = store
         self.label = ModelLabels(upstream.models.served_as)
-        self.budgets = Budgets(upstream, self.label)
+        # The calibration gauge, per model, smoothed over this process's turns: what the
+        # operator sees. Each session's own plans its budget (`SessionMeta.calibration`).
+        self._estimates: dict[str, float] = {}
         self.summaries = Summaries(settings, upstream, store, self.label)
         self._counts = CountCache()
         self._history = History(store, self._counts)
@@ -176,6 +185,8 @@ class Engine:
         lease = await self._locks.acquire(request.key)
         try:
             state = await self._history.state(request)
+            request = self._calibrated(body, context, request, state)
+            self._count_guessed_limit(request.model)
             if state.match.kind == "chapter":
                 state = await self._planning.chapter(request, state)
             if state.match.kind != "side" and _compacting(request):
@@ -205,21 +216,23 @@ class Engine:
         plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
         if plan.summarize is not None:
             state, plan = await self._planning.summarized(request, state, plan.summarize)
-        plan = await self._extended(request, state, plan)
-        turn = planned_turn(body, request, state, plan, lease)
+        plan, inserts = await self._extended(request, state, plan)
+        turn = replace(planned_turn(body, request, state, plan, lease), inserts=inserts)
         counter = request.counter
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)
         pinned = self._planning.pinned_tokens(counter, checkpoint)
         return replace(turn, record=plan_record(turn, plan, summary, pinned))
 
-    async def _extended(self, request: Request, state: State, plan: Plan) -> Plan:
+    async def _extended(self, request: Request, state: State, plan: Plan) -> tuple[Plan, Inserts]:
         """The plan with what the window alone lacks: remembered facts after the system
         prompt, then recalled history in what the budget leaves: the session's own, then
-        the memory's other sessions'."""
-        plan = await self.memories.injected(request, request.memory_id, plan)
-        plan = await self.archive.recalled(request, state, plan)
-        return await self.memories.recalled(request, request.memory_id, plan)
+        the memory's other sessions'. With the session's inserts as this plan leaves
+        them (stored with the turn, never by a preview)."""
+        inserts = state.inserts or Inserts()
+        plan, inserts = await self.memories.injected(request, request.memory_id, plan, inserts)
+        plan, inserts = await self.archive.recalled(request, state, plan, inserts)
+        return await self.memories.recalled(request, request.memory_id, plan), inserts
 
     async def _finish(self, turn: Turn) -> None:
         """The turn is over, stored or not: the session's next turn may start."""
@@ -231,6 +244,7 @@ class Engine:
         the span is reported and the messages shown are the truncation fallback."""
         request = self._request(body, context)
         state = await self._history.state(request)
+        request = self._calibrated(body, context, request, state)
         if state.match.kind == "chapter":
             state = await self._planning.chapter(request, state)
         due = None
@@ -241,7 +255,7 @@ class Engine:
             due = plan.summarize
             if due is not None:
                 plan = await self._planning.plan(request, state, allow_summary=False)
-            plan = await self._extended(request, state, plan)
+            plan, _ = await self._extended(request, state, plan)
             turn = planned_turn(body, request, state, plan)
         return {
             "object": "session.preview",
@@ -266,7 +280,9 @@ class Engine:
         )
         return self._planning.fit(request, conversation, counts, None, allow_summary=False).tokens
 
-    async def _commit(self, turn: Turn, reply: dict[str, Any] | None) -> None:
+    async def _commit(
+        self, turn: Turn, reply: dict[str, Any] | None, usage: dict[str, Any] | None
+    ) -> None:
         """Store the client's new messages and the reply; then maybe summarize ahead.
         Under the turn lock only a background summary can have changed the session,
         and the turn is replayed onto it (compare-and-set); a transcript changed under
@@ -287,14 +303,16 @@ class Engine:
                 state.totals,
                 request.reply_limit,
             )
-            meta, checkpoints = self._history.after(request, state, entry)
+            learned = _calibration(state.base, self.label(request.model), turn.tokens_sent, usage)
+            inserts, digest = _inserts(state.base, turn.inserts)
+            meta, checkpoints = self._history.after(request, state, entry, learned, digest)
             entries = (*state.new, entry)
             record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
             lease = turn.lease
             release = lease.token if lease is not None else None
             try:
                 done = await self.store.commit(
-                    meta, state.expected, state.keep, entries, checkpoints, release, record
+                    meta, state.expected, state.keep, entries, checkpoints, release, record, inserts
                 )
                 given_back = done
             except ProxyError:
@@ -319,6 +337,23 @@ class Engine:
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise _conflict()
 
+    def _calibrated(
+        self, body: dict[str, Any], context: RequestContext, request: Request, state: State
+    ) -> Request:
+        """The request with its session's calibration applied to its budget."""
+        learned = state.base.calibration if state.base is not None else {}
+        ratio = learned.get(self.label(request.model))
+        if ratio is None:
+            return request
+        limits = self.upstream.models.limits(request.model)
+        share = context.budget_ratio or self.settings.context.budget_ratio
+        return replace(request, budget=budget(request.model, limits, body, share, ratio))
+
+    def _count_guessed_limit(self, model: str) -> None:
+        """A turn planned on `context.default_context_window`, for want of a known limit."""
+        if self.upstream.models.limits(model).source == "default":
+            metrics.MODEL_LIMIT_DEFAULTED.labels(self.label(model)).inc()
+
     async def _applied(self, key: SessionKey, meta: SessionMeta) -> bool:
         """Whether a commit whose answer was lost applied after all: the session is at
         its version with its head, the chain value that names the turn's content (its
@@ -342,8 +377,13 @@ class Engine:
     ) -> None:
         """The upstream finished its reply: learn from its usage, store the turn."""
         if turn.managed and turn.answer is None:
-            self.budgets.observe(turn.model, turn.tokens_sent, usage)
-        await self._commit(turn, reply)
+            label = self.label(turn.model)
+            actual = (usage or {}).get("prompt_tokens")
+            estimate = calibration.smoothed(self._estimates.get(label), turn.tokens_sent, actual)
+            if estimate is not None:
+                self._estimates[label] = estimate
+                metrics.TOKEN_ESTIMATE_RATIO.labels(label).set(estimate)
+        await self._commit(turn, reply, usage)
 
     # -- the request's facts ------------------------------------------------------------
 
@@ -365,7 +405,7 @@ class Engine:
         return Request(
             model=model,
             counter=counter,
-            budget=self.budgets.budget(model, body, ratio),
+            budget=budget(model, limits, body, ratio),
             input_limit=limits.max_input_tokens,
             messages=body["messages"],
             system=system,
@@ -447,6 +487,27 @@ def _answer_turn(
 async def _made(answer: dict[str, Any]) -> AsyncIterator[Events]:
     """A reply made here, as one batch of stream chunks."""
     yield Events(agent_compaction.answer_chunks(answer))
+
+
+def _calibration(
+    base: SessionMeta | None, label: str, sent: int | None, usage: dict[str, Any] | None
+) -> dict[str, float]:
+    """The session's calibration once the provider counted what the turn sent."""
+    learned = dict(base.calibration) if base is not None else {}
+    ratio = calibration.smoothed(learned.get(label), sent, (usage or {}).get("prompt_tokens"))
+    if ratio is not None:
+        learned[label] = ratio
+    return learned
+
+
+def _inserts(base: SessionMeta | None, inserts: Inserts | None) -> tuple[bytes | None, str]:
+    """What the commit writes of the session's inserts (None: nothing, as they are
+    stored already, or none were chosen) and the meta's digest of them."""
+    stored = base.inserts if base is not None else ""
+    if inserts is None or inserts == Inserts():
+        return None, stored if inserts is None else ""
+    digest = inserts.digest()
+    return (None if digest == stored else inserts.to_json()), digest
 
 
 def _drops_stored(state: State) -> bool:

@@ -11,7 +11,14 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.window import Compression, Plan
-from proxy.sessions.records import Checkpoint, Mode, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.records import (
+    Checkpoint,
+    Inserts,
+    Mode,
+    SessionKey,
+    SessionMeta,
+    StoredMessage,
+)
 
 if TYPE_CHECKING:
     from proxy.sessions.locks import Lease
@@ -87,6 +94,7 @@ class State:
     expected: int  # version to compare-and-set against
     serialized: Serialized | None
     pending: Checkpoint | None = None  # made from `new`: stored with the turn
+    inserts: Inserts | None = None  # what the session's latest turn sent beside its window
 
     @property
     def keep(self) -> int:
@@ -140,6 +148,9 @@ class Turn:
     # The reply made here, with no model call: an agent's request for a summary answered
     # from the session's own (`proxy.engine.agent_compaction.answer`).
     answer: dict[str, Any] | None = None
+    # The session's inserts as this turn leaves them (`proxy.engine.turn._extended`):
+    # stored with it where they changed.
+    inserts: Inserts | None = None
 
 
 def planned_turn(

@@ -33,6 +33,7 @@ __all__ = [
     "PLANS_KEPT",
     "Checkpoint",
     "Fingerprint",
+    "Inserts",
     "LateCommit",
     "LockName",
     "Mode",
@@ -188,6 +189,61 @@ class Fingerprint:
 
 
 @dataclass(slots=True, frozen=True)
+class Inserts:
+    """The blocks a session's latest turn sent beside its verbatim window, kept with the
+    session so that its next turn, whichever process serves it, sends them byte for
+    byte while they still apply (a provider's prompt cache keeps the prefix up to
+    them): the memory block after the system prompt with `memory_from`, the digest of
+    the facts and room it was chosen from; the recall block with the transcript index
+    it went before, its tokens, the units it shows (each with the terms its excerpt is
+    around, or None: whole) and the archive it was chosen from (`recall_archive`: the
+    checkpoint count and its chain value)."""
+
+    memory: Message | None = None
+    memory_from: str = ""
+    recall: Message | None = None
+    recall_before: int = 0
+    recall_tokens: int = 0
+    recall_shown: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
+    recall_archive: tuple[int, str] = (0, GENESIS)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "memory": self.memory,
+                "memory_from": self.memory_from,
+                "recall": self.recall,
+                "recall_before": self.recall_before,
+                "recall_tokens": self.recall_tokens,
+                "recall_shown": [[start, terms] for start, terms in self.recall_shown.items()],
+                "recall_archive": list(self.recall_archive),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Inserts:
+        parsed = orjson.loads(data)
+        shown = {
+            int(start): tuple(terms) if terms is not None else None
+            for start, terms in parsed["recall_shown"]
+        }
+        count, head = parsed["recall_archive"]
+        return cls(
+            memory=parsed["memory"],
+            memory_from=parsed["memory_from"],
+            recall=parsed["recall"],
+            recall_before=parsed["recall_before"],
+            recall_tokens=parsed["recall_tokens"],
+            recall_shown=shown,
+            recall_archive=(int(count), str(head)),
+        )
+
+    def digest(self) -> str:
+        """What `SessionMeta.inserts` holds: names these blocks, and no others."""
+        return hashlib.blake2b(self.to_json(), digest_size=16).hexdigest()
+
+
+@dataclass(slots=True, frozen=True)
 class SessionMeta:
     """Everything about a session but its messages and older checkpoints."""
 
@@ -214,6 +270,13 @@ class SessionMeta:
     origin: int = 0
     origin_head: str = GENESIS  # the chain value before transcript[origin]
     origin_totals: dict[str, int] = field(default_factory=dict)  # tokens before it
+    # How far the provider's count of what a turn sent is from ours, per model (the
+    # provider's prompt tokens / our estimate, smoothed over the session's turns): the
+    # budget of the session's next turn is divided by it where we undercount.
+    calibration: dict[str, float] = field(default_factory=dict)
+    # The digest of the blocks the latest turn sent beside its window (`Inserts`, stored
+    # beside the meta); "" for none.
+    inserts: str = ""
     created: float = 0.0
     updated: float = 0.0
 
@@ -239,6 +302,8 @@ class SessionMeta:
             "origin": self.origin,
             "origin_head": self.origin_head,
             "origin_totals": self.origin_totals,
+            "calibration": self.calibration,
+            "inserts": self.inserts,
             "created": self.created,
             "updated": self.updated,
         }
@@ -264,6 +329,8 @@ class SessionMeta:
             origin=data.get("origin", 0),
             origin_head=data.get("origin_head", GENESIS),
             origin_totals=dict(data.get("origin_totals", {})),
+            calibration=dict(data.get("calibration", {})),
+            inserts=data.get("inserts", ""),
             created=data["created"],
             updated=data["updated"],
         )
@@ -296,11 +363,13 @@ class SessionStore(Protocol):
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
         plan: bytes | None = None,
+        inserts: bytes | None = None,
     ) -> bool:
         """Compare-and-set (0 = absent): the transcript becomes its first `keep` messages
         plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
         first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
-        the turn's plan record (`plan`) joins the session's newest `PLANS_KEPT`; once
+        the turn's plan record (`plan`) joins the session's newest `PLANS_KEPT`; the
+        session's `Inserts` become `inserts`, where given (`meta.inserts` its digest); once
         stored, the turn lock held by the token `release` (if given) is given back with
         it. False if another writer changed the session first; with `release`, refused
         (`LeaseLost`) if another token holds that turn lock, or if the session moved and
@@ -310,6 +379,10 @@ class SessionStore(Protocol):
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
         """The session's newest plan records, oldest first."""
+        ...
+
+    async def inserts(self, tenant: str, session_id: str) -> bytes | None:
+        """The session's `Inserts` as last committed, or None."""
         ...
 
     async def delete(self, tenant: str, session_id: str) -> bool: ...

@@ -122,8 +122,8 @@ class CountingSummaries(Summaries):
 
 
 class FilledHistory(History):
-    async def fill(self, *args: Any) -> None:
-        return None
+    async def counted(self, entries: Any, *args: Any) -> Any:
+        return entries
 
 
 async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.conversation.identity import GENESIS, message_hash
-from proxy.sessions.records import PLANS_KEPT, SessionStore
+from proxy.sessions.records import PLANS_KEPT, Inserts, SessionStore
 from proxy.sessions.stores import DiskSessionStore, LeaseLost
 from proxy.sessions.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta
@@ -215,6 +216,44 @@ async def test_plan_records_keep_the_newest_and_go_with_the_session(store: Sessi
     assert await store.plans("t1", "other") == []
     assert await store.delete("t1", "s")
     assert await store.plans("t1", "s") == []
+
+
+async def test_a_sessions_inserts_are_kept_until_a_turn_changes_them(
+    make_store: Any,
+) -> None:
+    """The blocks a turn sent beside its window are read by any process that serves the
+    session next, as they were; a turn that leaves them as they are writes nothing of
+    them; they go with the session (deleted, or expired and written anew)."""
+    store, other = make_store(), make_store()
+    first = Inserts(
+        memory={"role": "system", "content": "Remembered: deploy day is Friday"},
+        memory_from="m1",
+        recall={"role": "system", "content": "Recalled: [message 3] the key is K-7"},
+        recall_before=12,
+        recall_tokens=15,
+        recall_shown={3: None, 9: ("deploy", "key")},
+        recall_archive=(2, "h" * 32),
+    )
+    transcript = entries("u1", "a1")
+    grown = replace(meta(transcript), inserts=first.digest())
+    assert await store.commit(grown, 0, 0, transcript, inserts=first.to_json())
+    assert (await other.load("t1", "s")).inserts == first.digest()
+    assert Inserts.from_json(await other.inserts("t1", "s")) == first
+
+    turn = entries("u2", start=2, head=_head(transcript))
+    assert await other.commit(replace(grown, version=2, length=3), 1, 2, turn)  # unchanged
+    assert Inserts.from_json(await store.inserts("t1", "s")) == first
+    second = replace(first, recall=None, recall_shown={})
+    assert await store.commit(
+        replace(grown, version=3, inserts=second.digest()), 2, 3, [], inserts=second.to_json()
+    )
+    assert Inserts.from_json(await other.inserts("t1", "s")) == second
+    assert await store.inserts("t1", "elsewhere") is None
+
+    assert await store.delete("t1", "s")
+    assert await other.inserts("t1", "s") is None
+    assert await store.commit(meta(transcript), 0, 0, transcript)  # the session anew
+    assert await other.inserts("t1", "s") is None
 
 
 def _head(transcript: list[Any]) -> str:

@@ -132,12 +132,18 @@ class TimedStore:
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
         plan: bytes | None = None,
+        inserts: bytes | None = None,
     ) -> bool:
-        call = self.inner.commit(meta, expected_version, keep, appended, checkpoints, release, plan)
+        call = self.inner.commit(
+            meta, expected_version, keep, appended, checkpoints, release, plan, inserts
+        )
         return await self._timed("commit", call)
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
         return await self._timed("read", self.inner.plans(tenant, session_id))
+
+    async def inserts(self, tenant: str, session_id: str) -> bytes | None:
+        return await self._timed("read", self.inner.inserts(tenant, session_id))
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         return await self._timed("delete", self.inner.delete(tenant, session_id))

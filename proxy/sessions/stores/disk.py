@@ -150,6 +150,7 @@ class DiskSessionStore:
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
         plan: bytes | None = None,
+        inserts: bytes | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         With `release`, fenced on that turn lock as Redis's commit is (`LeaseLost`), though
@@ -174,6 +175,7 @@ class DiskSessionStore:
             record,
             deadline,
             plan,
+            inserts,
             inline=len(entries) + len(summaries) <= _INLINE_ROWS,
             timeout=COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
         )
@@ -192,6 +194,11 @@ class DiskSessionStore:
         _check(tenant)
         rows = await self._call(Database.plans, tenant, session_id, inline=False)
         return [bytes(row) for row in rows]
+
+    async def inserts(self, tenant: str, session_id: str) -> bytes | None:
+        _check(tenant)
+        found: bytes | None = await self._call(Database.inserts, tenant, session_id)
+        return found
 
     async def sessions(
         self, tenant: str | None, after: tuple[str, str] | None, limit: int

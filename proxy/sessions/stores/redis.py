@@ -42,7 +42,8 @@ __all__ = ["RedisSessionStore"]
 # ARGV: expected version, keep, checkpoints kept, ttl ms (0 = none), version, meta data,
 #       n = how many of the last values are checkpoints, the turn lock's token to give
 #       back once stored ("" = none), the deadline (ms, Redis's clock), the plan record
-#       ("" = none), plan records kept, messages..., checkpoints...
+#       ("" = none), plan records kept, the session's inserts (the meta's `inserts`
+#       field; "" = unchanged), messages..., checkpoints...
 # Returns 1 stored, 0 version conflict, -1 past its deadline, -2 its turn lock lost
 # (nothing done but for 1). Fenced on the turn lock named: refused while another token
 # holds it, and on a version conflict unless it is still held by this one (a background
@@ -76,13 +77,14 @@ elseif kept < redis.call('LLEN', KEYS[3]) then
 end
 local last = #ARGV - tonumber(ARGV[7])
 -- RPUSH in chunks: Lua's unpack() fails beyond ~8000 values.
-for i = 12, last, 1000 do
+for i = 13, last, 1000 do
   redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, last)))
 end
 for i = last + 1, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[1], 'version', ARGV[5], 'data', ARGV[6])
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[1], 'inserts', ARGV[12]) end
 if ARGV[10] ~= '' then
   redis.call('RPUSH', KEYS[4], ARGV[10])
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[11]), -1)
@@ -204,6 +206,7 @@ class RedisSessionStore:
         checkpoints: Sequence[Checkpoint] = (),
         release: str | None = None,
         plan: bytes | None = None,
+        inserts: bytes | None = None,
     ) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         The script runs by the deadline on Redis's own clock, or does nothing; with
@@ -222,6 +225,7 @@ class RedisSessionStore:
             round(deadline * 1000),
             plan or "",
             PLANS_KEPT,
+            inserts or "",
             *await serialized(appended),
             *await serialized(checkpoints),
         ]
@@ -244,6 +248,10 @@ class RedisSessionStore:
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
         plans = await self._redis.lrange(self._key(tenant, session_id, "plans"), 0, -1)
         return list(cast("list[bytes]", plans))
+
+    async def inserts(self, tenant: str, session_id: str) -> bytes | None:
+        found = await self._redis.hget(self._key(tenant, session_id, "meta"), "inserts")
+        return cast("bytes | None", found)
 
     async def delete(self, tenant: str, session_id: str) -> bool:
         existed = bool(await self._delete(keys=self._keys(tenant, session_id)))

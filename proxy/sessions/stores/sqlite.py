@@ -1,8 +1,9 @@
 """SQLite, the disk store's engine: the schema, and one connection's operations.
 
-Four tables, append-only in use: `sessions` (one row per session: its meta record and
+Five tables, append-only in use: `sessions` (one row per session: its meta record and
 version), `messages` and `checkpoints` (one row each, keyed by position), `plans` (a
-turn's plan record, keyed by the version it stored; the newest `PLANS_KEPT` kept). A commit is
+turn's plan record, keyed by the version it stored; the newest `PLANS_KEPT` kept),
+`inserts` (a session's `Inserts`, replaced when a turn changes them). A commit is
 one transaction of a handful of statements (about 0.15 ms for a two-message turn here,
 where the same writes through diskcache's key-value API took 0.36 ms), and a window is
 one range query.
@@ -57,6 +58,12 @@ CREATE TABLE IF NOT EXISTS plans (
     version INTEGER NOT NULL,
     entry BLOB NOT NULL,
     PRIMARY KEY (tenant, session, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS inserts (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (tenant, session)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memories (
     tenant TEXT NOT NULL,
@@ -156,11 +163,13 @@ class Database:
         record: tuple[int, int, int, float | None, bytes],
         deadline: float = math.inf,
         plan: bytes | None = None,
+        inserts: bytes | None = None,
     ) -> bool:
         """Compare-and-set on the version; cut the transcript (and checkpoints) to what is
         kept, append the new ones, replace the meta record, add the plan record (the
-        oldest beyond `PLANS_KEPT` go). Rolled back (`LateCommit`) if the lock was had,
-        or the writing done, after `deadline` (epoch seconds)."""
+        oldest beyond `PLANS_KEPT` go), replace the inserts where given. Rolled back
+        (`LateCommit`) if the lock was had, or the writing done, after `deadline` (epoch
+        seconds)."""
         with self.transaction() as connection:
             _in_time(deadline)
             row = connection.execute(
@@ -194,6 +203,10 @@ class Database:
             )
             if plan is not None:
                 self._add_plan(tenant, session, record[0], plan)
+            if inserts is not None:
+                connection.execute(
+                    "INSERT OR REPLACE INTO inserts VALUES (?, ?, ?)", (tenant, session, inserts)
+                )
             _in_time(deadline)
         return True
 
@@ -214,6 +227,12 @@ class Database:
             (tenant, session),
         ).fetchall()
         return [row[0] for row in rows]
+
+    def inserts(self, tenant: str, session: str) -> bytes | None:
+        row = self._connection.execute(
+            "SELECT data FROM inserts WHERE tenant = ? AND session = ?", (tenant, session)
+        ).fetchone()
+        return bytes(row[0]) if row is not None else None
 
     def delete(self, tenant: str, session: str) -> bool:
         with self.transaction():
@@ -251,7 +270,7 @@ class Database:
         """Remove every session whose TTL passed, with its messages and checkpoints."""
         now = time.time()
         with self.transaction() as connection:
-            for table in ("messages", "checkpoints", "plans"):
+            for table in ("messages", "checkpoints", "plans", "inserts"):
                 connection.execute(
                     f"DELETE FROM {table} WHERE (tenant, session) IN"
                     " (SELECT tenant, session FROM sessions WHERE expires < ?)",
@@ -300,7 +319,7 @@ class Database:
         )
 
     def _remove(self, tenant: str, session: str) -> None:
-        for table in ("messages", "checkpoints", "plans", "sessions"):
+        for table in ("messages", "checkpoints", "plans", "inserts", "sessions"):
             self._connection.execute(
                 f"DELETE FROM {table} WHERE tenant = ? AND session = ?",
                 (tenant, session),
