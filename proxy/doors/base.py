@@ -1,4 +1,4 @@
-"""The API shapes the proxy serves, its doors (DESIGN §1).
+"""The API shapes the proxy serves, its doors (docs/architecture.md).
 
 Each door translates its request into the one conversation model (OpenAI chat
 messages and parameters: what the engine plans and the upstream sends to any

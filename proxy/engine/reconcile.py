@@ -1,4 +1,4 @@
-"""Reconcile: what did the client send, relative to the stored transcript? (DESIGN §4)
+"""Reconcile: what did the client send, relative to the stored transcript?
 
 Pure. A full-resend client (the SDK default) is recognised by its fingerprint: the bytes
 of what it sent last time are a prefix of what it sends now, checked with one digest over

@@ -1,4 +1,4 @@
-"""The session engine: one turn's I/O around the pure parts (DESIGN §1).
+"""The session engine: one turn's I/O around the pure parts (docs/architecture.md).
 
 A door calls one operation, `complete` or `stream`: the turn is planned (`_prepare`:
 reconcile with the stored session and count what is new in `History`, plan the window

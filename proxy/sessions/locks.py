@@ -1,4 +1,4 @@
-"""One turn at a time per session, across every worker and replica (DESIGN §11).
+"""One turn at a time per session, across every worker and replica.
 
 A turn holds its session's turn lock from before it reads the session until its reply
 is stored (the commit gives it back), so a turn is never refused after its upstream

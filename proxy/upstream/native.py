@@ -1,4 +1,4 @@
-"""A door's own API, spoken to a provider that speaks it too (DESIGN §8).
+"""A door's own API, spoken to a provider that speaks it too ("native" in docs/architecture.md).
 
 The engine plans every turn on chat messages. For a Messages request to an Anthropic
 deployment, or a Responses request to an OpenAI one, the planned window is sent in the

@@ -178,3 +178,21 @@ def test_every_imported_package_is_declared() -> None:
 
 def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_code_points_into_the_repository_never_outside_it() -> None:
+    """Docstrings and comments name documents of this repository that exist."""
+    for name, path in MODULES.items():
+        text = path.read_text()
+        assert "DESIGN" not in text, f"{name} cites a document the repository does not have"
+        for document in re.findall(r"docs/[\w./-]+\.md", text):
+            assert (ROOT.parent / document).is_file(), f"{name} cites {document}"
+
+
+def test_the_architecture_page_draws_the_layers_in_order() -> None:
+    """docs/architecture.md's package table lists the layers as this test enforces them."""
+    page = (ROOT.parent / "docs" / "architecture.md").read_text()
+    section = page.split("## Packages", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([\w/.]+)` \|", section, flags=re.MULTILINE)
+    drawn = ["proxy." + row.removeprefix("proxy/").removesuffix(".py").strip("/") for row in rows]
+    assert drawn == list(LAYERS)
