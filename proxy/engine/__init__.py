@@ -1,9 +1,11 @@
-"""The session engine: one turn, whatever the door. Reconcile what the client sent with
-the stored session (`reconcile`, `history`), budget it (`budget`, `calibration`), plan
-the window (`window`, pure, and `planning`, its I/O), fold history into summaries
-(`summarizer`), bring back recalled history and remembered facts (`archive`,
-`remembering`), answer side requests (`agent_compaction`), store the turn (`turn`) and
-record what it sent (`records`). It knows budgets and nothing about wire formats: it may
-import every package below it (summary, recall, facts, memory, sessions, upstream,
-conversation, observability, config), never a door or `proxy.http`.
+"""The session engine: one turn, whatever the door (`turn`: the `Engine`). A request's
+facts are worked out once (`intake`, `types`); what the client sent is reconciled with
+the stored session (`reconcile`, `history`) and budgeted (`budget`, `calibration`); the
+window is planned (`window`, pure, and `planning`, its I/O), history folded into
+summaries (`summarizer`, `breaker`), recalled history and remembered facts brought back
+(`archive`, `remembering`), agents' own compactions answered (`agent_compaction`); a
+stream's events relayed (`events`), the turn stored (`commit`) and what it sent recorded
+(`records`). It knows budgets and nothing about wire formats: it may import every package
+below it (summary, recall, facts, memory, sessions, upstream, conversation,
+observability, config), never a door or `proxy.http`.
 """

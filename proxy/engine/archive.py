@@ -16,7 +16,8 @@ from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
 from proxy.recall.index import Hit, Recalled, RecallIndex, recall_message, segment
-from proxy.sessions.records import Checkpoint, Inserts, SessionKey, SessionMeta, SessionStore
+from proxy.sessions.records import Checkpoint, Inserts, SessionKey, SessionMeta
+from proxy.sessions.store import SessionStore
 
 __all__ = ["Archive", "Archived", "last_unit"]
 

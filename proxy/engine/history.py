@@ -27,9 +27,9 @@ from proxy.sessions.records import (
     Inserts,
     SessionKey,
     SessionMeta,
-    SessionStore,
     StoredMessage,
 )
+from proxy.sessions.store import SessionStore
 
 __all__ = ["History", "counter_for_name", "off_loop", "pause"]
 

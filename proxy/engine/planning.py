@@ -25,7 +25,8 @@ from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
-from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError
 from proxy.summary.message import PINNED_LABEL, summary_message
 

@@ -32,7 +32,8 @@ from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
 from proxy.recall.index import Hit
-from proxy.sessions.records import CAS_ATTEMPTS, Inserts, SessionStore, StoredMessage
+from proxy.sessions.records import CAS_ATTEMPTS, Inserts, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import DAMAGED, store_fault
 
 __all__ = ["Memories"]

@@ -23,14 +23,8 @@ from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.recall.index import segment
-from proxy.sessions.records import (
-    CAS_ATTEMPTS,
-    Checkpoint,
-    SessionKey,
-    SessionMeta,
-    SessionStore,
-    StoredMessage,
-)
+from proxy.sessions.records import CAS_ATTEMPTS, Checkpoint, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError, summarize_span
 from proxy.upstream.client import Upstream
 

@@ -25,8 +25,9 @@ from proxy.doors.base import Door, ErrorReply, Framer, Inbound, ORJSONResponse, 
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
+from proxy.engine.events import TurnEvents
 from proxy.engine.history import pause
-from proxy.engine.turn import Engine, TurnEvents
+from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
 from proxy.errors import InternalError, InvalidRequest, ProxyError
 from proxy.http import browser, headers, viewer
@@ -49,7 +50,8 @@ from proxy.http.sessions import SessionApi, model_not_allowed
 from proxy.http.telemetry import RequestTelemetry
 from proxy.observability.metrics import DROPPED_FIELDS, OTHER_MODEL, exposition
 from proxy.observability.redaction import Redactor
-from proxy.sessions.records import Mode, SessionStore
+from proxy.sessions.records import Mode
+from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import open_store, tenant_secret
 from proxy.upstream.client import Upstream
 from proxy.upstream.native import Native

@@ -23,7 +23,8 @@ from proxy.engine.types import RequestContext
 from proxy.errors import InvalidRequest, NotFound, PermissionDenied, ProxyError
 from proxy.http.auth import Principal
 from proxy.http.bodies import parse_json, principal, read_body
-from proxy.sessions.records import Checkpoint, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.records import Checkpoint, SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.upstream.client import Upstream
 
 __all__ = ["SessionApi", "session_view"]

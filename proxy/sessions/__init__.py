@@ -1,5 +1,6 @@
 """Stored conversations: the records (`records`: messages, summary checkpoints, the
-small meta record every request reads), the store protocol, turn locks (`locks`), and the
-stores themselves (`stores/`: SQLite on disk, Redis). Imports the conversation model,
-facts and summary (what a checkpoint holds), observability and config.
+small meta record every request reads, a session's inserts), the store protocol
+(`store`), turn locks (`locks`), and the stores themselves (`stores/`: SQLite on disk,
+Redis). Imports the conversation model, facts and summary (what a checkpoint holds),
+observability and config.
 """

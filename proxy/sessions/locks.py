@@ -29,7 +29,8 @@ import weakref
 from dataclasses import dataclass, field
 
 from proxy.errors import SessionConflict
-from proxy.sessions.records import SessionKey, SessionStore
+from proxy.sessions.records import SessionKey
+from proxy.sessions.store import SessionStore
 
 __all__ = ["Lease", "TurnLocks"]
 

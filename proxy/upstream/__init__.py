@@ -1,6 +1,7 @@
-"""The providers: LiteLLM's Router built from the config's `model_list` (`router`),
-the one client a turn calls (`client`), the lean path for OpenAI-compatible deployments
-(`lean`), a door's own API to a provider that speaks it (`native`), and what each model
-takes and costs (`models`, `limits`). Imports config, conversation, observability and
+"""The providers: LiteLLM behind one module (`adapter`), its Router built from the
+config's `model_list` (`router`), the one client a turn calls (`client`), the lean path
+for OpenAI-compatible deployments (`lean`), a door's own API to a provider that speaks
+it (`native`), failures in the proxy's own words (`failures`), and what each model takes
+and costs (`models`, `limits`). Imports config, conversation, observability and
 `proxy.errors`; nothing of the engine.
 """

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-import httpx
-import openai
 import orjson
 
 from proxy.config.settings import ConfigError, Settings
-from proxy.errors import ProxyError, UpstreamFailure, UpstreamTimeout
+from proxy.errors import ProxyError
 from proxy.observability.redaction import Redactor
 from proxy.upstream import adapter
+from proxy.upstream.failures import failure
 from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
 from proxy.upstream.native import NativeApi, NativeStream, native_events, native_json
@@ -35,28 +32,6 @@ T = TypeVar("T")
 # metadata, verbosity): sent to a model that takes them (`Models.supports`), dropped and
 # said for any other, never refused.
 PROVIDER_HINTS = tuple(sorted(OPENAI_OWN | {"prompt_cache_key", "safety_identifier"}))
-
-# Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
-# sometimes reports these as a 500, so the exception chain is searched for them.
-Gateway = Literal["timeout", "no_reply", "no_key"]
-_TIMEOUTS = (adapter.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
-_UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
-_NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
-# The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
-_NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
-
-# LiteLLM's decorations around a provider's own message: its class names, its advice to
-# its own users, its retry and model-group notes.
-_NOISE = [
-    re.compile(r"^litellm\.\w+:\s*(\w+:\s*)?"),
-    re.compile(r"^\w+Exception - "),
-    re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
-    re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
-    re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
-    re.compile(r"\.?\s*No fallback model group found for .*$", re.DOTALL),
-]
-# The Router's words when every deployment of a model is cooling down after failures.
-_COOLING = re.compile(r"No deployments available for selected model.*?(?:in (\d+) seconds)?")
 
 
 class Upstream:
@@ -286,6 +261,10 @@ class Upstream:
             options |= self._fallbacks(models)[0]
         return options
 
+    def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
+        """Any LiteLLM or provider exception as an `UpstreamFailure`, minus secrets."""
+        return failure(exc, lambda text: self.redact(text, (api_key,) if api_key else ()))
+
     def refused_fallbacks(self, model: str, models: frozenset[str] | None) -> list[str]:
         """The fallbacks of `model` (its own and the default ones) that a key limited to
         `models` may not use, so the Router will not try them for it."""
@@ -320,30 +299,6 @@ class Upstream:
                     kept.append({source: allowed})
             options[setting] = kept
         return options, refused
-
-    def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
-        """Any LiteLLM or provider exception as an `UpstreamFailure`, minus secrets: the
-        provider's own status where it answered one."""
-        if isinstance(exc, ProxyError):
-            return exc
-        gateway = _gateway_failure(exc)
-        message = _gateway_words(exc, gateway) or _provider_words(exc)
-        message = self.redact(message, (api_key,) if api_key else ())
-        raw_code = getattr(exc, "code", None)
-        code = str(raw_code) if raw_code is not None else None
-        if gateway == "timeout":
-            return UpstreamTimeout(message or "The provider timed out.", code=code)
-        status = getattr(exc, "status_code", None) if gateway is None else None
-        if gateway == "no_key":  # the deployment has no key: what its provider would answer
-            status = 401
-        if not isinstance(status, int) or not 400 <= status <= 599:
-            status = None
-        return UpstreamFailure(
-            message or "upstream error",
-            provider_status=status,
-            code=code,
-            retry_after=_retry_after(exc) if status in (429, 503) else None,
-        )
 
 
 def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:
@@ -381,86 +336,6 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
 def _credentials(api_key: str | None) -> dict[str, Any]:
     """Call arguments that put the caller's own key in place of the deployment's."""
     return {"api_key": api_key} if api_key else {}
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """`exc` and what caused it, outermost first."""
-    seen: list[BaseException] = []
-    cause: BaseException | None = exc
-    while cause is not None and all(cause is not other for other in seen):
-        seen.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    return seen
-
-
-def _gateway_words(exc: BaseException, gateway: Gateway | None) -> str | None:
-    """What to say of a failure no provider put in words: it could not be reached, did
-    not answer in time, or answered what is not JSON (a client has no use for the
-    connection library's own text, which names its classes and sockets)."""
-    if gateway not in ("timeout", "no_reply"):
-        return None
-    causes = _causes(exc)
-    if gateway == "timeout":
-        ours = [str(c) for c in causes if type(c) is TimeoutError and str(c)]
-        return f"The provider gave no answer: {ours[0]}." if ours else "The provider timed out."
-    if any(isinstance(c, json.JSONDecodeError | orjson.JSONDecodeError) for c in causes):
-        return "The provider's answer was not JSON."
-    if not any(isinstance(c, httpx.TransportError | OSError) for c in causes):
-        return None  # the provider's own words, in an error event say
-    refused = any(
-        isinstance(c, ConnectionRefusedError) or "Connect call failed" in str(c) for c in causes
-    )
-    return "Could not reach the provider" + (": connection refused." if refused else ".")
-
-
-def _provider_words(exc: BaseException) -> str:
-    """The provider's own message, out of LiteLLM's decorations and, where it quotes the
-    provider's JSON error body, out of that body."""
-    message = str(getattr(exc, "message", None) or exc)
-    cooling = _COOLING.search(message)
-    if cooling:
-        wait = f" Try again in {cooling.group(1)} s." if cooling.group(1) else ""
-        return "Every deployment of this model failed just now and is resting." + wait
-    for pattern in _NOISE:
-        message = pattern.sub("", message)
-    message = message.strip()
-    if message.startswith("{"):
-        with contextlib.suppress(orjson.JSONDecodeError):
-            data = orjson.loads(message)
-            error = data.get("error") if isinstance(data, dict) else None
-            inner = error.get("message") if isinstance(error, dict) else None
-            if isinstance(inner, str) and inner:
-                message = inner
-    return message or "The provider failed."
-
-
-def _gateway_failure(exc: BaseException) -> Gateway | None:
-    """A failure the provider's status does not tell: it timed out, was unreachable or
-    sent what is not JSON, or no key was there to send (LiteLLM reports these as 500s)."""
-    for cause in _causes(exc):
-        if isinstance(cause, _TIMEOUTS):
-            return "timeout"
-        if isinstance(cause, _NO_REPLY):
-            return "no_reply"
-        if isinstance(cause, openai.OpenAIError) and _NO_KEY.search(str(cause)):
-            return "no_key"
-    return None
-
-
-def _retry_after(exc: BaseException) -> str | None:
-    """The provider's `Retry-After`, from the response its error carries."""
-    for cause in _causes(exc):
-        for headers in (
-            getattr(cause, "litellm_response_headers", None),
-            getattr(getattr(cause, "response", None), "headers", None),
-            getattr(cause, "headers", None),
-        ):
-            if headers is None or not hasattr(headers, "get"):
-                continue
-            value = headers.get("retry-after")
-            if value:
-                return str(value)
-    return None
 
 
 def _plain(obj: Any) -> dict[str, Any]:

@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxy.sessions.records import SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.records import SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.sessions.stores.disk import DiskSessionStore
 from proxy.sessions.stores.redis import RedisSessionStore
 from tests.redis_servers import redis_server

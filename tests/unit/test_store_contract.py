@@ -17,7 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.conversation.identity import GENESIS, message_hash
-from proxy.sessions.records import PLANS_KEPT, Inserts, SessionStore
+from proxy.sessions.records import PLANS_KEPT, Inserts
+from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import DiskSessionStore, LeaseLost
 from proxy.sessions.stores.redis import RedisSessionStore, connect
 from tests.unit.sessions_factory import COUNTER, checkpoint, entries, meta

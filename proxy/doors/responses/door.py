@@ -27,7 +27,7 @@ from proxy.doors.responses.items import ItemNames, References, ResponseIds
 from proxy.doors.responses.native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses.stream import ResponsesFramer, output_items, response_object
 from proxy.engine.types import Turn
-from proxy.sessions.records import SessionStore
+from proxy.sessions.store import SessionStore
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion
 

@@ -26,7 +26,7 @@ from proxy.conversation.identity import GENESIS, RESPONSES_OUTPUT, Message
 from proxy.conversation.validation import invalid
 from proxy.doors.base import text_of
 from proxy.errors import InvalidRequest, previous_response_not_found
-from proxy.sessions.records import SessionStore
+from proxy.sessions.store import SessionStore
 
 __all__ = ["ItemNames", "References", "ResponseIds", "as_given"]
 

@@ -1,4 +1,4 @@
-"""Session store backends (see proxy.sessions.records.SessionStore)."""
+"""Session store backends (see `proxy.sessions.store.SessionStore`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 from proxy.config.settings import SessionSettings
 from proxy.errors import SessionConflict, StoreUnavailable
 from proxy.observability import metrics
-from proxy.sessions.records import Checkpoint, LockName, SessionMeta, SessionStore, StoredMessage
+from proxy.sessions.records import Checkpoint, LockName, SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
 from proxy.sessions.stores.disk import DiskSessionStore
 from proxy.sessions.stores.fencing import LeaseLost
 

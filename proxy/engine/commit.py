@@ -1,0 +1,182 @@
+"""Storing a turn: the client's new messages and the reply are appended, the meta record
+replaced, under compare-and-set on the session's version while the turn holds the
+session's lock; with the turn's plan record, the session's inserts where they changed,
+and its calibration as the provider's count of the turn taught it. Then a summary may be
+made ahead in the background, and what was said is remembered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+
+from proxy.conversation.identity import Message
+from proxy.engine import calibration
+from proxy.engine.history import History
+from proxy.engine.planning import Planning
+from proxy.engine.remembering import Memories
+from proxy.engine.summarizer import Summaries
+from proxy.engine.types import Request, State, Turn
+from proxy.errors import ProxyError, SessionConflict
+from proxy.observability import metrics
+from proxy.observability.metrics import REPLIES_CUT, ModelLabels
+from proxy.sessions.records import CAS_ATTEMPTS, Inserts, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.store import SessionStore
+
+__all__ = ["Commits", "concurrent_turn", "drops_stored"]
+
+logger = logging.getLogger("context_proxy.engine")
+
+READ_BACK_SECONDS = 2.0  # to learn whether a commit whose answer was lost applied
+
+
+class Commits:
+    """Stores answered turns (and keeps the calibration gauge the operator sees)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        history: History,
+        planning: Planning,
+        summaries: Summaries,
+        memories: Memories,
+        label: ModelLabels,
+    ) -> None:
+        self.store = store
+        self._history = history
+        self._planning = planning
+        self.summaries = summaries
+        self.memories = memories
+        self.label = label
+        # The calibration gauge, per model, smoothed over this process's turns: what the
+        # operator sees. Each session's own plans its budget (`SessionMeta.calibration`).
+        self._estimates: dict[str, float] = {}
+
+    async def answered(
+        self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
+    ) -> None:
+        """The upstream finished its reply: learn from its usage, store the turn."""
+        if turn.managed and turn.answer is None:
+            label = self.label(turn.model)
+            actual = (usage or {}).get("prompt_tokens")
+            estimate = calibration.smoothed(self._estimates.get(label), turn.tokens_sent, actual)
+            if estimate is not None:
+                self._estimates[label] = estimate
+                metrics.TOKEN_ESTIMATE_RATIO.labels(label).set(estimate)
+        await self._commit(turn, reply, usage)
+
+    async def _commit(
+        self, turn: Turn, reply: dict[str, Any] | None, usage: dict[str, Any] | None
+    ) -> None:
+        """Store the client's new messages and the reply; then maybe summarize ahead.
+        Under the turn lock only a background summary can have changed the session,
+        and the turn is replayed onto it (compare-and-set); a transcript changed under
+        the turn (its lease lapsed) is a conflict, never undone."""
+        request, state = turn.request, turn.state
+        if request is None or state is None or request.key is None or reply is None:
+            return
+        if turn.side:  # planned as a turn of its session, answered, never stored
+            return
+        pending, base = state.pending, state.base
+        for _ in range(CAS_ATTEMPTS):
+            if _transcript(state.base) != _transcript(base) and drops_stored(state):
+                raise concurrent_turn()
+            entry = await self._history.entry(
+                reply,
+                state.new[-1].chain if state.new else state.match.head,
+                request.counter,
+                state.totals,
+                request.reply_limit,
+            )
+            learned = _calibration(state.base, self.label(request.model), turn.tokens_sent, usage)
+            inserts, digest = _inserts(state.base, turn.inserts)
+            meta, checkpoints = self._history.after(request, state, entry, learned, digest)
+            entries = (*state.new, entry)
+            record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
+            lease = turn.lease
+            release = lease.token if lease is not None else None
+            try:
+                done = await self.store.commit(
+                    meta, state.expected, state.keep, entries, checkpoints, release, record, inserts
+                )
+                given_back = done
+            except ProxyError:
+                # No answer in time: the commit applied by its deadline, or never will.
+                if not await self._applied(request.key, meta):
+                    raise
+                done, given_back = True, False
+            if done:
+                if lease is not None and given_back:  # given back with the commit
+                    lease.stored = True
+                if entry.message is not reply:
+                    logger.warning("a reply over %d bytes is stored cut", request.reply_limit)
+                    REPLIES_CUT.labels(self.label(request.model)).inc()
+                if pending is not None and not checkpoints:  # replayed: store it if it applies
+                    await self.summaries.store(request.key, pending)
+                if not request.own_budget:
+                    self._planning.maybe_summarize(request, meta)
+                if request.memory_id is not None:
+                    await self._learn(request, entries)
+                return
+            state = await self._history.state(request)
+        logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
+        raise concurrent_turn()
+
+    async def _applied(self, key: SessionKey, meta: SessionMeta) -> bool:
+        """Whether a commit whose answer was lost applied after all: the session is at
+        its version with its head, the chain value that names the turn's content (its
+        turn id). Asked once, briefly: a store still away is a failed turn."""
+        try:
+            found = await asyncio.wait_for(self.store.load(*key), READ_BACK_SECONDS)
+        except (ProxyError, TimeoutError):
+            return False
+        return found is not None and (found.version, found.head) == (meta.version, meta.head)
+
+    async def _learn(self, request: Request, said: tuple[StoredMessage, ...]) -> None:
+        """Remember what a stored turn said; the turn stands whatever happens here."""
+        assert request.key is not None and request.memory_id is not None
+        try:
+            await self.memories.learn(request.key[0], request.memory_id, request.key[1], said)
+        except Exception as exc:
+            logger.warning("memory not updated: %s", self.summaries.redact(str(exc)))
+
+
+def _calibration(
+    base: SessionMeta | None, label: str, sent: int | None, usage: dict[str, Any] | None
+) -> dict[str, float]:
+    """The session's calibration once the provider counted what the turn sent."""
+    learned = dict(base.calibration) if base is not None else {}
+    ratio = calibration.smoothed(learned.get(label), sent, (usage or {}).get("prompt_tokens"))
+    if ratio is not None:
+        learned[label] = ratio
+    return learned
+
+
+def _inserts(base: SessionMeta | None, inserts: Inserts | None) -> tuple[bytes | None, str]:
+    """What the commit writes of the session's inserts (None: nothing, as they are
+    stored already, or none were chosen) and the meta's digest of them."""
+    stored = base.inserts if base is not None else ""
+    if inserts is None or inserts == Inserts():
+        return None, stored if inserts is None else ""
+    digest = inserts.digest()
+    return (None if digest == stored else inserts.to_json()), digest
+
+
+def drops_stored(state: State) -> bool:
+    """The turn cuts stored messages away (an edit of history, or a stale client)."""
+    return state.base is not None and state.keep < state.base.length
+
+
+def _transcript(meta: SessionMeta | None) -> tuple[int, str] | None:
+    return (meta.length, meta.head) if meta is not None else None
+
+
+def concurrent_turn() -> SessionConflict:
+    return SessionConflict(
+        "The session gained messages from a concurrent turn that this request's history"
+        " does not have; resend it with the session's current history.",
+        code="conflict",
+    )

@@ -1,0 +1,75 @@
+"""A streamed turn's events as the door reads them: relayed as they come, the reply's end
+held back until the turn is stored (`TurnEvents`); and a reply made here, with no model
+call, as one batch of events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from proxy.conversation.identity import Message
+from proxy.conversation.replies import StreamedReply
+from proxy.engine import agent_compaction
+from proxy.engine.types import Observer, Turn
+from proxy.upstream.lean import Events
+
+__all__ = ["TurnEvents", "made"]
+
+
+async def made(answer: dict[str, Any]) -> AsyncIterator[Events]:
+    """A reply made here, as one batch of stream chunks."""
+    yield Events(agent_compaction.answer_chunks(answer))
+
+
+class TurnEvents:
+    """A streamed turn: the upstream's events as they come. The reply is stored only once
+    the stream is complete; `aclose` ends the turn however the stream ended (done,
+    failed, or cut off by the client before or after it began)."""
+
+    def __init__(
+        self,
+        turn: Turn,
+        events: AsyncIterator[Events],
+        observer: Observer,
+        answered: Callable[[Turn, Message | None, dict[str, Any] | None], Awaitable[None]],
+        finish: Callable[[Turn], Awaitable[None]],
+    ) -> None:
+        self.turn = turn
+        self._events = events
+        self._observer = observer
+        self._answered = answered
+        self._finish = finish
+
+    async def __aiter__(self) -> AsyncIterator[Events]:
+        """The events as they come, but from the reply's finish on (its finish reason,
+        usage, a native stream's own end event) only once it is stored: a client that
+        hangs up when it has the end (Codex, at `response.completed`) has a stored turn,
+        and one that hears of a failed store was never told the reply was done."""
+        reply = StreamedReply()
+        usage: dict[str, Any] | None = None
+        held: list[Events] = []
+        async for batch in self._events:
+            for chunk in batch.chunks:
+                reply.add(chunk)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                    self._observer.used(usage)
+                elif _has_output(chunk):
+                    self._observer.first_token()
+            if reply.finished:
+                held.append(batch)
+            else:
+                yield batch
+        self._observer.upstream_finished()
+        await self._answered(self.turn, reply.message(), usage)
+        for batch in held:
+            yield batch
+
+    async def aclose(self) -> None:
+        await self._finish(self.turn)
+
+
+def _has_output(chunk: dict[str, Any]) -> bool:
+    deltas = [choice.get("delta") or {} for choice in chunk.get("choices") or []]
+    return any(delta.get("content") or delta.get("tool_calls") for delta in deltas)

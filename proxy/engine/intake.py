@@ -1,0 +1,131 @@
+"""A request's facts, worked out once (`Request`): its model, counter and budget, its
+system messages and conversation, their tokens, its session; the session's calibration
+applied once the session is read; and a request of no session fitted on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from proxy.config.settings import Settings
+from proxy.conversation.identity import split_system
+from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
+from proxy.conversation.tokens import IMAGE_TOKENS, CountCache, counter_for
+from proxy.conversation.validation import validate_messages
+from proxy.engine.budget import budget
+from proxy.engine.history import off_loop
+from proxy.engine.planning import Planning
+from proxy.engine.reconcile import frame_of
+from proxy.engine.types import Request, RequestContext, State, Turn
+from proxy.observability import metrics
+from proxy.observability.metrics import ModelLabels
+from proxy.upstream.client import Upstream
+
+__all__ = ["Intake"]
+
+
+class Intake:
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        counts: CountCache,
+        planning: Planning,
+        label: ModelLabels,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self._counts = counts
+        self._planning = planning
+        self.label = label
+
+    def request(self, body: dict[str, Any], context: RequestContext) -> Request:
+        model = body["model"]
+        counter = counter_for(
+            self.upstream.models.provider_model(model), self.settings.context.token_counting
+        )
+        system, conversation = split_system(body["messages"])
+        validate_messages(system)
+        tools = body.get("tools")
+        system_json, tools_json = orjson.dumps(system), orjson.dumps(tools or [])  # once
+        ratio = context.budget_ratio or self.settings.context.budget_ratio
+        key = (context.tenant, context.session_id) if context.session_id else None
+        limits = self.upstream.models.limits(model)
+        reply_limit = self.settings.session.max_reply_bytes or max(
+            MIN_REPLY_BYTES, BYTES_PER_OUTPUT_TOKEN * (limits.max_output_tokens or 0)
+        )
+        return Request(
+            model=model,
+            counter=counter,
+            budget=budget(model, limits, body, ratio),
+            input_limit=limits.max_input_tokens,
+            messages=body["messages"],
+            system=system,
+            conversation=conversation,
+            system_tokens=self._counts.messages(counter, system, system_json),
+            tools_tokens=self._counts.tools(counter, tools, tools_json),
+            mode=context.mode,
+            key=key,
+            size=len(context.body) if context.body else None,
+            own_budget=context.budget_ratio is not None,
+            provider_key=context.provider_key,
+            secrets=context.secrets,
+            continues=context.continues,
+            memory_id=context.memory_id,
+            frame=frame_of(system_json, tools_json) if key is not None else "",
+            reply_limit=reply_limit,
+            input_price=limits.input_price,
+        )
+
+    async def stateless(
+        self, body: dict[str, Any], request: Request, context: RequestContext
+    ) -> Turn:
+        """No session: nothing stored, the request fitted by truncation. One that fits by
+        its size in bytes (a bound on its tokens) is not even tokenized."""
+        conversation = request.conversation
+        validate_messages(conversation, offset=len(request.system))
+        base = request.system_tokens + request.tools_tokens
+        if context.body and base + _token_bound(context.body) <= request.budget:
+            return Turn(body, request.model, managed=True, input_limit=request.input_limit)
+        counts = await off_loop(
+            conversation, lambda: [request.counter.count_message(m) for m in conversation]
+        )
+        plan = self._planning.fit(request, conversation, counts, None, allow_summary=False)
+        original = base + sum(counts)
+        return Turn(
+            body | {"messages": plan.messages},
+            request.model,
+            managed=True,
+            tokens_original=original,
+            tokens_sent=plan.tokens,
+            compression=plan.compression,
+            input_limit=request.input_limit,
+            input_price=request.input_price,
+        )
+
+    def calibrated(
+        self, body: dict[str, Any], context: RequestContext, request: Request, state: State
+    ) -> Request:
+        """The request with its session's calibration applied to its budget."""
+        learned = state.base.calibration if state.base is not None else {}
+        ratio = learned.get(self.label(request.model))
+        if ratio is None:
+            return request
+        limits = self.upstream.models.limits(request.model)
+        share = context.budget_ratio or self.settings.context.budget_ratio
+        return replace(request, budget=budget(request.model, limits, body, share, ratio))
+
+    def count_guessed_limit(self, model: str) -> None:
+        """A turn planned on `context.default_context_window`, for want of a known limit."""
+        if self.upstream.models.limits(model).source == "default":
+            metrics.MODEL_LIMIT_DEFAULTED.labels(self.label(model)).inc()
+
+
+def _token_bound(body: bytes) -> int:
+    """At least as many tokens as the body's messages hold: every counter here makes at
+    most one token of each byte of text, a message's JSON is longer than its overhead,
+    and an image part (counted flat) appears as "image_url" twice (type and key)."""
+    return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')
