@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
 
-from proxy.conversation.identity import Message
+from proxy.conversation.identity import GENESIS, Message, chain, message_hash
+from proxy.conversation.replies import stored_reply
+from proxy.conversation.tokens import TokenCounter
 from proxy.engine import calibration
-from proxy.engine.history import History
+from proxy.engine.history import History, counter_for_name, off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.remembering import Memories
 from proxy.engine.summarizer import Summaries
@@ -23,7 +26,14 @@ from proxy.engine.types import Request, State, Turn
 from proxy.errors import ProxyError, SessionConflict
 from proxy.observability import metrics
 from proxy.observability.metrics import REPLIES_CUT, ModelLabels
-from proxy.sessions.records import CAS_ATTEMPTS, Inserts, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.records import (
+    CAS_ATTEMPTS,
+    Checkpoint,
+    Inserts,
+    SessionKey,
+    SessionMeta,
+    StoredMessage,
+)
 from proxy.sessions.store import SessionStore
 
 __all__ = ["Commits", "concurrent_turn", "drops_stored"]
@@ -84,7 +94,7 @@ class Commits:
         for _ in range(CAS_ATTEMPTS):
             if _transcript(state.base) != _transcript(base) and drops_stored(state):
                 raise concurrent_turn()
-            entry = await self._history.entry(
+            entry = await reply_entry(
                 reply,
                 state.new[-1].chain if state.new else state.match.head,
                 request.counter,
@@ -93,7 +103,7 @@ class Commits:
             )
             learned = _calibration(state.base, self.label(request.model), turn.tokens_sent, usage)
             inserts, digest = _inserts(state.base, turn.inserts)
-            meta, checkpoints = self._history.after(request, state, entry, learned, digest)
+            meta, checkpoints = stored_meta(request, state, entry, learned, digest)
             entries = (*state.new, entry)
             record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
             lease = turn.lease
@@ -180,3 +190,80 @@ def concurrent_turn() -> SessionConflict:
         " does not have; resend it with the session's current history.",
         code="conflict",
     )
+
+
+async def reply_entry(
+    reply: Message,
+    previous: str,
+    counter: TokenCounter,
+    totals: dict[str, int],
+    limit: int,
+) -> StoredMessage:
+    """The reply as stored, after the message whose chain value is `previous` (a
+    long reply is counted off the loop). One longer than `limit` bytes is stored as
+    a marked cut (`stored_reply`) under the whole reply's hash and count: the client
+    that resends its whole copy is still recognised, and budgeted for it."""
+
+    def count() -> tuple[Message, dict[str, int]]:
+        counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+        return stored_reply(reply, limit), counts
+
+    digest = message_hash(reply)
+    stored, counts = await off_loop([reply], count)
+    return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
+
+
+def stored_meta(
+    request: Request,
+    state: State,
+    reply: StoredMessage,
+    calibration: dict[str, float],
+    inserts: str,
+) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
+    """The meta once the turn is stored (with the session's `calibration` and the
+    digest of its `inserts`), and the checkpoint stored with it (if any)."""
+    assert request.key is not None
+    base, match = state.base, state.match
+    now = time.time()
+    fingerprint = None
+    if match.whole and request.conversation and state.serialized is not None:
+        head = state.new[-1].chain if state.new else match.head
+        fingerprint = state.serialized.fingerprint(len(request.conversation), head)
+    origin = state.origin
+    if base is not None and match.keep > origin:
+        first = base.first
+    else:
+        first = state.new[0].hash if state.new else reply.hash
+    if base is None or origin == 0:
+        origin_head, origin_totals = GENESIS, {}
+    elif match.kind == "chapter":
+        origin_head, origin_totals = match.head, dict(base.totals)
+    else:
+        origin_head, origin_totals = base.origin_head, base.origin_totals
+    meta = SessionMeta(
+        tenant=request.key[0],
+        session_id=request.key[1],
+        version=state.expected + 1,
+        length=state.length + 1,
+        head=reply.chain,
+        first=first,
+        totals={name: total + reply.tokens[name] for name, total in state.totals.items()},
+        checkpoint=state.checkpoint,
+        checkpoints=state.checkpoints,
+        fingerprint=fingerprint,
+        tail=(reply.hash,) if fingerprint is not None else (),
+        frame=request.frame,
+        settled=bool(match.keep)
+        or bool(reply.message.get("tool_calls"))
+        or any(entry.message.get("role") == "assistant" for entry in state.new),
+        resent=match.whole
+        and (match.start > 0 or any(e.message.get("role") == "assistant" for e in state.new)),
+        origin=origin,
+        origin_head=origin_head,
+        origin_totals=origin_totals,
+        calibration=calibration,
+        inserts=inserts,
+        created=base.created if base is not None and base.created else now,
+        updated=now,
+    )
+    return meta, (state.pending,) if state.pending is not None else ()

@@ -10,13 +10,11 @@ are worked on in a thread, so the event loop stays free for other requests.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
-from proxy.conversation.identity import GENESIS, Message, chain, message_hash
-from proxy.conversation.replies import stored_reply
+from proxy.conversation.identity import Message, chain
 from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
@@ -236,83 +234,6 @@ class History:
         if start < state.keep:
             stored = await self._store.messages(*request.key, start, state.keep)
         return [*stored, *state.new[max(0, start - state.keep) :]]
-
-    async def entry(
-        self,
-        reply: Message,
-        previous: str,
-        counter: TokenCounter,
-        totals: dict[str, int],
-        limit: int,
-    ) -> StoredMessage:
-        """The reply as stored, after the message whose chain value is `previous` (a
-        long reply is counted off the loop). One longer than `limit` bytes is stored as
-        a marked cut (`stored_reply`) under the whole reply's hash and count: the client
-        that resends its whole copy is still recognised, and budgeted for it."""
-
-        def count() -> tuple[Message, dict[str, int]]:
-            counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
-            return stored_reply(reply, limit), counts
-
-        digest = message_hash(reply)
-        stored, counts = await off_loop([reply], count)
-        return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
-
-    def after(
-        self,
-        request: Request,
-        state: State,
-        reply: StoredMessage,
-        calibration: dict[str, float],
-        inserts: str,
-    ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
-        """The meta once the turn is stored (with the session's `calibration` and the
-        digest of its `inserts`), and the checkpoint stored with it (if any)."""
-        assert request.key is not None
-        base, match = state.base, state.match
-        now = time.time()
-        fingerprint = None
-        if match.whole and request.conversation and state.serialized is not None:
-            head = state.new[-1].chain if state.new else match.head
-            fingerprint = state.serialized.fingerprint(len(request.conversation), head)
-        origin = state.origin
-        if base is not None and match.keep > origin:
-            first = base.first
-        else:
-            first = state.new[0].hash if state.new else reply.hash
-        if base is None or origin == 0:
-            origin_head, origin_totals = GENESIS, {}
-        elif match.kind == "chapter":
-            origin_head, origin_totals = match.head, dict(base.totals)
-        else:
-            origin_head, origin_totals = base.origin_head, base.origin_totals
-        meta = SessionMeta(
-            tenant=request.key[0],
-            session_id=request.key[1],
-            version=state.expected + 1,
-            length=state.length + 1,
-            head=reply.chain,
-            first=first,
-            totals={name: total + reply.tokens[name] for name, total in state.totals.items()},
-            checkpoint=state.checkpoint,
-            checkpoints=state.checkpoints,
-            fingerprint=fingerprint,
-            tail=(reply.hash,) if fingerprint is not None else (),
-            frame=request.frame,
-            settled=bool(match.keep)
-            or bool(reply.message.get("tool_calls"))
-            or any(entry.message.get("role") == "assistant" for entry in state.new),
-            resent=match.whole
-            and (match.start > 0 or any(e.message.get("role") == "assistant" for e in state.new)),
-            origin=origin,
-            origin_head=origin_head,
-            origin_totals=origin_totals,
-            calibration=calibration,
-            inserts=inserts,
-            created=base.created if base is not None and base.created else now,
-            updated=now,
-        )
-        return meta, (state.pending,) if state.pending is not None else ()
 
 
 def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:

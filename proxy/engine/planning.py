@@ -12,12 +12,10 @@ import asyncio
 import functools
 import logging
 from dataclasses import replace
-from typing import Any
 
 from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
-from proxy.engine import agent_compaction
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
 from proxy.engine.summarizer import Summaries
@@ -183,42 +181,6 @@ class Planning:
             return state, await self.plan(request, state, allow_summary=False)
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
-
-    async def chapter(self, request: Request, state: State) -> State:
-        """A client that compacted its own history goes on from its own summary: the
-        transcript so far is covered by a checkpoint with no text (archived for recall,
-        stored with the turn), so the window starts at the client's new conversation."""
-        assert request.key is not None and state.base is not None
-        previous = state.checkpoint
-        start = previous.covers_until if previous else 0
-        span = await self._store.messages(*request.key, start, state.keep)
-        archived = await self._archive.of(request.key, state.checkpoints, previous)
-        checkpoint = await self._summaries.chapter(
-            span, state.keep, previous, state.base.totals, archived.ledger
-        )
-        return replace(
-            state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
-        )
-
-    async def answer(self, request: Request, state: State) -> dict[str, Any] | None:
-        """The reply to an agent's request for a summary of its conversation (the
-        request's last message), made from the session's summary with no model call:
-        where that summary covers all of the conversation but its latest messages, at
-        most `max_summary_tokens` of them, which follow it as they were. None: the
-        model must write it."""
-        context, checkpoint = self._settings.context, state.checkpoint
-        if not context.answer_compaction or checkpoint is None or not checkpoint.text:
-            return None  # no summary, or a client's own (a chapter's): nothing to answer from
-        name = request.counter.name
-        covered = checkpoint.before.get(name)
-        asked = state.new[-1].tokens.get(name) if state.new else None
-        if covered is None or asked is None:
-            return None
-        if state.totals[name] - covered - asked > context.max_summary_tokens:
-            return None
-        recent = await self._history.window(request, state, checkpoint.covers_until)
-        messages = [stored.message for stored in recent[:-1]]
-        return agent_compaction.answer(checkpoint.text, messages, request.model, request.counter)
 
     async def _changed(self, key: SessionKey, state: State) -> bool:
         """The stored session changed since `state` was read: under the turn lock, only a

@@ -24,6 +24,7 @@ from proxy.conversation.tokens import CountCache, counter_for
 from proxy.conversation.validation import validate_messages
 from proxy.engine.agent_compaction import asks_to_compact
 from proxy.engine.archive import Archive
+from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
 from proxy.engine.history import History, off_loop
@@ -70,6 +71,7 @@ class Engine:
             settings, store, self._history, self.summaries, self._counts, self.archive
         )
         self._locks = TurnLocks(store, settings.session.turn_wait_seconds)
+        self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
         self._intake = Intake(settings, upstream, self._counts, self._planning, self.label)
         self._commits = Commits(
             store, self._history, self._planning, self.summaries, self.memories, self.label
@@ -172,11 +174,11 @@ class Engine:
             request = self._intake.calibrated(body, context, request, state)
             self._intake.count_guessed_limit(request.model)
             if state.match.kind == "chapter":
-                state = await self._planning.chapter(request, state)
+                state = await self._chapters.chapter(request, state)
             if state.match.kind != "side" and _compacting(request):
                 # Answered from the session's summary, or planned as a turn of its
                 # session (summary and window); never stored.
-                answer = await self._planning.answer(request, state)
+                answer = await self._chapters.answer(request, state)
                 if answer is not None:
                     return _answer_turn(body, request, state, lease, answer)
                 turn = await self._planned(body, request, state, lease)
@@ -230,7 +232,7 @@ class Engine:
         state = await self._history.state(request)
         request = self._intake.calibrated(body, context, request, state)
         if state.match.kind == "chapter":
-            state = await self._planning.chapter(request, state)
+            state = await self._chapters.chapter(request, state)
         due = None
         if state.match.kind == "side":  # as it would be sent: beside the session, counted
             turn = await self._intake.stateless(body, request, replace(context, body=b""))

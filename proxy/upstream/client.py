@@ -23,7 +23,7 @@ from proxy.upstream.failures import failure
 from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
 from proxy.upstream.native import NativeApi, NativeStream, native_events, native_json
-from proxy.upstream.router import FALLBACK_SETTINGS, lean_models, native_models, router_for
+from proxy.upstream.router import fallbacks_for, lean_models, native_models, router_for
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
@@ -258,7 +258,7 @@ class Upstream:
         and, for a key limited to some models, the fallbacks left to it."""
         options = _credentials(api_key)
         if models is not None:
-            options |= self._fallbacks(models)[0]
+            options |= fallbacks_for(self._router, models, self.models.served_as)[0]
         return options
 
     def error(self, exc: Exception, api_key: str | None = None) -> ProxyError:
@@ -270,35 +270,8 @@ class Upstream:
         `models` may not use, so the Router will not try them for it."""
         if models is None or self._router is None:
             return []
-        refused = self._fallbacks(models)[1]
+        refused = fallbacks_for(self._router, models, self.models.served_as)[1]
         return sorted({*refused.get(model, ()), *refused.get("*", ())})
-
-    def _fallbacks(
-        self, models: frozenset[str]
-    ) -> tuple[dict[str, list[dict[str, list[Any]]]], dict[str, set[str]]]:
-        """The Router's fallback lists cut to the models a key may use (a model named or
-        served by its wildcard route, as `Principal.may_use`), and what was cut, by the
-        model it fell back from."""
-        if self._router is None:
-            return {}, {}
-        options: dict[str, list[dict[str, list[Any]]]] = {}
-        refused: dict[str, set[str]] = {}
-        for setting in FALLBACK_SETTINGS:
-            rules = getattr(self._router, setting, None) or []
-            kept = []
-            for rule in rules:
-                for source, targets in rule.items() if isinstance(rule, dict) else ():
-                    allowed = []
-                    for target in targets or []:
-                        name = target.get("model") if isinstance(target, dict) else target
-                        served = self.models.served_as(name) if isinstance(name, str) else None
-                        if isinstance(name, str) and (name in models or served in models):
-                            allowed.append(target)
-                        else:
-                            refused.setdefault(source, set()).add(str(name))
-                    kept.append({source: allowed})
-            options[setting] = kept
-        return options, refused
 
 
 def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:

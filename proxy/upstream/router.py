@@ -14,13 +14,14 @@ deployments all speak it (`native_models`), LiteLLM's full call otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from proxy.config.settings import ConfigError, Settings
 from proxy.upstream import adapter
 from proxy.upstream.lean import is_openai_compatible
 
-__all__ = ["ProxyRouter", "lean_models", "native_models", "router_for"]
+__all__ = ["ProxyRouter", "fallbacks_for", "lean_models", "native_models", "router_for"]
 
 _KEY_REJECTED = frozenset({401, 403})
 
@@ -160,3 +161,36 @@ def lean_models(settings: Settings) -> frozenset[str]:
         for name in compatible
         if all(compatible.get(other, False) for other in reachable(name))
     )
+
+
+Fallbacks = dict[str, list[dict[str, list[Any]]]]
+
+
+def fallbacks_for(
+    router: adapter.Router | None,
+    models: frozenset[str],
+    served_as: Callable[[str], str | None],
+) -> tuple[Fallbacks, dict[str, set[str]]]:
+    """The Router's fallback lists cut to the models a key may use (a model named or
+    served by its wildcard route, as `Principal.may_use`), as the Router's per-call
+    arguments, and what was cut, by the model it fell back from."""
+    if router is None:
+        return {}, {}
+    options: Fallbacks = {}
+    refused: dict[str, set[str]] = {}
+    for setting in FALLBACK_SETTINGS:
+        rules = getattr(router, setting, None) or []
+        kept = []
+        for rule in rules:
+            for source, targets in rule.items() if isinstance(rule, dict) else ():
+                allowed = []
+                for target in targets or []:
+                    name = target.get("model") if isinstance(target, dict) else target
+                    served = served_as(name) if isinstance(name, str) else None
+                    if isinstance(name, str) and (name in models or served in models):
+                        allowed.append(target)
+                    else:
+                        refused.setdefault(source, set()).add(str(name))
+                kept.append({source: allowed})
+        options[setting] = kept
+    return options, refused

@@ -1,0 +1,71 @@
+"""Agents that compact their own history, served from the session (the requests are told
+apart in `agent_compaction`, pure): a client that goes on from its own summary starts a
+chapter, and an agent's request for a summary is answered from the session's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from proxy.config.settings import Settings
+from proxy.engine import agent_compaction
+from proxy.engine.archive import Archive
+from proxy.engine.history import History
+from proxy.engine.summarizer import Summaries
+from proxy.engine.types import Request, State
+from proxy.sessions.store import SessionStore
+
+__all__ = ["Chapters"]
+
+
+class Chapters:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        history: History,
+        summaries: Summaries,
+        archive: Archive,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._history = history
+        self._summaries = summaries
+        self._archive = archive
+
+    async def chapter(self, request: Request, state: State) -> State:
+        """A client that compacted its own history goes on from its own summary: the
+        transcript so far is covered by a checkpoint with no text (archived for recall,
+        stored with the turn), so the window starts at the client's new conversation."""
+        assert request.key is not None and state.base is not None
+        previous = state.checkpoint
+        start = previous.covers_until if previous else 0
+        span = await self._store.messages(*request.key, start, state.keep)
+        archived = await self._archive.of(request.key, state.checkpoints, previous)
+        checkpoint = await self._summaries.chapter(
+            span, state.keep, previous, state.base.totals, archived.ledger
+        )
+        return replace(
+            state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
+        )
+
+    async def answer(self, request: Request, state: State) -> dict[str, Any] | None:
+        """The reply to an agent's request for a summary of its conversation (the
+        request's last message), made from the session's summary with no model call:
+        where that summary covers all of the conversation but its latest messages, at
+        most `max_summary_tokens` of them, which follow it as they were. None: the
+        model must write it."""
+        context, checkpoint = self._settings.context, state.checkpoint
+        if not context.answer_compaction or checkpoint is None or not checkpoint.text:
+            return None  # no summary, or a client's own (a chapter's): nothing to answer from
+        name = request.counter.name
+        covered = checkpoint.before.get(name)
+        asked = state.new[-1].tokens.get(name) if state.new else None
+        if covered is None or asked is None:
+            return None
+        if state.totals[name] - covered - asked > context.max_summary_tokens:
+            return None
+        recent = await self._history.window(request, state, checkpoint.covers_until)
+        messages = [stored.message for stored in recent[:-1]]
+        return agent_compaction.answer(checkpoint.text, messages, request.model, request.counter)
