@@ -10,29 +10,28 @@ from typing import Any
 
 from proxy.engine import calibration
 from proxy.errors import ContextOverflow
-from proxy.upstream.limits import ModelLimits
 
 __all__ = ["budget"]
 
 
 def budget(
     model: str,
-    limits: ModelLimits,
+    max_input_tokens: int,
     body: dict[str, Any],
     ratio: float,
     calibrated: float | None = None,
 ) -> int:
     """floor(ratio × input limit), and room left for the requested output, in our
     tokenizer's units: divided by the calibration factor where we undercount."""
-    tokens = math.floor(ratio * limits.max_input_tokens)
+    tokens = math.floor(ratio * max_input_tokens)
     requested = body.get("max_completion_tokens") or body.get("max_tokens")
     if isinstance(requested, int) and requested > 0:
-        tokens = min(tokens, limits.max_input_tokens - requested)
+        tokens = min(tokens, max_input_tokens - requested)
     tokens = math.floor(tokens / calibration.factor(calibrated))
     if tokens <= 0:
         raise ContextOverflow(
             f"max_tokens={requested} leaves no room for input in {model}'s "
-            f"{limits.max_input_tokens}-token context.",
+            f"{max_input_tokens}-token context.",
             param="max_tokens",
         )
     return tokens

@@ -60,7 +60,7 @@ class Intake:
         return Request(
             model=model,
             counter=counter,
-            budget=budget(model, limits, body, ratio),
+            budget=budget(model, limits.max_input_tokens, body, ratio),
             input_limit=limits.max_input_tokens,
             messages=body["messages"],
             system=system,
@@ -116,7 +116,8 @@ class Intake:
             return request
         limits = self.upstream.models.limits(request.model)
         share = context.budget_ratio or self.settings.context.budget_ratio
-        return replace(request, budget=budget(request.model, limits, body, share, ratio))
+        tokens = budget(request.model, limits.max_input_tokens, body, share, ratio)
+        return replace(request, budget=tokens)
 
     def count_guessed_limit(self, model: str) -> None:
         """A turn planned on `context.default_context_window`, for want of a known limit."""
