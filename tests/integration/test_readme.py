@@ -173,8 +173,10 @@ def upstream(quickstart: Quickstart) -> FakeUpstream:
 
 
 def test_every_python_and_shell_block_is_run_by_a_test() -> None:
-    """Each block is named by exactly one `snippet("…")` in the tests, except the test
-    command, which `.ci/run` runs (the block after `<!-- test-command -->`)."""
+    """Each block of the README and of every page of `docs/` is named by exactly one
+    `snippet("…")` in the tests, except the test command, which `.ci/run` runs (the
+    README's block after `<!-- test-command -->`). A block that is not is named by its
+    file and line."""
     named = {
         node.args[0].value
         for path in (ROOT / "tests").rglob("*.py")
