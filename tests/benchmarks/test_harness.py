@@ -1,6 +1,6 @@
 """The benchmark harness itself works: every benchmark runs in its quick form and prints
 its whole table. Numbers are not judged here (timings on shared machines are noisy);
-the README shows a full run."""
+docs/performance.md shows a full run."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ NUMBER = r"[-+]?\d+(?:\.\d+)?"
 
 
 def test_every_benchmark_prints_its_table() -> None:
-    """The README's benchmark command, as written (the quick form of every benchmark)."""
+    """The benchmark command of docs/performance.md, as written (the quick form of every
+    benchmark)."""
     command = shlex.split(snippet(".venv/bin/python -m tests.benchmarks --quick").text)
     done = subprocess.run(
         command,
