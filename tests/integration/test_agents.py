@@ -3,8 +3,8 @@ then `--continue`, 32 turns with a tool round trip) on the Messages door and Cod
 (`codex exec`, then `exec resume --last`, 30 turns with a tool round trip) on the
 Responses door, and each compacting its own history on the way, as installed
 by the test command (tests/agents), against the loopback test upstream. Each runs with
-a home of its own and the README's own setup (its Claude Code exports and its Codex
-config.toml, only the port changed), and no proxy workaround: what they send beyond
+a home of its own and the setup docs/clients.md gives (its Claude Code exports and
+its Codex config.toml, only the port changed), and no proxy workaround: what they send beyond
 the published APIs is the doors' business. Their replies are long, so each
 conversation outgrows its budget beside the agent's own large system prompt and tools:
 compression must reach a summary and never truncate."""
@@ -63,7 +63,7 @@ def url(upstream: FakeUpstream, start_proxy: Any) -> str:
 
 
 def claude_env(url: str, home: Path) -> dict[str, str]:
-    """The environment the README's Claude Code block leaves: its exports, run by sh
+    """The environment the Claude Code block of docs/clients.md leaves: its exports, run by sh
     (its last line starts the interactive `claude`; the test runs `claude -p`)."""
     *exports, command = CLAUDE_SETUP.text.strip().splitlines()
     assert command == "claude"
@@ -77,7 +77,7 @@ def claude_env(url: str, home: Path) -> dict[str, str]:
 
 
 def codex_home(url: str, home: Path) -> None:
-    """The README's Codex config.toml, as `~/.codex/config.toml`."""
+    """The Codex config.toml of docs/clients.md, as `~/.codex/config.toml`."""
     (home / ".codex").mkdir(parents=True)
     config = on_port(CODEX_SETUP.text, port(url))
     assert f'model = "{CODEX}"' in config and f'base_url = "{url}/v1"' in config
@@ -230,7 +230,7 @@ def within_budget(
 def claude_code(
     url: str, upstream: FakeUpstream, tmp_path: Path
 ) -> tuple[dict[str, str], str, Path]:
-    """Claude Code as the README sets it up, with a home and a work folder of its own
+    """Claude Code as docs/clients.md sets it up, with a home and a work folder of its own
     (whose notes.txt a turn reads), against long replies: its environment, its command
     and its work folder."""
     home, work = tmp_path / "home", tmp_path / "work"
@@ -324,7 +324,7 @@ CODEX_HANDOFF = "Handoff: the user sends numbered turns, each answered at length
 def codex_session(
     url: str, upstream: FakeUpstream, tmp_path: Path, turns: list[str], compact_at: int = 0
 ) -> None:
-    """Codex as the README sets it up (compacting its history on its own once a reply's
+    """Codex as docs/clients.md sets it up (compacting its history on its own once a reply's
     usage reaches `compact_at` tokens, if given): `codex exec`, then `codex exec resume
     --last` for each further turn; a turn that ends in "read the notes" runs Codex's
     `exec_command` tool on notes.txt."""

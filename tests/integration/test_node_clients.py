@@ -233,7 +233,7 @@ AI_SDK_BLOCK = snippet("import { createOpenAI } from '@ai-sdk/openai';")
 
 
 def test_the_readmes_ai_sdk_block(upstream: FakeUpstream, start_proxy: Any, tmp_path: Path) -> None:
-    """The README's AI SDK block, as pasted (only the port changed): its second turn
+    """The AI SDK block of docs/clients.md, as pasted (only the port changed): its second turn
     sends the first reply as an item reference, and the session holds both turns."""
     url = start_proxy(node_config(upstream, WINDOW))
     (tmp_path / "node_modules").symlink_to(AGENTS / "node_modules")
@@ -263,7 +263,7 @@ OPENCODE_WINDOW = 48_000  # its system prompt and tools are ~8k tokens
 
 
 def opencode_env(url: str, home: Path) -> dict[str, str]:
-    """The environment the README's opencode block leaves: its exports, run by sh (its
+    """The environment the opencode block of docs/clients.md leaves: its exports, run by sh (its
     last line starts the interactive `opencode`; the test runs `opencode run`)."""
     *exports, command = OPENCODE_SETUP.text.strip().splitlines()
     assert command == "opencode"
@@ -277,8 +277,8 @@ def opencode_env(url: str, home: Path) -> dict[str, str]:
 def test_opencode_thirty_turns_offline(
     upstream: FakeUpstream, start_proxy: Any, tmp_path: Path
 ) -> None:
-    """`opencode run`, then 29 × `opencode run --continue`, with the README's
-    opencode.json and exports (only the port changed), where nothing but the proxy can
+    """`opencode run`, then 29 × `opencode run --continue`, with the opencode.json and
+    exports of docs/clients.md (only the port changed), where nothing but the proxy can
     be reached: no model catalogue, update check or plugin download is needed. Its
     first request of a session asks another system prompt for a title; the
     conversation is still the session's, one turn a `read` of a file that opencode

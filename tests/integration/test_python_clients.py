@@ -1,13 +1,13 @@
 """Real Python clients through the proxy's chat door, at full length: langchain-openai
 (`ChatOpenAI` with `bind_tools`, its tool's `ToolMessage` sent back), pydantic-ai (an
 `Agent` whose `tool_plain` the model calls) and aider (as released, from its own venv,
-`.venv-aider`, set up by the README's block, typed 30 turns in one session with no
+`.venv-aider`, set up by its block in docs/clients.md, typed 30 turns in one session with no
 network but the proxy). Each sets X-Session-Id its own way and holds a 30-turn
 conversation with one tool round trip (aider's: an edit it applies to a file of a git
 repo, which the next turn's request carries), against the loopback test upstream, whose
 long replies outgrow the budget: one session holds every turn once, in order; every
 request is 2xx and within the 0.8 budget; compression reaches `summary` and never
-truncates. Each README block for these clients is run here too."""
+truncates. Each block of docs/clients.md for these clients is run here too."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def check_compression(
 
 
 def run_python_block(block: str, url: str) -> str:
-    """A README Python block run as a script against the proxy at `url`."""
+    """A Python block of docs/clients.md run as a script against the proxy at `url`."""
     done = subprocess.run(
         [sys.executable, "-c", on_port(block, port(url))],
         env={**os.environ, "PROXY_API_KEY": KEY},
@@ -155,7 +155,7 @@ def run_python_block(block: str, url: str) -> str:
 
 
 def check_block(url: str, out: str) -> None:
-    """A README block's two turns: the second answered, both stored under its session."""
+    """A docs/clients.md block's two turns: the second answered, both stored under its session."""
     assert out == "echo: Who am I?\n", out
     stored = transcript(url, "support-ticket-4711")
     contents = [m["content"] for m in stored]
@@ -284,7 +284,7 @@ def is_commit_message(body: dict[str, Any]) -> bool:
 
 
 def aider_env(url: str, home: Path, work: Path, netlog: Path) -> dict[str, str]:
-    """The environment the README's aider block leaves in `work` (run by sh; its last
+    """The environment the aider block of docs/clients.md leaves in `work` (run by sh; its last
     line starts aider), in a process that refuses and logs any non-loopback connection."""
     *setup, command = AIDER_SETUP.text.strip().splitlines()
     assert command.startswith("aider ")
@@ -306,7 +306,7 @@ def git(work: Path, *args: str) -> str:
 def test_aider_thirty_turns_with_an_edit_round_trip(
     upstream: FakeUpstream, start_proxy: Any, tmp_path: Path
 ) -> None:
-    """The README's block in a git repo, then its aider command with hello.py in the
+    """The aider block of docs/clients.md in a git repo, then its command with hello.py in the
     chat, typed 30 turns: the 10th has aider rewrite hello.py (applied and committed,
     with a commit message it asks the model for under the same session id), and the
     11th's request carries the edited file."""
