@@ -314,7 +314,7 @@ def _judged(
 
 def _not_taken_by_litellm(route: Route) -> set[str]:
     """On LiteLLM's own call, the chat parameters its list says the model does not take:
-    refused (a 400 naming them) while `drop_params` is unset, as the README says."""
+    refused (a 400 naming them) while `drop_params` is unset, as docs/configuration.md says."""
     if route.door != "chat" or route.lean:
         return set()
     return set(CHAT) - set(adapter.get_supported_openai_params(route.model, "openai") or ())
