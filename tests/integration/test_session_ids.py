@@ -255,8 +255,9 @@ def test_the_cli_lists_shows_searches_and_deletes_any_id(
 
 
 def test_the_readme_names_an_odd_id_with_curl(upstream: FakeUpstream, start_proxy: Any) -> None:
-    """The Sessions section's `?id=` block, as pasted: a unicode id with a space and `#`
-    sent in the header as curl sends it (UTF-8), then shown, searched and deleted."""
+    """The `?id=` block of docs/operations.md (Sessions), as pasted: a unicode id with a
+    space and `#` sent in the header as curl sends it (UTF-8), then shown, searched and
+    deleted."""
     url = start_proxy(claude_config(upstream, auth=KEYS))
     block = snippet('-H "X-Session-Id: café')
     done = subprocess.run(
