@@ -1,6 +1,8 @@
-"""The README's snippets work when pasted: every Python and shell block is run here, as
-written, against the loopback test upstream (the Claude Code and Codex setups are run
-with the real agents, in `test_agents.py`).
+"""The snippets of the README and of `docs/` work when pasted: every Python and shell
+block is run, as written, against the loopback test upstream: here, or by the test of
+what it sets up (the Claude Code and Codex setups with the real agents in
+`test_agents.py`, the other clients' in `test_python_clients.py` and
+`test_node_clients.py`, the benchmark command in `tests/benchmarks/test_harness.py`).
 
 The README's own config file and serve command start the proxy (`OPENAI_BASE_URL` and
 `ANTHROPIC_BASE_URL` point LiteLLM at the test upstream; the key the serve command
@@ -9,7 +11,7 @@ script of its own. Only the port is changed, 4000 to a free one. One program doe
 exist here and is stood in for, checking what the real one would need: `docker` (no
 Docker engine runs on this machine: it checks that the compose file's required
 variables are set and that the proxy's config loads with them). The test command is
-the one block not run here: `.ci/run` runs it.
+the one block not run by a test: `.ci/run` runs it.
 """
 
 from __future__ import annotations
@@ -208,7 +210,7 @@ def test_the_test_command_installs_everything_through_one_script() -> None:
     assert "--require-hashes -r tests/pip.lock" in script.split("tests/requirements.lock")[0]
 
 
-# --- Quick start and the openai SDK ---------------------------------------------------
+# --- Quick start and the openai SDK (README.md, docs/clients.md) -----------------------
 
 
 def test_install_and_run_command(tmp_path: Path, _shared_upstream: FakeUpstream) -> None:
@@ -277,7 +279,7 @@ def test_session_block(quickstart: Quickstart, upstream: FakeUpstream) -> None:
     assert stored["messages"][-1] == {"role": "assistant", "content": "echo: Who am I?"}, stored
 
 
-# --- Anthropic Messages and OpenAI Responses ------------------------------------------
+# --- Anthropic Messages and OpenAI Responses (docs/clients.md) -------------------------
 
 
 def test_anthropic_block(quickstart: Quickstart, upstream: FakeUpstream) -> None:
@@ -299,7 +301,7 @@ def test_responses_block(quickstart: Quickstart, upstream: FakeUpstream) -> None
     assert contents == ["I am Ada.", "echo: I am Ada.", "Who am I?"], contents
 
 
-# --- Sessions, deployment, a real model -----------------------------------------------
+# --- Sessions, deployment, a real model (docs/operations.md); locks (docs/development.md)
 
 
 def test_sessions_api_block(quickstart: Quickstart) -> None:
