@@ -193,6 +193,7 @@ def test_every_python_and_shell_block_is_run_by_a_test() -> None:
     test_command = readme.split("<!-- test-command -->\n```sh\n", 1)[1].split("```", 1)[0]
     run = [block for block in snippets() if block.language in RUN]
     assert len(run) >= 12, run
+    assert {block.path.name for block in run} >= {"README.md", "clients.md", "operations.md"}
     for block in run:
         if block.text == test_command:
             continue
