@@ -116,8 +116,9 @@ def anonymous_refusal(settings: Settings, host: str) -> str | None:
     if settings.auth.required() or settings.auth.allow_anonymous or _is_loopback(host):
         return None
     return (
-        f"refusing to serve on {host} without keys: configure auth.keys (see docs/configuration.md), "
-        "use auth.mode: passthrough, or set auth.allow_anonymous: true to accept the risk"
+        f"refusing to serve on {host} without keys: configure auth.keys"
+        " (see docs/configuration.md), use auth.mode: passthrough, or set"
+        " auth.allow_anonymous: true to accept the risk"
     )
 
 
