@@ -21,7 +21,7 @@ import redis
 
 from proxy.cli.local import held_port
 from proxy.sessions.records import COMMIT_SECONDS
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.upstream import FakeUpstream, Reply
 

@@ -23,7 +23,7 @@ import yaml
 
 from proxy.cli.local import held_port
 from proxy.sessions.locks import LEASE_SECONDS
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually

@@ -9,7 +9,7 @@ from typing import Any
 
 import openai
 
-from tests.conftest import MODEL, UPSTREAM_KEY
+from tests.proxies import MODEL, UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "hi"}]

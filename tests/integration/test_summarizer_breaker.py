@@ -13,7 +13,7 @@ import httpx
 import openai
 
 from proxy.summary.fold import SYSTEM_PROMPT
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 

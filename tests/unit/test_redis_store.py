@@ -16,6 +16,8 @@ from proxy.sessions.stores import LeaseLost, TimedStore
 from proxy.sessions.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
 
+pytestmark = pytest.mark.integration  # a Redis server of the tests' own
+
 
 @pytest.fixture
 async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:

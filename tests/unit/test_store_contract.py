@@ -27,7 +27,13 @@ from tests.waiting import eventually_async
 LEGACY = json.loads((Path(__file__).parent / "fixtures" / "session-0.1.json").read_text())
 
 
-@pytest.fixture(params=["disk", "redis", "redis-cluster"])
+@pytest.fixture(
+    params=[
+        "disk",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("redis-cluster", marks=pytest.mark.integration),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -372,6 +378,7 @@ async def _write_legacy(backend: str, make_store: Any) -> None:
     await raw.aclose()
 
 
+@pytest.mark.integration
 def test_cluster_urls_pick_the_cluster_client(redis_url: str, redis_cluster_url: str) -> None:
     assert isinstance(connect(redis_url), aioredis.Redis)
     assert not isinstance(connect(redis_cluster_url), aioredis.Redis)

@@ -153,6 +153,7 @@ def test_a_dead_replicas_lease_lapses_within_five_seconds() -> None:
     assert LEASE_SECONDS <= 5.0  # issue 36: a replica killed mid-turn frees its sessions
 
 
+@pytest.mark.integration
 async def test_renewal_keeps_a_long_turns_lease_past_several_lease_periods(
     redis_stores: Callable[[], RedisSessionStore],
 ) -> None:
@@ -171,6 +172,7 @@ async def test_renewal_keeps_a_long_turns_lease_past_several_lease_periods(
     assert await there.try_lock(*KEY, 10, "turn") is not None
 
 
+@pytest.mark.integration
 async def test_a_waiter_gets_a_dead_holders_session_as_its_lease_lapses(
     redis_stores: Callable[[], RedisSessionStore],
 ) -> None:
@@ -185,6 +187,7 @@ async def test_a_waiter_gets_a_dead_holders_session_as_its_lease_lapses(
     assert LEASE - 0.05 <= waited < LEASE + 1.0, waited  # a poll after the lapse, not 30 s
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("b_stored_first", [False, True], ids=["b-running", "b-stored"])
 async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
     redis_stores: Callable[[], RedisSessionStore], b_stored_first: bool
