@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from typing import Any
 
@@ -11,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.config.settings import ContextSettings
 from proxy.summary.fold import SYSTEM_PROMPT
 from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
@@ -18,6 +18,7 @@ from tests.waiting import eventually
 
 SESSION = "X-Session-Id"
 SMALL_WINDOW = {"max_input_tokens": 1000}
+SUMMARIZE_AT = ContextSettings().summarize_at  # the default
 
 
 def small_model(upstream: FakeUpstream, **sections: Any) -> dict[str, Any]:
@@ -44,6 +45,13 @@ def chat(client: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
 
 def stored(url: str, session: str, key: str = "client-key") -> httpx.Response:
     return httpx.get(f"{url}/v1/sessions/{session}", headers={"authorization": f"Bearer {key}"})
+
+
+def plans(url: str, session: str, key: str = "client-key") -> list[dict[str, Any]]:
+    headers = {"authorization": f"Bearer {key}"}
+    response = httpx.get(f"{url}/v1/sessions/{session}/plans", headers=headers)
+    assert response.status_code == 200, response.text
+    return list(response.json()["data"])
 
 
 def words(n: int, tag: str) -> str:
@@ -437,25 +445,27 @@ def test_background_summary_is_ready_for_the_next_request(
     def summarizer_calls() -> int:
         return len(upstream.chat_requests()) - len(model_requests(upstream))
 
+    def past_summarize_at() -> bool:
+        """The stored session (its reply included) passes `summarize_at` of what the
+        system prompt leaves of the budget, by the proxy's own count."""
+        record = plans(url, "ahead")[-1]
+        base = record["parts"][0]["tokens"]
+        [total] = stored(url, "ahead").json()["stats"]["tokens"].values()
+        return base + total > base + SUMMARIZE_AT * (record["budget"] - base)
+
     for turn in range(12):
         messages.append({"role": "user", "content": words(40, f"t{turn}w")})
         response = chat(client, messages)
         messages.append({"role": "assistant", "content": "noted"})
-        # Past ~summarize_at (0.7 × 800 tokens) a background summary must start.
-        near = int(response.headers["X-Context-Tokens-Original"]) > 500
-        deadline = time.monotonic() + (5 if near else 0.2)
-        while not summarizer_calls() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if summarizer_calls():
+        if past_summarize_at():
             break
-    # The request whose reply crossed `summarize_at` itself fitted, uncompressed:
-    # the summary was made after it, in the background.
+        assert not summarizer_calls()
+    # A background summary starts after the turn that passed it; that turn itself
+    # fitted, uncompressed.
+    eventually(summarizer_calls, "a background summary to start")
     assert response.headers["X-Context-Compression"] == "none"
     assert int(response.headers["X-Context-Tokens-Sent"]) <= 800
-    deadline = time.monotonic() + 10
-    while not stored(url, "ahead").json()["checkpoints"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert stored(url, "ahead").json()["checkpoints"]
+    eventually(lambda: stored(url, "ahead").json()["checkpoints"], "the summary to be stored")
     made = summarizer_calls()
     messages.append({"role": "user", "content": words(40, "next")})
     response = chat(client, messages)

@@ -332,7 +332,7 @@ async def test_an_extended_lock_outlives_its_first_term(make_store: Any) -> None
     assert token is not None
     for _ in range(8):  # 2 s in all, twice the first term; 0.75 s of slack for a slow loop
         assert await first.extend("t1", "s", token, 1.0, "turn")
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.25)  # the holder's renewal cadence (a quarter term), as TurnLocks'
         assert await second.try_lock("t1", "s", 10, "turn") is None
     await first.unlock("t1", "s", token, "turn")
     assert await second.try_lock("t1", "s", 10, "turn") is not None
