@@ -12,6 +12,7 @@ from typing import Any
 from proxy.config.settings import Settings
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext, Turn
+from proxy.sessions.records import Mode
 from proxy.sessions.stores import DiskSessionStore
 from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.upstream.client import Upstream
@@ -112,7 +113,7 @@ class Parts:
         session: str | None = "s",
         *,
         tenant: str = "t1",
-        mode: str = "auto",
+        mode: Mode = "auto",
         memory_id: str | None = None,
     ) -> Turn:
         """One turn answered whole (Chat Completions' body), as a door would send it."""
@@ -120,7 +121,7 @@ class Parts:
             tenant=tenant,
             session_id=session,
             mode=mode,
-            memory_id=memory_id,  # type: ignore[arg-type]
+            memory_id=memory_id,
         )
         turn, _ = await self.engine.complete(
             {"model": MODEL, "messages": messages}, context, Observed()

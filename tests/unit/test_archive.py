@@ -58,7 +58,7 @@ async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
         reads.append(start)
         return await checkpoints(tenant, session, start)
 
-    parts.store.checkpoints = counted  # type: ignore[method-assign]
+    parts.store.checkpoints = counted
     archive, key = parts.engine.archive, ("t1", "s")
     meta = await parts.store.load(*key)
     assert meta is not None and meta.checkpoint is not None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.engine.types import Request, RequestContext
+from proxy.sessions.records import Mode, StoredMessage
 from tests.unit.engines import MODEL, Parts, conversation
 
 
@@ -20,8 +21,8 @@ def echo(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": f"echo: {text}"}
 
 
-def request(parts: Parts, messages: list[dict[str, Any]], mode: str = "auto") -> Request:
-    context = RequestContext(tenant="t1", session_id="s", mode=mode)  # type: ignore[arg-type]
+def request(parts: Parts, messages: list[dict[str, Any]], mode: Mode = "auto") -> Request:
+    context = RequestContext(tenant="t1", session_id="s", mode=mode)
     return parts.engine._request({"model": MODEL, "messages": messages}, context)
 
 
@@ -30,9 +31,9 @@ def reads(parts: Parts) -> list[tuple[int, int]]:
     ranges: list[tuple[int, int]] = []
     messages = parts.store.messages
 
-    async def counted(tenant: str, session: str, start: int, end: int) -> Any:
+    async def counted(tenant: str, session_id: str, start: int, end: int) -> list[StoredMessage]:
         ranges.append((start, end))
-        return await messages(tenant, session, start, end)
+        return await messages(tenant, session_id, start, end)
 
     parts.store.messages = counted  # type: ignore[method-assign]
     return ranges
