@@ -32,7 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "integration", "agents", "slow")
 # What a unit test may not ask for: each starts a server (or is a proxy in front of one).
 SERVERS = frozenset(
-    {"_shared_upstream", "upstream", "start_proxy", "url", "redis_url", "redis_cluster_url"}
+    {
+        "_shared_upstream",
+        "upstream",
+        "start_proxy",
+        "url",
+        "module_url",
+        "redis_url",
+        "redis_cluster_url",
+    }
 )
 # Test modules that drive real agents and SDK client programs.
 AGENTS = frozenset(
@@ -138,7 +146,7 @@ def tiers_of(item: pytest.Item) -> set[str]:
     tiers = marked | {"integration" if "integration" in marked or not unit else "unit"}
     if where in AGENTS:
         tiers |= {"agents", "integration"}
-    if where in SLOW or item.nodeid.removeprefix("tests/") in SLOW:
+    if where in SLOW or item.nodeid.removeprefix("tests/").split("[")[0] in SLOW:
         tiers.add("slow")
     return tiers
 
