@@ -50,12 +50,18 @@ AGENTS = frozenset(
         "integration/test_python_clients.py",
     }
 )
-# The longest: whole modules, or single tests by node id (under tests/), each over ~20 s.
+# The longest (`--durations`): whole modules, or tests by node id under tests/ (their
+# parameters aside), each over 20 s on the 2-core CI machine; installs are here too.
 SLOW = frozenset(
     {
-        "integration/test_agents.py",
-        "integration/test_node_clients.py",
-        "integration/test_python_clients.py",
+        *AGENTS,
+        "integration/test_local_model.py",
+        "integration/test_long_conversation.py",
+        "benchmarks/test_harness.py",
+        "integration/test_readme.py::test_local_model_demo_block",
+        "integration/test_readme.py::test_install_and_run_command",
+        "integration/test_readme.py::test_lock_commands",
+        "integration/test_metrics.py::test_two_workers_count_each_request_once",
     }
 )
 
