@@ -1,6 +1,6 @@
 """A session's history as a request leaves it (`History.state`): what the client sent,
 told apart from what is stored, with the stored transcript read only where that needs
-it; and what the turn's commit will write (`History.after`)."""
+it; and the meta the turn's commit will write (`proxy.engine.commit.stored_meta`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from proxy.engine.commit import reply_entry, stored_meta
 from proxy.engine.types import Request, RequestContext
 from proxy.sessions.records import Mode, StoredMessage
 from tests.unit.engines import MODEL, Parts, conversation
@@ -23,7 +24,7 @@ def echo(text: str) -> dict[str, Any]:
 
 def request(parts: Parts, messages: list[dict[str, Any]], mode: Mode = "auto") -> Request:
     context = RequestContext(tenant="t1", session_id="s", mode=mode)
-    return parts.engine._request({"model": MODEL, "messages": messages}, context)
+    return parts.engine._intake.request({"model": MODEL, "messages": messages}, context)
 
 
 def reads(parts: Parts) -> list[tuple[int, int]]:
@@ -107,10 +108,10 @@ async def test_after_the_reply_the_meta_counts_the_turn(parts: Parts) -> None:
     asked = request(parts, [said("one"), echo("one"), said("two")])
     state = await parts.engine._history.state(asked)
     name = asked.counter.name
-    reply = await parts.engine._history.entry(
+    reply = await reply_entry(
         echo("two"), state.new[-1].chain, asked.counter, state.totals, 1 << 20
     )
-    meta, checkpoints = parts.engine._history.after(asked, state, reply)
+    meta, checkpoints = stored_meta(asked, state, reply, {}, "")
     assert (meta.version, meta.length, meta.head) == (2, 4, reply.chain)
     assert meta.totals == {name: state.totals[name] + reply.tokens[name]}
     assert checkpoints == ()
