@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from proxy.errors import SessionConflict
 from proxy.sessions import locks as locks_module
@@ -226,10 +226,18 @@ async def test_renewal_keeps_a_long_turns_lease_past_several_lease_periods(
     lease_seconds = 1.0  # renewed every 0.25 s: a loaded machine's hiccup costs no lease
     locks = TurnLocks(here, wait_seconds=10, lease_seconds=lease_seconds)
     lease = await locks.acquire(KEY)
-    ends = time.monotonic() + 4 * lease_seconds
-    while time.monotonic() < ends:
-        assert await there.try_lock(*KEY, 10, "turn") is None
-        await asyncio.sleep(0.05)
+    raw = aioredis.Redis.from_url(redis_stores.url)  # type: ignore[attr-defined]
+    seen = {"renewals": 0, "left": await raw.pttl(redis_stores.lock)}  # type: ignore[attr-defined]
+
+    async def renewed_over_four_terms() -> bool:
+        assert await there.try_lock(*KEY, 10, "turn") is None  # never the other's
+        left = await raw.pttl(redis_stores.lock)  # type: ignore[attr-defined]
+        seen["renewals"] += left > seen["left"]  # its time left went up: renewed
+        seen["left"] = left
+        return seen["renewals"] >= 16  # four a term
+
+    await eventually_async(renewed_over_four_terms, "four terms of renewals", seconds=60)
+    await raw.aclose()
     assert not lease.lapsed
     await locks.release(lease)
     assert await there.try_lock(*KEY, 10, "turn") is not None
