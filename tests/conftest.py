@@ -1,25 +1,69 @@
-"""Shared fixtures: a real upstream on loopback and a real proxy in front of it."""
+"""What every tier of the suite shares: a home directory of the suite's own, the tier
+markers, and the Redis servers the tests start. Nothing here imports the proxy: a unit
+test starts in a fraction of a second (the proxy and its upstream are
+`tests/integration/conftest.py`'s).
+
+Tiers, each a marker set here by where a test lives (`pytest -m unit` is the fast loop;
+plain `pytest` runs everything, as CI does):
+
+- `unit`: tests/unit and the checks at the top of tests/ (style, supply chain). A unit
+  test starts no proxy, no upstream server, no Redis and no Prometheus; one in
+  tests/unit that needs a server says so with `pytest.mark.integration` (a unit test
+  that asks for a server's fixture fails the collection).
+- `integration`: tests/integration and tests/benchmarks: a real proxy, upstream, Redis.
+- `agents`: the real agent CLIs and SDK client programs (`AGENTS`), also `integration`.
+- `slow`: the longest modules and tests (`SLOW`, measured with `--durations`).
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression
 
-from proxy.config.settings import load_settings
-from proxy.http.app import create_app
-from tests.servers import serve
-from tests.upstream import FakeUpstream, Reply, running_upstream
-
-UPSTREAM_KEY = "sk-test-upstream-secret-0123456789"
-MODEL = "gpt-4o-mini"
 ROOT = Path(__file__).resolve().parent.parent
+TIERS = ("unit", "integration", "agents", "slow")
+# What a unit test may not ask for: each starts a server (or is a proxy in front of one).
+SERVERS = frozenset(
+    {
+        "_shared_upstream",
+        "upstream",
+        "start_proxy",
+        "url",
+        "module_url",
+        "redis_url",
+        "redis_cluster_url",
+    }
+)
+# Test modules that drive real agents and SDK client programs.
+AGENTS = frozenset(
+    {
+        "integration/test_agents.py",
+        "integration/test_node_clients.py",
+        "integration/test_python_clients.py",
+    }
+)
+# The longest (`--durations`): whole modules, or tests by node id under tests/ (their
+# parameters aside), each over 20 s on the 2-core CI machine; installs are here too.
+SLOW = frozenset(
+    {
+        *AGENTS,
+        "integration/test_local_model.py",
+        "integration/test_long_conversation.py",
+        "benchmarks/test_harness.py",
+        "integration/test_readme.py::test_local_model_demo_block",
+        "integration/test_readme.py::test_install_and_run_command",
+        "integration/test_readme.py::test_lock_commands",
+        "integration/test_metrics.py::test_two_workers_count_each_request_once",
+    }
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,76 +100,61 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _home_key = pytest.StashKey[str]()
 
 
-@pytest.fixture(scope="session")
-def _shared_upstream() -> Iterator[FakeUpstream]:
-    with running_upstream() as upstream:
-        yield upstream
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tiers (see the module's docstring)."""
+    misplaced = []
+    for item in items:
+        tiers = tiers_of(item)
+        for tier in tiers:
+            item.add_marker(tier)
+        fixtures = SERVERS.intersection(getattr(item, "fixturenames", ()))
+        if "unit" in tiers and fixtures:
+            misplaced.append(f"{item.nodeid} ({', '.join(sorted(fixtures))})")
+    if misplaced:
+        raise pytest.UsageError(
+            "unit tests that start a server (mark them `integration`):\n  " + "\n  ".join(misplaced)
+        )
 
 
-@pytest.fixture
-def upstream(_shared_upstream: FakeUpstream) -> Iterator[FakeUpstream]:
-    """The test upstream, with no queued replies and an empty record; left that way for
-    the tests that use the shared one as it is."""
-    _reset(_shared_upstream)
-    yield _shared_upstream
-    _reset(_shared_upstream)
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under a marker expression that no integration test can match (`-m unit`), the
+    integration folders are not even imported (their imports take most of a unit run)."""
+    if collection_path.parent == ROOT / "tests" and collection_path.name in INTEGRATION:
+        return True if _no_integration_test_matches(config.getoption("markexpr")) else None
+    return None
 
 
-def _reset(upstream: FakeUpstream) -> None:
-    upstream.requests.clear()
-    upstream.replies.clear()
-    upstream.default = Reply()
-    upstream.require_key = False
+INTEGRATION = ("integration", "benchmarks")  # folders whose every test is `integration`
+_MARKS = frozenset({*TIERS, "local_model"})  # all the marks an integration test may match by
 
 
-def proxy_config(upstream: FakeUpstream, **sections: dict[str, Any]) -> dict[str, Any]:
-    """A config dict routing MODEL to the test upstream."""
-    config: dict[str, Any] = {
-        "model_list": [
-            {
-                "model_name": MODEL,
-                "litellm_params": {
-                    "model": f"openai/{MODEL}",
-                    "api_base": upstream.base_url,
-                    "api_key": UPSTREAM_KEY,
-                },
-            }
-        ],
-        "router_settings": {"num_retries": 0},
-    }
-    for name, values in sections.items():
-        config[name] = {**config.get(name, {}), **values} if isinstance(values, dict) else values
-    return config
+def _no_integration_test_matches(markexpr: str) -> bool:
+    names = set(re.findall(r"[\w.-]+", markexpr)) - {"and", "or", "not"}
+    if not markexpr or not names <= _MARKS:
+        return False
+    expression = Expression.compile(markexpr)
+    others = sorted(_MARKS - {"integration", "unit"})
+    for count in range(len(others) + 1):
+        for extra in itertools.combinations(others, count):
+            if _matches(expression, {"integration", *extra}):
+                return False
+    return True
 
 
-@pytest.fixture
-def start_proxy(tmp_path: Any) -> Iterator[Callable[[dict[str, Any]], str]]:
-    """Start a real proxy (uvicorn on loopback) for a config dict; returns its base URL."""
-    import yaml
-
-    stack = ExitStack()
-
-    def start(config: dict[str, Any]) -> str:
-        config.setdefault("session", {}).setdefault("path", str(tmp_path / "sessions"))
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        settings = load_settings(path, environ={})
-        return stack.enter_context(serve(create_app(settings)))
-
-    with stack:
-        yield start
+def _matches(expression: Expression, marks: set[str]) -> bool:
+    return expression.evaluate(lambda name, /, **_: name in marks)
 
 
-@pytest.fixture
-def proxy_url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]) -> str:
-    return start_proxy(proxy_config(upstream))
-
-
-@pytest.fixture(params=[True, False], ids=["lean", "litellm"])
-def lean(request: pytest.FixtureRequest) -> bool:
-    """Both paths a request can take: the lean call to an OpenAI-compatible deployment,
-    and LiteLLM's own `acompletion` (`server.lean_upstream: false`)."""
-    return bool(request.param)
+def tiers_of(item: pytest.Item) -> set[str]:
+    where = Path(item.path).resolve().relative_to(ROOT / "tests").as_posix()
+    marked = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+    unit = where.startswith("unit/") or "/" not in where
+    tiers = marked | {"integration" if "integration" in marked or not unit else "unit"}
+    if where in AGENTS:
+        tiers |= {"agents", "integration"}
+    if where in SLOW or item.nodeid.removeprefix("tests/").split("[")[0] in SLOW:
+        tiers.add("slow")
+    return tiers
 
 
 @pytest.fixture(scope="session")
@@ -135,14 +164,6 @@ def redis_url() -> Iterator[str]:
 
     with redis_server() as url:
         yield url
-
-
-@pytest.fixture(params=["disk", "redis"])
-def store(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The `session` config section of each store: the disk default, or a test Redis."""
-    if request.param == "disk":
-        return {}
-    return {"store": "redis", "redis_url": request.getfixturevalue("redis_url")}
 
 
 @pytest.fixture(scope="session")

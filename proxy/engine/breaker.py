@@ -5,12 +5,14 @@ After `failures` failures in a row the breaker opens for `backoff` seconds; then
 may try (half-open): a success closes it, a failure opens it again for twice as long, up
 to `MAX_BACKOFF_SECONDS`. While it is open, a turn that needs a summary truncates
 instead (within its budget, as after any failed summary) and no background summary is
-started. One breaker per summary model, per process.
+started. One breaker per summary model, per process. Its time is `clock`'s (monotonic
+seconds; a test passes its own).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from proxy.observability import metrics
 
@@ -20,8 +22,15 @@ MAX_BACKOFF_SECONDS = 300.0
 
 
 class Breaker:
-    def __init__(self, label: str, failures: int, backoff: float) -> None:
+    def __init__(
+        self,
+        label: str,
+        failures: int,
+        backoff: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._label = label
+        self._clock = clock
         self._threshold = failures
         self._first_backoff = backoff
         self._backoff = backoff
@@ -32,13 +41,13 @@ class Breaker:
     @property
     def open(self) -> bool:
         """Failing, and not yet due for a trial call."""
-        return self._failures >= self._threshold and time.monotonic() < self._open_until
+        return self._failures >= self._threshold and self._clock() < self._open_until
 
     def allow(self) -> bool:
         """Whether a summary may be made now (counted as skipped when not)."""
         if self._failures < self._threshold:
             return True
-        if time.monotonic() >= self._open_until and not self._trying:
+        if self._clock() >= self._open_until and not self._trying:
             self._trying = True  # the one call that finds out whether the model is back
             return True
         metrics.SUMMARIZATIONS_SKIPPED.labels(self._label).inc()
@@ -55,5 +64,5 @@ class Breaker:
         if self._trying:  # the trial call failed too: wait twice as long
             self._backoff = min(2 * self._backoff, MAX_BACKOFF_SECONDS)
         self._trying = False
-        self._open_until = time.monotonic() + self._backoff
+        self._open_until = self._clock() + self._backoff
         metrics.SUMMARIZER_OPEN.labels(self._label).set(1)

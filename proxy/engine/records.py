@@ -10,6 +10,7 @@ and `GET /v1/sessions/{id}/plans` show them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from proxy.engine.types import Turn
@@ -18,11 +19,17 @@ from proxy.engine.window import Plan
 __all__ = ["plan_record", "saved_usd"]
 
 
-def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int) -> dict[str, Any]:
-    """The record of a turn planned by `plan`: pure but for its time stamp, and small
-    whatever the session's length. `summary_tokens` is the whole summary message's
-    count, `pinned_tokens` the part of it that is pinned facts. The session version is
-    added when it is stored."""
+def plan_record(
+    turn: Turn,
+    plan: Plan,
+    summary_tokens: int,
+    pinned_tokens: int,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """The record of a turn planned by `plan`: pure but for its time stamp (`clock`'s,
+    epoch seconds), and small whatever the session's length. `summary_tokens` is the
+    whole summary message's count, `pinned_tokens` the part of it that is pinned facts.
+    The session version is added when it is stored."""
     request, state = turn.request, turn.state
     assert request is not None and state is not None, "a turn of a session"
     # The summary sent, if any: a chapter's checkpoint has none, and a summary that would
@@ -71,7 +78,7 @@ def plan_record(turn: Turn, plan: Plan, summary_tokens: int, pinned_tokens: int)
     original = turn.tokens_original or 0
     saved = max(0, original - plan.tokens)
     return {
-        "at": round(time.time(), 3),
+        "at": round(clock(), 3),
         "model": request.model,
         "budget": request.budget,
         "compression": plan.compression,

@@ -45,9 +45,15 @@ the model as standing instructions, like the system prompt."""
 
 class Summaries:
     def __init__(
-        self, settings: Settings, upstream: Upstream, store: SessionStore, labels: ModelLabels
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        store: SessionStore,
+        labels: ModelLabels,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
+        self._clock = clock  # the breakers' (`Breaker`)
         self._upstream = upstream
         self._store = store
         self._label = labels
@@ -61,7 +67,10 @@ class Summaries:
         if found is None:
             context = self._settings.context
             found = Breaker(
-                label, context.summary_breaker_failures, context.summary_backoff_seconds
+                label,
+                context.summary_breaker_failures,
+                context.summary_backoff_seconds,
+                self._clock,
             )
             self._breakers[label] = found
         return found

@@ -13,6 +13,8 @@ of history), never in full.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -57,12 +59,24 @@ logger = logging.getLogger("context_proxy.engine")
 
 
 class Engine:
-    def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
+    """The turns of one process. `clock` (monotonic seconds) times what waits: the
+    summarizer's back-off and a turn's wait for its session's lock; `wall_clock` (epoch
+    seconds) dates the plan records. A test passes its own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        store: SessionStore,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
+        self._wall_clock = wall_clock
         self.label = ModelLabels(upstream.models.served_as)
-        self.summaries = Summaries(settings, upstream, store, self.label)
+        self.summaries = Summaries(settings, upstream, store, self.label, clock)
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self.archive = Archive(settings, store)
@@ -70,7 +84,7 @@ class Engine:
         self._planning = Planning(
             settings, store, self._history, self.summaries, self._counts, self.archive
         )
-        self._locks = TurnLocks(store, settings.session.turn_wait_seconds)
+        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=clock)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
         self._intake = Intake(settings, upstream, self._counts, self._planning, self.label)
         self._commits = Commits(
@@ -208,7 +222,8 @@ class Engine:
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)
         pinned = self._planning.pinned_tokens(counter, checkpoint)
-        return replace(turn, record=plan_record(turn, plan, summary, pinned))
+        record = plan_record(turn, plan, summary, pinned, self._wall_clock)
+        return replace(turn, record=record)
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> tuple[Plan, Inserts]:
         """The plan with what the window alone lacks: remembered facts after the system

@@ -26,6 +26,7 @@ import logging
 import secrets
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.errors import SessionConflict
@@ -56,12 +57,20 @@ class Lease:
 
 
 class TurnLocks:
+    """The turn locks of one process. `clock` (monotonic seconds) times a turn's wait for
+    its lock and the leases' renewals; a lease's own term runs on the store's clock."""
+
     def __init__(
-        self, store: SessionStore, wait_seconds: float, lease_seconds: float = LEASE_SECONDS
+        self,
+        store: SessionStore,
+        wait_seconds: float,
+        lease_seconds: float = LEASE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._wait = wait_seconds
         self._lease_seconds = lease_seconds
+        self._clock = clock
         self._local: dict[SessionKey, tuple[asyncio.Lock, int]] = {}
         self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
         # Leases this process could not give back (the store failing): given back before
@@ -73,7 +82,7 @@ class TurnLocks:
     async def acquire(self, key: SessionKey) -> Lease:
         """The session's lease, once every earlier turn of it has finished; a 409
         `session_busy` after `wait_seconds`."""
-        deadline = time.monotonic() + self._wait
+        deadline = self._clock() + self._wait
         lock, users = self._local.get(key) or (asyncio.Lock(), 0)
         self._local[key] = (lock, users + 1)
         try:
@@ -135,7 +144,7 @@ class TurnLocks:
             token = await self._try_lock(key)
             if token is not None:
                 return token, waited
-            if time.monotonic() + pause > deadline:
+            if self._clock() + pause > deadline:
                 raise _busy()
             waited = True
             await asyncio.sleep(pause)
@@ -167,10 +176,10 @@ class TurnLocks:
         """Extend every held lease `_RENEWALS` times per lease period, while any is held:
         all of them at once, so one slow answer delays no other lease's renewal."""
         every = self._lease_seconds / _RENEWALS
-        due = time.monotonic() + every
+        due = self._clock() + every
         while self._held:
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            due = time.monotonic() + every  # a round's own time comes off the pause after it
+            await asyncio.sleep(max(0.0, due - self._clock()))
+            due = self._clock() + every  # a round's own time comes off the pause after it
             held = [lease for lease in self._held if not (lease.stored or lease.released)]
             await asyncio.gather(*(self._extend(lease) for lease in held))
 

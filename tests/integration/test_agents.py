@@ -58,8 +58,8 @@ def agents_config(upstream: FakeUpstream, native_responses: bool = False) -> dic
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
-    return start_proxy(agents_config(upstream))
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
+    return agents_config(upstream)
 
 
 def claude_env(url: str, home: Path) -> dict[str, str]:

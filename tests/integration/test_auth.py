@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from proxy.config.settings import hash_key, load_settings
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import proxy_command
 from tests.upstream import FakeUpstream
 
@@ -40,8 +40,8 @@ def two_models(upstream: FakeUpstream, **sections: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str]) -> str:
-    return start_proxy(two_models(upstream, auth=KEYS))
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
+    return two_models(upstream, auth=KEYS)
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -17,7 +17,6 @@ import pytest
 from playwright.sync_api import Browser, Response, expect
 
 from proxy.http.browser import PAGE_HEADER
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_auth import KEY_A, KEYS
 from tests.integration.test_viewer import (
     Login,
@@ -29,6 +28,7 @@ from tests.integration.test_viewer import (
     login_of,
     sessions_with,
 )
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 __all__ = ["browser", "keyed"]  # the fixtures this module borrows from test_viewer.py
@@ -38,8 +38,8 @@ BODY = b'{"model": "%s", "messages": [{"role": "user", "content": "spend it"}]}'
 ELSEWHERE = "http://127.0.0.1:9"
 
 
-def chat(proxy_url: str, headers: dict[str, str]) -> httpx.Response:
-    return httpx.post(proxy_url + "/v1/chat/completions", content=BODY, headers=headers)
+def chat(url: str, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(url + "/v1/chat/completions", content=BODY, headers=headers)
 
 
 @pytest.mark.parametrize(
@@ -52,24 +52,24 @@ def chat(proxy_url: str, headers: dict[str, str]) -> httpx.Response:
     ],
 )
 def test_a_body_a_page_can_send_without_asking_is_refused(
-    proxy_url: str, upstream: FakeUpstream, content_type: str | None
+    url: str, upstream: FakeUpstream, content_type: str | None
 ) -> None:
     headers = {"content-type": content_type} if content_type else {}
-    response = chat(proxy_url, headers)
+    response = chat(url, headers)
     assert response.status_code == 415, response.text
     assert response.json()["error"]["code"] == "unsupported_media_type"
     assert upstream.chat_requests() == []
 
 
 def test_another_origin_is_refused_before_the_provider_is_paid(
-    proxy_url: str, upstream: FakeUpstream
+    url: str, upstream: FakeUpstream
 ) -> None:
     headers = {"content-type": "application/json", "origin": ELSEWHERE}
-    response = chat(proxy_url, headers)
+    response = chat(url, headers)
     assert response.status_code == 403, response.text
     assert response.json()["error"]["code"] == "origin_not_allowed"
     preflight = httpx.options(
-        proxy_url + "/v1/chat/completions",
+        url + "/v1/chat/completions",
         headers={"origin": ELSEWHERE, "access-control-request-method": "POST"},
     )
     assert "access-control-allow-origin" not in preflight.headers
@@ -77,12 +77,12 @@ def test_another_origin_is_refused_before_the_provider_is_paid(
 
 
 def test_json_from_the_proxys_own_origin_or_no_browser_is_served(
-    proxy_url: str, upstream: FakeUpstream
+    url: str, upstream: FakeUpstream
 ) -> None:
     upstream.queue(Reply(content="one"), Reply(content="two"))
-    assert chat(proxy_url, {"content-type": "application/json; charset=utf-8"}).status_code == 200
-    own = {"content-type": "application/json", "origin": proxy_url}
-    assert chat(proxy_url, own).status_code == 200
+    assert chat(url, {"content-type": "application/json; charset=utf-8"}).status_code == 200
+    own = {"content-type": "application/json", "origin": url}
+    assert chat(url, own).status_code == 200
     assert len(upstream.chat_requests()) == 2
 
 
@@ -90,9 +90,9 @@ def test_listed_origins_get_cors_and_others_still_do_not(
     upstream: FakeUpstream, start_proxy: Any
 ) -> None:
     allowed = "http://127.0.0.1:8080"
-    proxy_url = start_proxy(proxy_config(upstream, server={"cors_origins": [allowed]}))
+    url = start_proxy(proxy_config(upstream, server={"cors_origins": [allowed]}))
     preflight = httpx.options(
-        proxy_url + "/v1/chat/completions",
+        url + "/v1/chat/completions",
         headers={
             "origin": allowed,
             "access-control-request-method": "POST",
@@ -102,10 +102,10 @@ def test_listed_origins_get_cors_and_others_still_do_not(
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] == allowed
     upstream.queue(Reply(content="hello page"))
-    response = chat(proxy_url, {"content-type": "application/json", "origin": allowed})
+    response = chat(url, {"content-type": "application/json", "origin": allowed})
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == allowed
-    other = chat(proxy_url, {"content-type": "application/json", "origin": ELSEWHERE})
+    other = chat(url, {"content-type": "application/json", "origin": ELSEWHERE})
     assert other.status_code == 403
     assert len(upstream.chat_requests()) == 1
 

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 TOOLS = [
@@ -33,27 +33,25 @@ CALL = {
 
 
 @pytest.fixture
-def proxy_url(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> str:
+def url_config(upstream: FakeUpstream, lean: bool) -> dict[str, Any]:
     """The proxy on both upstream paths: every test here runs on each."""
-    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
+    return proxy_config(upstream, server={"lean_upstream": lean})
 
 
-def client(proxy_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy_url + "/v1", api_key="client-key", max_retries=0)
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="client-key", max_retries=0)
 
 
-def async_client(proxy_url: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=proxy_url + "/v1", api_key="client-key", max_retries=0)
+def async_client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="client-key", max_retries=0)
 
 
-def test_completion_reaches_upstream_and_returns_reply(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
+def test_completion_reaches_upstream_and_returns_reply(url: str, upstream: FakeUpstream) -> None:
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is the capital of Norway?"},
     ]
-    reply = client(proxy_url).chat.completions.create(
+    reply = client(url).chat.completions.create(
         model=MODEL, messages=messages, temperature=0.2, max_tokens=50, seed=7, stop=["\n\n"]
     )
     assert reply.choices[0].message.content == "echo: What is the capital of Norway?"
@@ -70,17 +68,17 @@ def test_completion_reaches_upstream_and_returns_reply(
     assert received.headers["authorization"] == "Bearer sk-test-upstream-secret-0123456789"
 
 
-async def test_async_client(proxy_url: str, upstream: FakeUpstream) -> None:
-    reply = await async_client(proxy_url).chat.completions.create(
+async def test_async_client(url: str, upstream: FakeUpstream) -> None:
+    reply = await async_client(url).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "ping"}]
     )
     assert reply.choices[0].message.content == "echo: ping"
     assert len(upstream.chat_requests()) == 1
 
 
-def test_n_and_response_format_pass_through(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_n_and_response_format_pass_through(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(content='{"ok": true}'))
-    reply = client(proxy_url).chat.completions.create(
+    reply = client(url).chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "json please"}],
         n=2,
@@ -97,9 +95,9 @@ def test_n_and_response_format_pass_through(proxy_url: str, upstream: FakeUpstre
     assert body["user"] == "user-42"
 
 
-def test_tool_call_round_trip(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_tool_call_round_trip(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(tool_calls=[CALL]))
-    sdk = client(proxy_url)
+    sdk = client(url)
     messages: list[dict] = [{"role": "user", "content": "Weather in Oslo?"}]
     first = sdk.chat.completions.create(
         model=MODEL, messages=messages, tools=TOOLS, tool_choice="auto"
@@ -129,9 +127,9 @@ def test_tool_call_round_trip(proxy_url: str, upstream: FakeUpstream) -> None:
     }
 
 
-def test_streaming_with_usage(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_streaming_with_usage(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(content="one two three four"))
-    stream = client(proxy_url).chat.completions.create(
+    stream = client(url).chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "count"}],
         stream=True,
@@ -146,11 +144,9 @@ def test_streaming_with_usage(proxy_url: str, upstream: FakeUpstream) -> None:
     assert upstream.chat_requests()[0].body["stream"] is True
 
 
-def test_streaming_without_usage_sends_no_usage_chunk(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
+def test_streaming_without_usage_sends_no_usage_chunk(url: str, upstream: FakeUpstream) -> None:
     chunks = list(
-        client(proxy_url).chat.completions.create(
+        client(url).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hello there"}], stream=True
         )
     )
@@ -159,9 +155,9 @@ def test_streaming_without_usage_sends_no_usage_chunk(
     assert not [c for c in chunks if not c.choices]
 
 
-async def test_async_streaming_tool_calls(proxy_url: str, upstream: FakeUpstream) -> None:
+async def test_async_streaming_tool_calls(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(tool_calls=[CALL]))
-    stream = await async_client(proxy_url).chat.completions.create(
+    stream = await async_client(url).chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Weather in Oslo?"}],
         tools=TOOLS,
@@ -182,18 +178,18 @@ async def test_async_streaming_tool_calls(proxy_url: str, upstream: FakeUpstream
     assert calls == {0: {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}}
 
 
-def test_models_and_health(proxy_url: str) -> None:
-    models = client(proxy_url).models.list()
+def test_models_and_health(url: str) -> None:
+    models = client(url).models.list()
     assert [m.id for m in models.data] == [MODEL]
     import httpx
 
-    assert httpx.get(proxy_url + "/health/live").json()["status"] == "ok"
-    assert httpx.get(proxy_url + "/health/ready").status_code == 200
+    assert httpx.get(url + "/health/live").json()["status"] == "ok"
+    assert httpx.get(url + "/health/ready").status_code == 200
 
 
-def test_unknown_model_is_404(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_unknown_model_is_404(url: str, upstream: FakeUpstream) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
-        client(proxy_url).chat.completions.create(
+        client(url).chat.completions.create(
             model="no-such-model", messages=[{"role": "user", "content": "hi"}]
         )
     assert caught.value.body["code"] == "model_not_found"
@@ -207,7 +203,7 @@ def test_provider_model_passes_through_when_allowed(
     # LiteLLM's OpenAI provider reads its base URL and key from the environment.
     monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key-for-passthrough")
-    from tests.conftest import proxy_config
+    from tests.proxies import proxy_config
 
     denied = start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
     with pytest.raises(openai.NotFoundError):

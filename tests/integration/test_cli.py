@@ -13,10 +13,12 @@ import httpx
 import openai
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, ROOT, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.servers import guarded_env, proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Checks the guard is in place before anything could leave the machine, then resolves a
 # name that is never looked up: the guard refuses it and logs the attempt.

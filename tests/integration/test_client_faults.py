@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
@@ -26,10 +26,8 @@ USER = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Callable[[dict[str, Any]], str], lean: bool) -> str:
-    upstream.hung_up = 0
-    auth = {"keys": [{"key": KEY}]}
-    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}, auth=auth))
+def url_config(upstream: FakeUpstream, lean: bool) -> dict[str, Any]:
+    return proxy_config(upstream, server={"lean_upstream": lean}, auth={"keys": [{"key": KEY}]})
 
 
 def left_requests(url: str) -> float:

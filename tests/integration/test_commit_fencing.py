@@ -21,7 +21,7 @@ import redis
 
 from proxy.cli.local import held_port
 from proxy.sessions.records import COMMIT_SECONDS
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.upstream import FakeUpstream, Reply
 
@@ -48,14 +48,17 @@ def stored(url: str) -> list[str]:
     return [m["content"] for m in response.json()["messages"]]
 
 
-def stalled_turn(url: str, upstream: FakeUpstream, stall: Callable[[], None], mode: str) -> None:
-    """A turn whose reply comes while the store stalls: a 503 in bounded time, nothing
-    stored then or once the store is back; the retry is stored once."""
+def stalled_turn(
+    url: str, upstream: FakeUpstream, stall: Callable[[threading.Event], None], mode: str
+) -> None:
+    """A turn whose reply comes while the store stalls (`stall(back)` stalls it for
+    STALL_SECONDS, then sets `back`): a 503 in bounded time, nothing stored then or once
+    the store is back; the retry is stored once."""
     assert chat(url, "before", "append").status_code == 200
-    stalled = threading.Event()
+    stalled, back = threading.Event(), threading.Event()
 
     def stall_then_reply(body: dict[str, Any]) -> str:
-        stall()
+        stall(back)
         stalled.set()
         return "the stalled reply"
 
@@ -67,7 +70,9 @@ def stalled_turn(url: str, upstream: FakeUpstream, stall: Callable[[], None], mo
     assert response.status_code == 503, response.text
     assert response.json()["error"]["code"] == "store_unavailable"
     assert took < COMMIT_SECONDS + STALL_SECONDS + 5, took  # bounded, never a hang
-    time.sleep(max(0.0, STALL_SECONDS + 1 - took))  # the store is back, the commit reached it
+    assert back.wait(STALL_SECONDS + 30), "the store never came back"
+    # The stalled commit reaches the store now, past its deadline: refused. (One applied
+    # after this read would show in the retry's transcript below.)
     assert stored(url) == ["before", "echo: before"]  # the late commit never applied
     retried = chat(url, "the turn", mode)
     assert retried.status_code == 200, retried.text
@@ -91,9 +96,13 @@ def test_redis_frozen_mid_commit_never_applies_the_turn_later(
 ) -> None:
     with proxy_on_redis(upstream, start_proxy) as (url, pid):
 
-        def freeze() -> None:
+        def freeze(back: threading.Event) -> None:
+            def thaw() -> None:
+                os.kill(pid, signal.SIGCONT)
+                back.set()
+
             os.kill(pid, signal.SIGSTOP)
-            threading.Timer(STALL_SECONDS, os.kill, (pid, signal.SIGCONT)).start()
+            threading.Timer(STALL_SECONDS, thaw).start()
 
         stalled_turn(url, upstream, freeze, mode)
 
@@ -109,7 +118,7 @@ def test_the_disk_store_stalled_mid_commit_never_applies_the_turn_later(
     url = start_proxy(proxy_config(upstream, session=session, auth={"keys": [{"key": KEY}]}))
     database = tmp_path / "store" / "sessions.sqlite3"
 
-    def hold_the_write_lock() -> None:
+    def hold_the_write_lock(back: threading.Event) -> None:
         """Another process's long write transaction, as a stalled disk would make one."""
         held = threading.Event()
 
@@ -117,9 +126,10 @@ def test_the_disk_store_stalled_mid_commit_never_applies_the_turn_later(
             connection = sqlite3.connect(database, isolation_level=None)
             connection.execute("BEGIN IMMEDIATE")
             held.set()
-            time.sleep(STALL_SECONDS)
+            time.sleep(STALL_SECONDS)  # the stall itself
             connection.execute("ROLLBACK")
             connection.close()
+            back.set()
 
         threading.Thread(target=hold, daemon=True).start()
         assert held.wait(10)

@@ -15,7 +15,6 @@ import pytest
 
 from proxy.engine import agent_compaction
 from proxy.http import headers
-from tests.conftest import MODEL
 from tests.integration.test_deploy_install import (
     CLAUDE,
     KEY,
@@ -25,6 +24,7 @@ from tests.integration.test_deploy_install import (
     long_answers,
     send,
 )
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream, Reply
 
 SUMMARY = "The user sent numbered turns; each answer was long."  # the summarizer's, here

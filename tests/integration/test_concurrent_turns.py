@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 

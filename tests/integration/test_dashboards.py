@@ -27,7 +27,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from proxy.cli.local import held_port, running_server
 from proxy.observability import metrics
 from proxy.summary.fold import SYSTEM_PROMPT
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 ROOT = Path(__file__).resolve().parents[2]

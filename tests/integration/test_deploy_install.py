@@ -20,8 +20,8 @@ import yaml
 
 from proxy.cli.local import held_port
 from proxy.summary.fold import SYSTEM_PROMPT
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_metrics import delta, scrape
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_client_faults import leave_once_received
+from tests.proxies import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
@@ -53,9 +53,9 @@ def stored(url: str) -> int:
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
     auth = {"keys": [{"key": KEY}]}
-    return start_proxy(proxy_config(upstream, auth=auth, server={"request_timeout_seconds": 2}))
+    return proxy_config(upstream, auth=auth, server={"request_timeout_seconds": 2})
 
 
 @pytest.mark.parametrize("door", ["messages", "responses"])

@@ -16,8 +16,8 @@ import anthropic
 import httpx
 import openai
 
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_concurrent_turns import two_proxies
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 KEY = "door-races-key-0123456789"

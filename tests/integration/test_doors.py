@@ -8,8 +8,8 @@ import anthropic
 import httpx
 import openai
 
-from tests.conftest import MODEL
 from tests.integration.test_messages import CLAUDE, claude_config
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream
 
 HEADERS = {"X-Session-Id": "doors"}

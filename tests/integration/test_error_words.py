@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 WORDS = "the provider says the quota for this project is spent"
@@ -48,19 +48,8 @@ def config(upstream: FakeUpstream) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def url(_shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    import yaml
-
-    from proxy.config.settings import load_settings
-    from proxy.http.app import create_app
-    from tests.servers import serve
-
-    path = tmp_path_factory.mktemp("words") / "config.yaml"
-    settings = config(_shared_upstream)
-    settings["session"] = {"path": str(path.parent / "sessions")}
-    path.write_text(yaml.safe_dump(settings))
-    with serve(create_app(load_settings(path, environ={}))) as served:
-        yield served
+def module_url_config(_shared_upstream: FakeUpstream) -> dict[str, Any]:
+    return config(_shared_upstream)
 
 
 # (door path, model, body): every route a request can take to a provider.
@@ -95,12 +84,12 @@ def error_text(response: httpx.Response) -> str:
 @pytest.mark.parametrize("status", [400, 401, 404, 429, 500, 503])
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_the_providers_message_in_the_proxys_words(
-    url: str, upstream: FakeUpstream, route: str, status: int, stream: bool
+    module_url: str, upstream: FakeUpstream, route: str, status: int, stream: bool
 ) -> None:
     path, model, body = ROUTES[route]
     upstream.queue(Reply(status=status, error_message=WORDS))
     response = httpx.post(
-        url + path,
+        module_url + path,
         json={"model": model, **body, "stream": stream},
         headers={"Authorization": "Bearer client-key-0123456789abcdef"},
         timeout=30,

@@ -9,23 +9,23 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def proxy_url(upstream: FakeUpstream, start_proxy: Any, lean: bool) -> str:
+def url_config(upstream: FakeUpstream, lean: bool) -> dict[str, Any]:
     """The proxy on both upstream paths: every test here runs on each."""
-    return start_proxy(proxy_config(upstream, server={"lean_upstream": lean}))
+    return proxy_config(upstream, server={"lean_upstream": lean})
 
 
-def post(proxy_url: str, body: object = None, content: bytes | None = None) -> httpx.Response:
-    url = proxy_url + "/v1/chat/completions"
+def post(url: str, body: object = None, content: bytes | None = None) -> httpx.Response:
+    endpoint = url + "/v1/chat/completions"
     if content is not None:
-        return httpx.post(url, content=content, headers={"content-type": "application/json"})
-    return httpx.post(url, json=body)
+        return httpx.post(endpoint, content=content, headers={"content-type": "application/json"})
+    return httpx.post(endpoint, json=body)
 
 
 def assert_openai_error(response: httpx.Response, status: int, param: str | None = None) -> dict:
@@ -39,10 +39,10 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
     return error
 
 
-def test_invalid_json(proxy_url: str, upstream: FakeUpstream) -> None:
-    error = assert_openai_error(post(proxy_url, content=b'{"model": "x", '), 400)
+def test_invalid_json(url: str, upstream: FakeUpstream) -> None:
+    error = assert_openai_error(post(url, content=b'{"model": "x", '), 400)
     assert error["code"] == "invalid_json"
-    assert_openai_error(post(proxy_url, content=b"[1, 2]"), 400)
+    assert_openai_error(post(url, content=b"[1, 2]"), 400)
     assert upstream.chat_requests() == []
 
 
@@ -71,8 +71,8 @@ def test_invalid_json(proxy_url: str, upstream: FakeUpstream) -> None:
         ({"model": MODEL, "messages": USER, "max_completion_tokens": 0}, "max_completion_tokens"),
     ],
 )
-def test_bad_fields_are_400(proxy_url: str, upstream: FakeUpstream, body: dict, param: str) -> None:
-    assert_openai_error(post(proxy_url, body), 400, param)
+def test_bad_fields_are_400(url: str, upstream: FakeUpstream, body: dict, param: str) -> None:
+    assert_openai_error(post(url, body), 400, param)
     assert upstream.chat_requests() == []
 
 
@@ -81,16 +81,16 @@ def test_bad_fields_are_400(proxy_url: str, upstream: FakeUpstream, body: dict, 
     ["api_base", "base_url", "api_key", "custom_llm_provider", "fallbacks", "mock_response"],
 )
 def test_litellm_internal_parameters_are_rejected(
-    proxy_url: str, upstream: FakeUpstream, internal: str
+    url: str, upstream: FakeUpstream, internal: str
 ) -> None:
     body = {"model": MODEL, "messages": USER, internal: "http://127.0.0.1:9/"}
-    error = assert_openai_error(post(proxy_url, body), 400, internal)
+    error = assert_openai_error(post(url, body), 400, internal)
     assert error["code"] == "unknown_parameter"
     assert upstream.chat_requests() == []
 
 
-def test_sdk_sees_internal_parameter_as_bad_request(proxy_url: str) -> None:
-    sdk = openai.OpenAI(base_url=proxy_url + "/v1", api_key="k", max_retries=0)
+def test_sdk_sees_internal_parameter_as_bad_request(url: str) -> None:
+    sdk = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
     with pytest.raises(openai.BadRequestError):
         sdk.chat.completions.create(
             model=MODEL, messages=USER, extra_body={"api_base": "http://127.0.0.1:9/"}
@@ -143,19 +143,19 @@ def test_413_without_reading_the_whole_body(
     ],
 )
 def test_upstream_status_is_kept(
-    proxy_url: str, upstream: FakeUpstream, status: int, error_class: type
+    url: str, upstream: FakeUpstream, status: int, error_class: type
 ) -> None:
     upstream.queue(Reply(status=status, error_message=f"provider says {status}"))
-    sdk = openai.OpenAI(base_url=proxy_url + "/v1", api_key="k", max_retries=0)
+    sdk = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
     with pytest.raises(error_class) as caught:
         sdk.chat.completions.create(model=MODEL, messages=USER)
     assert caught.value.status_code == status
     assert f"provider says {status}" in caught.value.message
 
 
-def test_upstream_error_never_echoes_the_key(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_upstream_error_never_echoes_the_key(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(status=401, error_message=f"Incorrect API key provided: {UPSTREAM_KEY}."))
-    response = post(proxy_url, {"model": MODEL, "messages": USER})
+    response = post(url, {"model": MODEL, "messages": USER})
     error = assert_openai_error(response, 401)
     assert UPSTREAM_KEY not in response.text
     assert UPSTREAM_KEY[:12] not in response.text
@@ -179,13 +179,11 @@ def test_stalled_upstream_times_out_as_504(
     assert_openai_error(post(url, {"model": MODEL, "messages": USER}), 504)
 
 
-def test_failure_mid_stream_sends_error_event_and_no_done(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
+def test_failure_mid_stream_sends_error_event_and_no_done(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(content="a b c d e f g h", fail_after_chunks=3))
     body = {"model": MODEL, "messages": USER, "stream": True}
     events = []
-    with httpx.stream("POST", proxy_url + "/v1/chat/completions", json=body) as response:
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert events, "some chunks arrive before the failure"
@@ -193,15 +191,15 @@ def test_failure_mid_stream_sends_error_event_and_no_done(
     assert "data: [DONE]" not in events
 
 
-def test_error_before_stream_starts_is_plain_json(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_error_before_stream_starts_is_plain_json(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(status=429, error_message="slow down"))
-    response = post(proxy_url, {"model": MODEL, "messages": USER, "stream": True})
+    response = post(url, {"model": MODEL, "messages": USER, "stream": True})
     assert assert_openai_error(response, 429)["message"].endswith("slow down")
 
 
-def test_unknown_route_is_openai_shaped(proxy_url: str) -> None:
-    assert_openai_error(httpx.get(proxy_url + "/v1/nothing-here"), 404)
-    assert_openai_error(httpx.get(proxy_url + "/v1/chat/completions"), 405)
+def test_unknown_route_is_openai_shaped(url: str) -> None:
+    assert_openai_error(httpx.get(url + "/v1/nothing-here"), 404)
+    assert_openai_error(httpx.get(url + "/v1/chat/completions"), 405)
 
 
 @pytest.mark.parametrize(
@@ -215,18 +213,16 @@ def test_unknown_route_is_openai_shaped(proxy_url: str) -> None:
     ],
 )
 def test_each_door_refuses_values_out_of_range_before_payment(
-    proxy_url: str, upstream: FakeUpstream, path: str, body: dict, param: str
+    url: str, upstream: FakeUpstream, path: str, body: dict, param: str
 ) -> None:
     said = {"messages": USER} if path == "/v1/messages" else {"input": "hi"}
-    answer = httpx.post(proxy_url + path, json={"model": MODEL, **said, **body}, timeout=10)
+    answer = httpx.post(url + path, json={"model": MODEL, **said, **body}, timeout=10)
     assert answer.status_code == 400, answer.text
     assert param in answer.text
     assert upstream.requests == []
 
 
-def test_values_at_the_ends_of_their_ranges_go_through(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
+def test_values_at_the_ends_of_their_ranges_go_through(url: str, upstream: FakeUpstream) -> None:
     body = {"model": MODEL, "messages": USER, "temperature": 2, "top_p": 0, "n": 1}
-    assert post(proxy_url, body | {"max_tokens": 1}).status_code == 200
+    assert post(url, body | {"max_tokens": 1}).status_code == 200
     assert upstream.chat_requests()[-1].body["temperature"] == 2

@@ -17,11 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config.settings import load_settings
 from proxy.conversation.validation import CHAT_PARAMETERS, ROLES
-from proxy.http.app import create_app
-from tests.conftest import MODEL, proxy_config
-from tests.servers import serve
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream
 
 KEY_A, KEY_B, ADMIN = "hostile-key-a-0123456789", "hostile-key-b-0123456789", "hostile-admin-012345"
@@ -32,9 +29,9 @@ SEEDED = {KEY_A: ["seed-a1", "seed-a2"], KEY_B: ["seed-b1"]}
 class Proxy:
     """A real proxy for the whole module (hypothesis runs thousands of examples)."""
 
-    def __init__(self, url: str, directory: Path, upstream: FakeUpstream) -> None:
+    def __init__(self, url: str, sessions_dir: Path, upstream: FakeUpstream) -> None:
         self.url = url
-        self.database = directory / "sessions" / "sessions.sqlite3"
+        self.database = sessions_dir / "sessions.sqlite3"
         self.upstream = upstream
         self.client = httpx.Client(base_url=url, timeout=30)
         self.sent = 0
@@ -70,41 +67,59 @@ class Proxy:
 
 
 @pytest.fixture(scope="module")
-def proxy(
-    _shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
-    directory = tmp_path_factory.mktemp("hostile")
-    config = proxy_config(
+def sessions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hostile") / "sessions"
+
+
+@pytest.fixture(scope="module")
+def module_url_config(_shared_upstream: FakeUpstream, sessions_dir: Path) -> dict[str, Any]:
+    return proxy_config(
         _shared_upstream,
         server={"max_body_bytes": MAX_BODY},
-        session={"path": str(directory / "sessions")},
+        session={"path": str(sessions_dir)},
         auth={
             "keys": [{"key": KEY_A, "tenant": "team-a"}, {"key": KEY_B, "tenant": "team-b"}],
             "admin_keys": [{"key": ADMIN}],
         },
     )
-    (directory / "config.yaml").write_bytes(orjson.dumps(config))
-    app = create_app(load_settings(directory / "config.yaml", environ={}))
-    with serve(app) as url:
-        seeded = Proxy(url, directory, _shared_upstream)
-        for key, names in SEEDED.items():
-            for name in names:
-                for turn in range(3):
-                    body = {"model": MODEL, "messages": [{"role": "user", "content": f"t{turn}"}]}
-                    answer = seeded.client.post(
-                        "/v1/chat/completions",
-                        json=body,
-                        headers={"authorization": f"Bearer {key}", "x-session-id": name},
-                    )
-                    assert answer.status_code == 200
-        yield seeded
+
+
+@pytest.fixture(scope="module")
+def proxy(module_url: str, sessions_dir: Path, _shared_upstream: FakeUpstream) -> Proxy:
+    """The module's proxy, each tenant's sessions seeded (three turns each)."""
+    seeded = Proxy(module_url, sessions_dir, _shared_upstream)
+    for key, names in SEEDED.items():
+        for name in names:
+            for turn in range(3):
+                body = {"model": MODEL, "messages": [{"role": "user", "content": f"t{turn}"}]}
+                answer = seeded.client.post(
+                    "/v1/chat/completions",
+                    json=body,
+                    headers={"authorization": f"Bearer {key}", "x-session-id": name},
+                )
+                assert answer.status_code == 200
+    return seeded
 
 
 @pytest.fixture(scope="module")
 def before(proxy: Proxy) -> list[list[tuple[Any, ...]]]:
     """The store after seeding; every test leaves it exactly so."""
-    proxy.upstream.requests.clear()
     return proxy.snapshot()
+
+
+@pytest.fixture(autouse=True)
+def nothing_stored_changed_and_nothing_went_upstream(
+    proxy: Proxy, before: Any, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """Checked after each test on its own (whatever ran before it): every example the
+    test drew was sent, the store holds byte for byte what it held after seeding, and
+    nothing reached the upstream."""
+    proxy.upstream.requests.clear()
+    sent = proxy.sent
+    yield
+    assert proxy.sent - sent >= EXAMPLES[request.node.originalname]
+    assert proxy.snapshot() == before
+    assert proxy.upstream.chat_requests() == []
 
 
 # -- what a body is made of ---------------------------------------------------------------
@@ -379,16 +394,17 @@ bad_path_ids = st.one_of(
     st.text(alphabet="abc-_.", min_size=1, max_size=20).map(lambda t: "h" + t),
 )
 
+# The examples each test sends (at least: one per example drawn), the types' for each door.
 EXAMPLES = {
-    "types": 2400,  # each of the three doors
-    "chat": 4000,
-    "messages": 1500,
-    "responses": 1500,
-    "preview": 2000,
-    "read": 1200,
-    "delete": 1200,
-    "list": 1000,
-    "models": 600,
+    "test_every_field_of_the_wrong_type_is_a_400_naming_it": 2400,
+    "test_chat_completions": 4000,
+    "test_messages": 1500,
+    "test_responses": 1500,
+    "test_preview": 2000,
+    "test_read_session": 1200,
+    "test_delete_session": 1200,
+    "test_list_sessions": 1000,
+    "test_models": 600,
 }
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 
@@ -397,7 +413,7 @@ def conditions(count: int) -> Any:
     return settings(max_examples=count, deadline=None, suppress_health_check=SLOW, database=None)
 
 
-@conditions(EXAMPLES["chat"])
+@conditions(EXAMPLES["test_chat_completions"])
 @given(
     data=st.one_of(
         bad_bytes.map(lambda b: (b, {})),
@@ -460,7 +476,7 @@ bad_messages_bodies = st.one_of(
 )
 
 
-@conditions(EXAMPLES["messages"])
+@conditions(EXAMPLES["test_messages"])
 @given(body=st.one_of(bad_messages_bodies.map(encode), bad_bytes))
 def test_messages(proxy: Proxy, before: Any, body: bytes) -> None:
     proxy.send("POST", "/v1/messages", auth() | {"x-session-id": "seed-a1"}, body)
@@ -499,7 +515,7 @@ bad_responses_bodies = st.one_of(
 )
 
 
-@conditions(EXAMPLES["responses"])
+@conditions(EXAMPLES["test_responses"])
 @given(body=st.one_of(bad_responses_bodies.map(encode), bad_bytes))
 def test_responses(proxy: Proxy, before: Any, body: bytes) -> None:
     proxy.send("POST", "/v1/responses", auth() | {"x-session-id": "seed-b1"}, body)
@@ -699,7 +715,7 @@ def test_every_field_of_the_wrong_type_is_a_400_naming_it(
     """The base body is answered; each of its fields, and every other field the API
     documents, with a value of a JSON type it does not take, is a 400 that names it."""
 
-    @conditions(EXAMPLES["types"])
+    @conditions(EXAMPLES["test_every_field_of_the_wrong_type_is_a_400_naming_it"])
     @given(case=mistyped(base, schema))
     def check(case: tuple[str, dict[str, Any]]) -> None:
         field, body = case
@@ -713,7 +729,7 @@ def test_every_field_of_the_wrong_type_is_a_400_naming_it(
     check()
 
 
-@conditions(EXAMPLES["preview"])
+@conditions(EXAMPLES["test_preview"])
 @given(
     data=st.one_of(
         # (an empty `messages` is no defect here: it previews the session as it is)
@@ -729,7 +745,7 @@ def test_preview(proxy: Proxy, before: Any, data: Any) -> None:
     proxy.send("POST", f"/v1/sessions/{name}/preview", auth(), body)
 
 
-@conditions(EXAMPLES["read"])
+@conditions(EXAMPLES["test_read_session"])
 @given(
     name=bad_path_ids, key=st.sampled_from([KEY_A, KEY_B]), tenant=st.none() | st.text(max_size=10)
 )
@@ -738,7 +754,7 @@ def test_read_session(proxy: Proxy, before: Any, name: str, key: str, tenant: st
     proxy.send("GET", f"/v1/sessions/{name}{params}", auth(key))
 
 
-@conditions(EXAMPLES["delete"])
+@conditions(EXAMPLES["test_delete_session"])
 @given(name=bad_path_ids, key=st.sampled_from([KEY_A, KEY_B, ADMIN]))
 def test_delete_session(proxy: Proxy, before: Any, name: str, key: str) -> None:
     proxy.send("DELETE", f"/v1/sessions/{name}", auth(key))
@@ -755,21 +771,14 @@ bad_queries = st.one_of(
 )
 
 
-@conditions(EXAMPLES["list"])
+@conditions(EXAMPLES["test_list_sessions"])
 @given(query=bad_queries)
 def test_list_sessions(proxy: Proxy, before: Any, query: dict[str, str]) -> None:
     encoded = "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
     proxy.send("GET", f"/v1/sessions?{encoded}", auth(KEY_A))
 
 
-@conditions(EXAMPLES["models"])
+@conditions(EXAMPLES["test_models"])
 @given(authorization=hostile_auth)
 def test_models(proxy: Proxy, before: Any, authorization: Any) -> None:
     proxy.send("GET", "/v1/models", {"authorization": authorization})
-
-
-def test_zz_nothing_stored_changed_and_nothing_went_upstream(proxy: Proxy, before: Any) -> None:
-    """Runs last in this module: after every hostile request above."""
-    assert proxy.sent >= sum(EXAMPLES.values()) + 2 * EXAMPLES["types"] >= 20_000
-    assert proxy.snapshot() == before
-    assert proxy.upstream.chat_requests() == []

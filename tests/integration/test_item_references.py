@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from proxy.doors.base import text_of
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_native_responses import REASONING, native_config
 from tests.integration.test_responses import TOOLS, sdk, weather_call
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 KEY = "client-key-0123456789abcdef"
@@ -23,8 +23,8 @@ NATIVE = "gpt-native"  # a reasoning model in the Responses API (test_native_res
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
-    return start_proxy(native_config(upstream))
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
+    return native_config(upstream)
 
 
 def create(client: openai.OpenAI, stream: bool, **body: Any) -> Any:

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import UPSTREAM_KEY
+from tests.proxies import UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
 
 CHEAP_KEY = "cheap-only-key-0123456789abcdef"

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_metrics import delta, scrape
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import proxy_command, start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.upstream import adapter
 from proxy.upstream.router import ProxyRouter
-from tests.conftest import MODEL, UPSTREAM_KEY
+from tests.proxies import MODEL, UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
 
 USER = [{"role": "user", "content": "hello"}]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import MODEL, proxy_config
 from tests.door_clients import door_client
 from tests.marathon import (
     BUDGET,
@@ -19,6 +18,7 @@ from tests.marathon import (
     run,
     user_text,
 )
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
 

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.conftest import UPSTREAM_KEY, proxy_config
+from tests.proxies import UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 CLAUDE = "claude-test"

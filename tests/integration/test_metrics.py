@@ -17,8 +17,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_sessions import is_summarizer, small_model, words
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from proxy.http.headers import DROPPED
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
 from tests.integration.test_responses import sdk
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
 from tests.upstream_responses import last_user_text
 
@@ -42,8 +42,8 @@ def native_config(upstream: FakeUpstream, **sections: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
-    return start_proxy(native_config(upstream))
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
+    return native_config(upstream)
 
 
 def stored(url: str, session: str) -> list[dict[str, Any]]:

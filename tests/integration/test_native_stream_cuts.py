@@ -8,22 +8,17 @@ as it was. One proxy serves every case; the loopback upstream speaks both APIs."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
-import yaml
 
-from proxy.config.settings import load_settings
-from proxy.http.app import create_app
-from tests.conftest import UPSTREAM_KEY
 from tests.integration.test_messages import CLAUDE, claude_config, client
 from tests.integration.test_native_responses import NO_REASONING
 from tests.integration.test_responses import sdk
-from tests.servers import serve
+from tests.proxies import UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
 from tests.upstream_messages import kinds, message, message_blocks, message_sequence
 from tests.upstream_responses import output, response, response_sequence
@@ -60,14 +55,10 @@ CASES += [("responses", kind) for kind in RESPONSES_EVENTS]
 
 
 @pytest.fixture(scope="module")
-def url(_shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def module_url_config(_shared_upstream: FakeUpstream) -> dict[str, Any]:
     """One proxy for every case: CLAUDE on the upstream's Messages API, NO_REASONING on
     its Responses API (`native_api`), each stream bounded by TIMEOUT."""
-    config = claude_config(
-        _shared_upstream,
-        server={"request_timeout_seconds": TIMEOUT},
-        session={"path": str(tmp_path_factory.mktemp("sessions"))},
-    )
+    config = claude_config(_shared_upstream, server={"request_timeout_seconds": TIMEOUT})
     config["model_list"].append(
         {
             "model_name": NO_REASONING,
@@ -79,10 +70,7 @@ def url(_shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
             "model_info": {"native_api": True},
         }
     )
-    path = tmp_path_factory.mktemp("config") / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    with serve(create_app(load_settings(path, environ={}))) as served:
-        yield served
+    return config
 
 
 def cut_after(door: str, kind: str, end: str) -> Reply:
@@ -99,13 +87,13 @@ def stored(url: str, session: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def sessions(url: str) -> dict[str, list[dict[str, Any]]]:
+def sessions(module_url: str) -> dict[str, list[dict[str, Any]]]:
     """For each door, a session of one finished turn (streamed through the SDK) that
     every cut turn continues, and that each must leave exactly as it is."""
     out = {}
     for door in ("messages", "responses"):
-        ask("hello", door, url, f"cut-{door}", [])
-        out[door] = stored(url, f"cut-{door}")
+        ask("hello", door, module_url, f"cut-{door}", [])
+        out[door] = stored(module_url, f"cut-{door}")
         assert [m["role"] for m in out[door]] == ["user", "assistant"]
     return out
 
@@ -131,20 +119,20 @@ RAISED = {"messages": anthropic.APIStatusError, "responses": openai.APIError}
 
 
 @pytest.mark.parametrize("door", ["messages", "responses"])
-def test_a_whole_stream_is_stored(url: str, upstream: FakeUpstream, door: str) -> None:
+def test_a_whole_stream_is_stored(module_url: str, upstream: FakeUpstream, door: str) -> None:
     """The control: the same turn, not cut, ends with the API's own end and is stored."""
     session = f"whole-{door}"
     upstream.queue(Reply(content=TEXT))
     seen: list[Any] = []
-    ask("more", door, url, session, seen)
+    ask("more", door, module_url, session, seen)
     assert seen[-1].type == FINISHED[door]
-    assert [m["content"] for m in stored(url, session)] == ["more", TEXT]
+    assert [m["content"] for m in stored(module_url, session)] == ["more", TEXT]
 
 
 @pytest.mark.parametrize("end", ENDS)
 @pytest.mark.parametrize(("door", "kind"), CASES)
 def test_a_cut_native_stream_is_the_apis_error_and_stores_nothing(
-    url: str,
+    module_url: str,
     sessions: dict[str, list[dict[str, Any]]],
     upstream: FakeUpstream,
     door: str,
@@ -156,7 +144,7 @@ def test_a_cut_native_stream_is_the_apis_error_and_stores_nothing(
     seen: list[Any] = []
     began = time.monotonic()
     with pytest.raises(RAISED[door]) as raised:
-        ask("more", door, url, session, seen)
+        ask("more", door, module_url, session, seen)
     took = time.monotonic() - began
     kinds = [event.type for event in seen]
     assert FINISHED[door] not in kinds
@@ -168,6 +156,6 @@ def test_a_cut_native_stream_is_the_apis_error_and_stores_nothing(
         assert "ended before the reply was finished" in str(raised.value)
     if end == "stall":
         assert TIMEOUT <= took < TIMEOUT + 3, took  # bounded by the configured deadline
-    assert stored(url, session) == sessions[door]  # exactly as it was
+    assert stored(module_url, session) == sessions[door]  # exactly as it was
     if door == "responses":
         assert raised.value.body is not None  # the `error` event's own error object

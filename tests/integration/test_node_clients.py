@@ -20,7 +20,6 @@ import pytest
 
 from proxy.doors.base import text_of
 from tests import upstream_responses as responses_api
-from tests.conftest import MODEL
 from tests.integration.test_agents import (
     CLAUDE,
     KEY,
@@ -37,6 +36,7 @@ from tests.integration.test_agents import (
 from tests.integration.test_metrics import scrape
 from tests.integration.test_sessions import is_summarizer
 from tests.offline import offline
+from tests.proxies import MODEL
 from tests.readme import on_port, snippet
 from tests.upstream import FakeUpstream, Reply
 from tests.upstream_messages import last_user_text

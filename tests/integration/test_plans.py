@@ -12,9 +12,9 @@ import orjson
 from proxy.sessions.records import PLANS_KEPT
 from proxy.upstream import adapter
 from tests.benchmarks.scorecard import generate
-from tests.conftest import MODEL
 from tests.integration.test_metrics import delta, scrape
 from tests.integration.test_recall_memory import ask, client, drive, model_calls, start
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream
 
 KEY = {"Authorization": "Bearer tenant-a-key-0123456789"}

@@ -32,7 +32,6 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.settings import ModelSettings
 
 from proxy.doors.base import text_of
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_agents import (
     KEY,
     NOTES,
@@ -46,6 +45,7 @@ from tests.integration.test_agents import (
 )
 from tests.integration.test_metrics import Samples, scrape
 from tests.integration.test_sessions import is_summarizer
+from tests.proxies import MODEL, proxy_config
 from tests.readme import on_port, snippet
 from tests.servers import guarded_env
 from tests.upstream import FakeUpstream, Reply

@@ -35,7 +35,7 @@ import pytest
 from proxy.cli.local import held_port
 from tests.readme import RUN, Snippet, on_port, snippet, snippets
 from tests.servers import DEPLOY_PYTHON, guarded_env, wait_ready
-from tests.upstream import FakeUpstream, Reply
+from tests.upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
@@ -159,16 +159,6 @@ def quickstart(
     attempts = netlog.read_text() if netlog.exists() else ""
     assert attempts == "", f"the proxy tried to reach the network:\n{attempts}"
     assert b"Traceback" not in output, output.decode()[-3000:]
-
-
-@pytest.fixture
-def upstream(quickstart: Quickstart) -> FakeUpstream:
-    """The test upstream, with an empty record (it echoes every user message)."""
-    quickstart.upstream.requests.clear()
-    quickstart.upstream.replies.clear()
-    quickstart.upstream.default = Reply()
-    quickstart.upstream.require_key = False
-    return quickstart.upstream
 
 
 # --- every block is run ---------------------------------------------------------------

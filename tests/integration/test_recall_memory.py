@@ -14,7 +14,7 @@ from proxy.recall.index import RECALL_PREFIX
 from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL
 from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, probed, respond
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
 WINDOW = 4096

@@ -19,11 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import yaml
 
 from proxy.cli.local import held_port
 from proxy.sessions.locks import LEASE_SECONDS
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.servers import start, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
@@ -116,6 +117,25 @@ def mid_turn(upstream: FakeUpstream, url: str, session: str, reply: Reply) -> Tu
     return turn
 
 
+def outlives_its_first_term(redis_url: str, session: str) -> None:
+    """Return once the session's turn lock in Redis has been held, by the one token it
+    had when first seen, past the end of the term it had then (renewed meanwhile)."""
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        [lock] = raw.keys(f"*:{{*:{session}}}:turn")
+        token, left = raw.get(lock), raw.pttl(lock)
+        assert token is not None and 0 < left <= LEASE_SECONDS * 1000, (token, left)
+        term_ends = time.monotonic() + left / 1000
+
+        def past_it() -> bool:
+            assert raw.get(lock) == token, "the lock changed hands or lapsed"
+            return time.monotonic() > term_ends + SLACK_SECONDS
+
+        eventually(past_it, "the lease to outlive its first term", seconds=4 * LEASE_SECONDS)
+    finally:
+        raw.close()
+
+
 @pytest.mark.parametrize("waiting", [True, False], ids=["waiting", "after"])
 def test_a_replica_killed_mid_turn_frees_its_session_within_the_lease(
     upstream: FakeUpstream, redis_url: str, tmp_path: Path, waiting: bool
@@ -129,7 +149,7 @@ def test_a_replica_killed_mid_turn_frees_its_session_within_the_lease(
         unfinished = mid_turn(upstream, a_url, session, Reply(stall_seconds=30))
         if waiting:
             after = Turn(b_url, session, "after")
-            time.sleep(LEASE_SECONDS + 1)  # A's lease, renewed, outlives its first term
+            outlives_its_first_term(redis_url, session)
             assert after.is_alive(), after.result  # still waiting: neither served nor 409
         a.kill()  # SIGKILL: no lock given back, nothing renews it any more
         killed = time.monotonic()

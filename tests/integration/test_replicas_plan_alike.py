@@ -14,7 +14,6 @@ import httpx
 import openai
 
 from tests.benchmarks.scorecard import SYSTEM, drive, generate
-from tests.conftest import MODEL
 from tests.integration.test_recall_memory import (
     WINDOW,
     memory_block,
@@ -22,6 +21,7 @@ from tests.integration.test_recall_memory import (
     recall_block,
     start,
 )
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream
 
 KEY = "tenant-a-key-0123456789"

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 
 
@@ -34,11 +34,11 @@ TOOLS: list[Any] = [
 
 
 def test_previous_response_id_continues_from_the_proxys_store(
-    proxy_url: str, upstream: FakeUpstream
+    url: str, upstream: FakeUpstream
 ) -> None:
     """No session header: the response id alone carries the conversation, which the
     proxy serves from its own store for a backend that has no Responses API."""
-    client = sdk(proxy_url)
+    client = sdk(url)
     first = client.responses.create(model=MODEL, instructions="Be brief.", input="my name is Ada")
     assert first.output_text == "echo: my name is Ada"
     assert first.status == "completed" and first.usage.input_tokens > 0
@@ -55,10 +55,10 @@ def test_previous_response_id_continues_from_the_proxys_store(
     assert sent[2]["content"] == "echo: my name is Ada"
 
 
-def test_function_calls_round_trip(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_function_calls_round_trip(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(content="Let me check.", tool_calls=[weather_call("call_7")]))
     upstream.queue(Reply(content="It is cold."))
-    client = sdk(proxy_url)
+    client = sdk(url)
     first = client.responses.create(model=MODEL, input="Weather in Oslo?", tools=TOOLS)
     kinds = [item.type for item in first.output]
     assert kinds == ["message", "function_call"]
@@ -77,11 +77,11 @@ def test_function_calls_round_trip(proxy_url: str, upstream: FakeUpstream) -> No
     assert result == {"role": "tool", "tool_call_id": "call_7", "content": "-5 C"}
 
 
-def test_full_input_items_with_a_session_header(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_full_input_items_with_a_session_header(url: str, upstream: FakeUpstream) -> None:
     """A client that resends every item (Codex with `store: false`) under a session
     header: each item is stored once, the function call joined to its turn's text."""
     upstream.queue(Reply(content="ok"), Reply(content="done"))
-    client = sdk(proxy_url, **{"X-Session-Id": "items"})
+    client = sdk(url, **{"X-Session-Id": "items"})
     items: list[Any] = [{"role": "user", "content": "start"}]
     first = client.responses.create(model=MODEL, input=items, store=False)
     items += [
@@ -97,15 +97,15 @@ def test_full_input_items_with_a_session_header(proxy_url: str, upstream: FakeUp
     ]
     client.responses.create(model=MODEL, input=items, store=False, tools=TOOLS)
     stored = httpx.get(
-        f"{proxy_url}/v1/sessions/items", headers={"Authorization": "Bearer client-key"}
+        f"{url}/v1/sessions/items", headers={"Authorization": "Bearer client-key"}
     ).json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "user", "assistant"]
     assert stored[1]["tool_calls"][0]["id"] == "c1"
 
 
-def test_streaming_events(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_streaming_events(url: str, upstream: FakeUpstream) -> None:
     upstream.queue(Reply(content="one two three", tool_calls=[weather_call("call_9")]))
-    client = sdk(proxy_url)
+    client = sdk(url)
     events = list(client.responses.create(model=MODEL, input="count", tools=TOOLS, stream=True))
     kinds = [event.type for event in events]
     assert kinds[:2] == ["response.created", "response.in_progress"]
@@ -126,22 +126,22 @@ def test_streaming_events(proxy_url: str, upstream: FakeUpstream) -> None:
     assert upstream.chat_requests()[-1].body["messages"][-1]["tool_call_id"] == "call_9"
 
 
-def test_stream_helper_accumulates(proxy_url: str, upstream: FakeUpstream) -> None:
-    with sdk(proxy_url).responses.stream(model=MODEL, input="hello there") as stream:
+def test_stream_helper_accumulates(url: str, upstream: FakeUpstream) -> None:
+    with sdk(url).responses.stream(model=MODEL, input="hello there") as stream:
         final = stream.get_final_response()
     assert final.output_text == "echo: hello there"
 
 
-def test_a_cut_stream_fails_and_cannot_be_continued(proxy_url: str, upstream: FakeUpstream):
+def test_a_cut_stream_fails_and_cannot_be_continued(url: str, upstream: FakeUpstream):
     upstream.queue(Reply(content="a b c d e f", fail_after_chunks=3))
     events: list[Any] = []
     with pytest.raises(openai.APIError):  # at the `error` event, after `response.failed`
-        for event in sdk(proxy_url).responses.create(model=MODEL, input="x", stream=True):
+        for event in sdk(url).responses.create(model=MODEL, input="x", stream=True):
             events.append(event)
     kinds = [event.type for event in events]
     assert "response.completed" not in kinds and kinds[-1] == "response.failed"
     with pytest.raises(openai.NotFoundError):
-        sdk(proxy_url).responses.create(
+        sdk(url).responses.create(
             model=MODEL, input="more", previous_response_id=events[0].response.id
         )
 
@@ -197,10 +197,10 @@ def test_fifty_turn_chain_on_a_small_model(upstream: FakeUpstream, start_proxy: 
     )
 
 
-def test_prompt_cache_key_names_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_prompt_cache_key_names_the_session(url: str, upstream: FakeUpstream) -> None:
     """Codex sends its conversation id as `prompt_cache_key` and resends every item
     (`store: false`): without a header, that key is the session."""
-    client = sdk(proxy_url)
+    client = sdk(url)
     items: list[Any] = [{"role": "user", "content": "first"}]
     first = client.responses.create(
         model=MODEL, input=items, store=False, prompt_cache_key="codex-conv-1"
@@ -211,15 +211,15 @@ def test_prompt_cache_key_names_the_session(proxy_url: str, upstream: FakeUpstre
     ]
     client.responses.create(model=MODEL, input=items, store=False, prompt_cache_key="codex-conv-1")
     stored = httpx.get(
-        f"{proxy_url}/v1/sessions/codex-conv-1", headers={"Authorization": "Bearer client-key"}
+        f"{url}/v1/sessions/codex-conv-1", headers={"Authorization": "Bearer client-key"}
     ).json()["messages"]
     assert [m["content"] for m in stored] == ["first", "echo: first", "next", "echo: next"]
 
 
-def test_a_conversation_id_names_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_a_conversation_id_names_the_session(url: str, upstream: FakeUpstream) -> None:
     """The Responses API's `conversation` (an id, or an object with one) names the
     session: the second turn sends only its new input and the model gets both."""
-    client = sdk(proxy_url)
+    client = sdk(url)
     client.responses.create(model=MODEL, input="first", conversation="conv_agent_7")
     reply = client.responses.create(
         model=MODEL, input="second", conversation={"id": "conv_agent_7"}
@@ -228,6 +228,6 @@ def test_a_conversation_id_names_the_session(proxy_url: str, upstream: FakeUpstr
     sent = upstream.chat_requests()[-1].body["messages"]
     assert [m["content"] for m in sent] == ["first", "echo: first", "second"]
     stored = httpx.get(
-        f"{proxy_url}/v1/sessions/conv_agent_7", headers={"Authorization": "Bearer client-key"}
+        f"{url}/v1/sessions/conv_agent_7", headers={"Authorization": "Bearer client-key"}
     ).json()["messages"]
     assert len(stored) == 4

@@ -4,13 +4,13 @@ as configured, fallbacks to a second deployment, cooldowns of a failing one."""
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import openai
 
-from tests.conftest import MODEL, UPSTREAM_KEY
+from tests.proxies import MODEL, UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
+from tests.waiting import eventually
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -128,13 +128,20 @@ def test_a_rate_limited_deployment_cools_down(
         if "model-a" in models_called(upstream):
             break
     assert "model-a" in models_called(upstream)
+
+    def twelve_to_b() -> bool:
+        """12 requests, all answered by model-b (shuffling would pick model-a ~6 times)."""
+        upstream.requests.clear()
+        for _ in range(12):
+            try:
+                reply = sdk(url).chat.completions.create(model="pool", messages=USER)
+            except openai.RateLimitError:  # model-a not benched yet (LiteLLM's path)
+                return False
+            assert reply.choices[0].message.content == "ok"
+        return models_called(upstream) == ["model-b"] * 12
+
     # LiteLLM's own path books the failure from a logging callback that runs a moment
-    # after the response: give it that moment (the lean path books it at once).
-    time.sleep(1.0)
-    upstream.requests.clear()
-    for _ in range(12):
-        reply = sdk(url).chat.completions.create(model="pool", messages=USER)
-        assert reply.choices[0].message.content == "ok"
-    called = models_called(upstream)
-    assert called.count("model-a") == 0, called  # shuffling would pick it ~6 times in 12
-    assert called.count("model-b") == 12
+    # after the response (the lean path books it at once): once booked, model-a is
+    # benched, and stays so for the cooldown's minute.
+    eventually(twelve_to_b, "model-a to be benched")
+    assert twelve_to_b(), models_called(upstream)

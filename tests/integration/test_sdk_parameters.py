@@ -20,7 +20,7 @@ from openai.types.responses.response_create_params import ResponseCreateParamsBa
 
 from proxy.http.headers import DROPPED
 from proxy.upstream import adapter
-from tests.conftest import MODEL, UPSTREAM_KEY, proxy_config
+from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream
 
 CLAUDE = "claude-test"  # adaptive thinking, effort and fast mode, by LiteLLM's model map
@@ -369,9 +369,9 @@ def test_fast_mode_to_a_claude_without_it_is_dropped_and_named(
     assert sent.body["speed"] == "fast"
 
 
-def test_a_typo_is_still_unknown_on_the_chat_door(proxy_url: str, upstream: FakeUpstream) -> None:
+def test_a_typo_is_still_unknown_on_the_chat_door(url: str, upstream: FakeUpstream) -> None:
     """Only what is no parameter of the API is refused: a misspelt one, say."""
-    client = openai.OpenAI(base_url=proxy_url + "/v1", api_key="client-key", max_retries=0)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="client-key", max_retries=0)
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": TEXT}], extra_body={"temprature": 1}

@@ -16,8 +16,8 @@ import redis
 import yaml
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL
 from tests.integration.test_sessions import is_summarizer, words
+from tests.proxies import MODEL
 from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream, Reply
 

@@ -19,10 +19,10 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL
 from tests.integration.test_auth import ADMIN, KEY_A, KEY_B, KEYS
 from tests.integration.test_cli import cli
 from tests.integration.test_messages import CLAUDE, claude_config
+from tests.proxies import MODEL
 from tests.readme import on_port, snippet
 from tests.upstream import FakeUpstream
 
@@ -109,8 +109,8 @@ def said(session: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any, store: dict[str, Any]) -> str:
-    return start_proxy(claude_config(upstream, auth=KEYS, session=store))
+def url_config(upstream: FakeUpstream, store: dict[str, Any]) -> dict[str, Any]:
+    return claude_config(upstream, auth=KEYS, session=store)
 
 
 def test_any_id_is_listed_shown_searched_and_deleted_through_the_api(url: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from typing import Any
 
@@ -11,13 +10,15 @@ import httpx
 import openai
 import pytest
 
+from proxy.config.settings import ContextSettings
 from proxy.summary.fold import SYSTEM_PROMPT
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.waiting import eventually
 
 SESSION = "X-Session-Id"
 SMALL_WINDOW = {"max_input_tokens": 1000}
+SUMMARIZE_AT = ContextSettings().summarize_at  # the default
 
 
 def small_model(upstream: FakeUpstream, **sections: Any) -> dict[str, Any]:
@@ -46,6 +47,13 @@ def stored(url: str, session: str, key: str = "client-key") -> httpx.Response:
     return httpx.get(f"{url}/v1/sessions/{session}", headers={"authorization": f"Bearer {key}"})
 
 
+def plans(url: str, session: str, key: str = "client-key") -> list[dict[str, Any]]:
+    headers = {"authorization": f"Bearer {key}"}
+    response = httpx.get(f"{url}/v1/sessions/{session}/plans", headers=headers)
+    assert response.status_code == 200, response.text
+    return list(response.json()["data"])
+
+
 def words(n: int, tag: str) -> str:
     return " ".join(f"{tag}{i}" for i in range(n))
 
@@ -58,17 +66,15 @@ def model_requests(upstream: FakeUpstream) -> list[dict[str, Any]]:
     return [r.body for r in upstream.chat_requests() if not is_summarizer(r.body)]
 
 
-def test_full_resend_client_stores_each_message_once(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
-    client = sdk(proxy_url, "resend")
+def test_full_resend_client_stores_each_message_once(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "resend")
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
     for text in ("one", "two", "three"):
         messages.append({"role": "user", "content": text})
         reply = chat(client, messages).parse()
         # The SDK's own echo of the reply, extra fields and all.
         messages.append(reply.choices[0].message.model_dump())
-    session = stored(proxy_url, "resend").json()
+    session = stored(url, "resend").json()
     assert [m["content"] for m in session["messages"]] == [
         "one",
         "echo: one",
@@ -82,17 +88,15 @@ def test_full_resend_client_stores_each_message_once(
     assert all(m["role"] != "system" for m in session["messages"])
 
 
-def test_a_side_request_is_answered_beside_the_session(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
+def test_a_side_request_is_answered_beside_the_session(url: str, upstream: FakeUpstream) -> None:
     """A full-resend client's own title request, under the same session id: answered
     (with the header that says so), never stored; the conversation then goes on."""
-    client = sdk(proxy_url, "with-side")
+    client = sdk(url, "with-side")
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
     for text in ("one", "two"):
         messages.append({"role": "user", "content": text})
         messages.append(chat(client, messages).parse().choices[0].message.model_dump())
-    before = stored(proxy_url, "with-side").content
+    before = stored(url, "with-side").content
     title = chat(
         client,
         [
@@ -102,21 +106,21 @@ def test_a_side_request_is_answered_beside_the_session(
     )
     assert title.headers["x-context-session-turn"] == "side"
     assert title.parse().choices[0].message.content == "echo: one, two"
-    assert stored(proxy_url, "with-side").content == before
+    assert stored(url, "with-side").content == before
     messages.append({"role": "user", "content": "three"})
     turn = chat(client, messages)
     assert "x-context-session-turn" not in turn.headers
-    contents = [m["content"] for m in stored(proxy_url, "with-side").json()["messages"]]
+    contents = [m["content"] for m in stored(url, "with-side").json()["messages"]]
     assert contents == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
 
 
 def test_a_title_that_came_first_does_not_claim_the_session(
-    proxy_url: str, upstream: FakeUpstream
+    url: str, upstream: FakeUpstream
 ) -> None:
     """opencode's first request under its session id generates a title. The conversation
     that follows, in its own frame, is the session's transcript from its second turn on
     (its first was answered beside the title), and later titles are side requests."""
-    client = sdk(proxy_url, "title-first")
+    client = sdk(url, "title-first")
     title = [
         {"role": "system", "content": "Generate a title for this conversation."},
         {"role": "user", "content": "fix the build"},
@@ -132,7 +136,7 @@ def test_a_title_that_came_first_does_not_claim_the_session(
     assert turns[0].headers["x-context-session-turn"] == "side"  # the title still held it
     assert ["x-context-session-turn" in turn.headers for turn in turns[1:]] == [False, False]
     assert chat(client, title).headers["x-context-session-turn"] == "side"
-    contents = [m["content"] for m in stored(proxy_url, "title-first").json()["messages"]]
+    contents = [m["content"] for m in stored(url, "title-first").json()["messages"]]
     assert contents == [
         "fix the build",
         "echo: fix the build",
@@ -143,8 +147,8 @@ def test_a_title_that_came_first_does_not_claim_the_session(
     ]
 
 
-def test_append_only_client_gets_history_restored(proxy_url: str, upstream: FakeUpstream) -> None:
-    client = sdk(proxy_url, "append-only")
+def test_append_only_client_gets_history_restored(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "append-only")
     chat(client, [{"role": "user", "content": "My name is Ada."}])
     chat(client, [{"role": "user", "content": "What is my name?"}])
     sent = upstream.chat_requests()[-1].body["messages"]
@@ -153,24 +157,24 @@ def test_append_only_client_gets_history_restored(proxy_url: str, upstream: Fake
         "echo: My name is Ada.",
         "What is my name?",
     ]
-    assert stored(proxy_url, "append-only").json()["stats"]["messages"] == 4
+    assert stored(url, "append-only").json()["stats"]["messages"] == 4
 
 
-def test_session_mode_header_overrides_the_guess(proxy_url: str, upstream: FakeUpstream) -> None:
-    client = sdk(proxy_url, "modes")
+def test_session_mode_header_overrides_the_guess(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "modes")
     chat(client, [{"role": "user", "content": "hi"}])
     # Same text again: auto would read it as a resend of history; append says it is new.
-    appender = sdk(proxy_url, "modes", **{"X-Session-Mode": "append"})
+    appender = sdk(url, "modes", **{"X-Session-Mode": "append"})
     chat(appender, [{"role": "user", "content": "hi"}])
-    contents = [m["content"] for m in stored(proxy_url, "modes").json()["messages"]]
+    contents = [m["content"] for m in stored(url, "modes").json()["messages"]]
     assert contents == ["hi", "echo: hi", "hi", "echo: hi"]
-    bad = sdk(proxy_url, "modes", **{"X-Session-Mode": "sideways"})
+    bad = sdk(url, "modes", **{"X-Session-Mode": "sideways"})
     with pytest.raises(openai.BadRequestError):
         chat(bad, [{"role": "user", "content": "x"}])
 
 
-def test_edit_forks_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
-    client = sdk(proxy_url, "fork")
+def test_edit_forks_the_session(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "fork")
     history = [{"role": "user", "content": "Plan a trip to Rome."}]
     history.append(
         {"role": "assistant", "content": chat(client, history).parse().choices[0].message.content}
@@ -180,7 +184,7 @@ def test_edit_forks_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
     # The user edits their second message: history after the edit is replaced.
     edited = [*history[:2], {"role": "user", "content": "Make it 5 days."}]
     chat(client, edited)
-    contents = [m["content"] for m in stored(proxy_url, "fork").json()["messages"]]
+    contents = [m["content"] for m in stored(url, "fork").json()["messages"]]
     assert contents == [
         "Plan a trip to Rome.",
         "echo: Plan a trip to Rome.",
@@ -189,8 +193,8 @@ def test_edit_forks_the_session(proxy_url: str, upstream: FakeUpstream) -> None:
     ]
 
 
-def test_equivalent_echo_does_not_fork(proxy_url: str, upstream: FakeUpstream) -> None:
-    client = sdk(proxy_url, "echo-shapes")
+def test_equivalent_echo_does_not_fork(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "echo-shapes")
     chat(client, [{"role": "user", "content": "ping"}])
     echoed = {
         "role": "assistant",
@@ -201,39 +205,37 @@ def test_equivalent_echo_does_not_fork(proxy_url: str, upstream: FakeUpstream) -
     chat(
         client, [{"role": "user", "content": "ping"}, echoed, {"role": "user", "content": "again"}]
     )
-    session = stored(proxy_url, "echo-shapes").json()
+    session = stored(url, "echo-shapes").json()
     assert session["stats"]["messages"] == 4
     assert session["messages"][1] == {"role": "assistant", "content": "echo: ping"}
 
 
-def test_sessions_are_private_to_their_key(proxy_url: str, upstream: FakeUpstream) -> None:
-    chat(
-        sdk(proxy_url, "shared-name", key="alice"), [{"role": "user", "content": "alice's secret"}]
-    )
-    chat(sdk(proxy_url, "shared-name", key="bob"), [{"role": "user", "content": "bob here"}])
-    alice = stored(proxy_url, "shared-name", "alice").json()
-    bob = stored(proxy_url, "shared-name", "bob").json()
+def test_sessions_are_private_to_their_key(url: str, upstream: FakeUpstream) -> None:
+    chat(sdk(url, "shared-name", key="alice"), [{"role": "user", "content": "alice's secret"}])
+    chat(sdk(url, "shared-name", key="bob"), [{"role": "user", "content": "bob here"}])
+    alice = stored(url, "shared-name", "alice").json()
+    bob = stored(url, "shared-name", "bob").json()
     assert alice["messages"][0]["content"] == "alice's secret"
     assert bob["messages"][0]["content"] == "bob here"
     # Bob's requests never saw Alice's history.
     assert "alice's secret" not in str(upstream.chat_requests()[-1].body)
-    assert stored(proxy_url, "shared-name", "mallory").status_code == 404
+    assert stored(url, "shared-name", "mallory").status_code == 404
 
 
-def test_response_headers_report_tokens(proxy_url: str, upstream: FakeUpstream) -> None:
-    response = chat(sdk(proxy_url, "headers"), [{"role": "user", "content": "hello"}])
+def test_response_headers_report_tokens(url: str, upstream: FakeUpstream) -> None:
+    response = chat(sdk(url, "headers"), [{"role": "user", "content": "hello"}])
     assert response.headers["X-Context-Compression"] == "none"
     sent = int(response.headers["X-Context-Tokens-Sent"])
     assert sent == int(response.headers["X-Context-Tokens-Original"])
     assert sent == count_prompt_tokens(upstream.chat_requests()[-1].body)
 
 
-def test_delete_session(proxy_url: str, upstream: FakeUpstream) -> None:
-    chat(sdk(proxy_url, "doomed"), [{"role": "user", "content": "remember me"}])
+def test_delete_session(url: str, upstream: FakeUpstream) -> None:
+    chat(sdk(url, "doomed"), [{"role": "user", "content": "remember me"}])
     auth = {"authorization": "Bearer client-key"}
-    assert httpx.delete(f"{proxy_url}/v1/sessions/doomed", headers=auth).json()["deleted"] is True
-    assert stored(proxy_url, "doomed").status_code == 404
-    assert httpx.delete(f"{proxy_url}/v1/sessions/doomed", headers=auth).status_code == 404
+    assert httpx.delete(f"{url}/v1/sessions/doomed", headers=auth).json()["deleted"] is True
+    assert stored(url, "doomed").status_code == 404
+    assert httpx.delete(f"{url}/v1/sessions/doomed", headers=auth).status_code == 404
 
 
 def test_compression_with_summary_and_preview(upstream: FakeUpstream, start_proxy) -> None:
@@ -404,17 +406,15 @@ def test_output_reservation_and_overflow(upstream: FakeUpstream, start_proxy) ->
         chat(client, [{"role": "system", "content": words(900, "s")}, messages[-1]])
 
 
-def test_streamed_reply_is_stored_only_when_complete(
-    proxy_url: str, upstream: FakeUpstream
-) -> None:
-    client = sdk(proxy_url, "streamed")
+def test_streamed_reply_is_stored_only_when_complete(url: str, upstream: FakeUpstream) -> None:
+    client = sdk(url, "streamed")
     chunks = list(
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "tell me"}], stream=True
         )
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: tell me"
-    assert [m["content"] for m in stored(proxy_url, "streamed").json()["messages"]] == [
+    assert [m["content"] for m in stored(url, "streamed").json()["messages"]] == [
         "tell me",
         "echo: tell me",
     ]
@@ -422,14 +422,14 @@ def test_streamed_reply_is_stored_only_when_complete(
     body = {"model": MODEL, "messages": [{"role": "user", "content": "again"}], "stream": True}
     with httpx.stream(
         "POST",
-        proxy_url + "/v1/chat/completions",
+        url + "/v1/chat/completions",
         json=body,
         headers={SESSION: "streamed", "authorization": "Bearer client-key"},
     ) as response:
         lines = list(response.iter_lines())
     assert "data: [DONE]" not in lines
     # The cut-off turn is not stored as if it had completed.
-    assert stored(proxy_url, "streamed").json()["stats"]["messages"] == 2
+    assert stored(url, "streamed").json()["stats"]["messages"] == 2
 
 
 def test_background_summary_is_ready_for_the_next_request(
@@ -445,25 +445,27 @@ def test_background_summary_is_ready_for_the_next_request(
     def summarizer_calls() -> int:
         return len(upstream.chat_requests()) - len(model_requests(upstream))
 
+    def past_summarize_at() -> bool:
+        """The stored session (its reply included) passes `summarize_at` of what the
+        system prompt leaves of the budget, by the proxy's own count."""
+        record = plans(url, "ahead")[-1]
+        base = record["parts"][0]["tokens"]
+        [total] = stored(url, "ahead").json()["stats"]["tokens"].values()
+        return base + total > base + SUMMARIZE_AT * (record["budget"] - base)
+
     for turn in range(12):
         messages.append({"role": "user", "content": words(40, f"t{turn}w")})
         response = chat(client, messages)
         messages.append({"role": "assistant", "content": "noted"})
-        # Past ~summarize_at (0.7 × 800 tokens) a background summary must start.
-        near = int(response.headers["X-Context-Tokens-Original"]) > 500
-        deadline = time.monotonic() + (5 if near else 0.2)
-        while not summarizer_calls() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if summarizer_calls():
+        if past_summarize_at():
             break
-    # The request whose reply crossed `summarize_at` itself fitted, uncompressed:
-    # the summary was made after it, in the background.
+        assert not summarizer_calls()
+    # A background summary starts after the turn that passed it; that turn itself
+    # fitted, uncompressed.
+    eventually(summarizer_calls, "a background summary to start")
     assert response.headers["X-Context-Compression"] == "none"
     assert int(response.headers["X-Context-Tokens-Sent"]) <= 800
-    deadline = time.monotonic() + 10
-    while not stored(url, "ahead").json()["checkpoints"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert stored(url, "ahead").json()["checkpoints"]
+    eventually(lambda: stored(url, "ahead").json()["checkpoints"], "the summary to be stored")
     made = summarizer_calls()
     messages.append({"role": "user", "content": words(40, "next")})
     response = chat(client, messages)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from proxy.cli.local import held_port
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.redis_servers import redis_on
 from tests.servers import wait_ready
 from tests.small_disk import proxy_on_small_disk

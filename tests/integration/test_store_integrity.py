@@ -16,7 +16,6 @@ import orjson
 import pytest
 import redis
 
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_store_faults import (
     HEADERS,
     KEY,
@@ -24,6 +23,7 @@ from tests.integration.test_store_faults import (
     refused_before_the_upstream,
     stored,
 )
+from tests.proxies import MODEL, proxy_config
 from tests.redis_servers import redis_server
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually

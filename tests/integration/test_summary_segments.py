@@ -14,8 +14,8 @@ from proxy.conversation.tokens import counter_for
 from proxy.summary.fold import MIN_SEGMENT_SHARE, REWRITE_TASK, SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL, SUMMARY_PREFIX
 from tests.benchmarks.scorecard import generate, respond
-from tests.conftest import MODEL
 from tests.integration.test_recall_memory import client, drive, model_calls, start
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream, Reply
 
 SHARE = 100  # context.max_summary_tokens: small, so the segments outgrow it within the test

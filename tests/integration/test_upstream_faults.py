@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import MODEL, proxy_config
+from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, Reply
 
 KEY = "fault-test-key-0123456789"

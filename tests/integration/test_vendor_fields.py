@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from proxy.http.headers import DROPPED
-from tests.conftest import MODEL
 from tests.integration.test_messages import CLAUDE, claude_config
+from tests.proxies import MODEL
 from tests.upstream import FakeUpstream
 
 # What Claude Code 2.1 sends beside the Messages API's own fields (seen on the wire).
@@ -30,12 +30,12 @@ WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy: Any) -> str:
+def url_config(upstream: FakeUpstream) -> dict[str, Any]:
     config = claude_config(upstream)
     # Claude Code's default model family: adaptive thinking and an effort level (by
     # LiteLLM's model map, which translates them down for an older Claude).
     config["model_list"][-1]["litellm_params"]["model"] = "anthropic/claude-sonnet-4-6"
-    return start_proxy(config)
+    return config
 
 
 def post(url: str, path: str, body: dict[str, Any], session: str = "vendor-1") -> httpx.Response:

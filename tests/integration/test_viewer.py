@@ -32,12 +32,12 @@ from proxy.cli.local import held_port
 from proxy.http import viewer
 from proxy.http.browser import PAGE_HEADER
 from tests.benchmarks.scorecard import generate
-from tests.conftest import MODEL, proxy_config
 from tests.integration.test_auth import ADMIN, KEY_A, KEY_B, KEYS
 from tests.integration.test_messages import claude_config
 from tests.integration.test_recall_memory import client, drive, start
 from tests.integration.test_secrets import store_bytes
 from tests.integration.test_session_ids import WORDS, make_sessions
+from tests.proxies import MODEL, proxy_config
 from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream
 
@@ -63,7 +63,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 
 @pytest.fixture
-def url(upstream: FakeUpstream, start_proxy) -> str:
+def demo_url(upstream: FakeUpstream, start_proxy) -> str:
+    """A proxy holding a long session of each tenant's, as the viewer's users have them."""
     url = start(start_proxy, upstream, auth=KEYS)
     drive(client(url, SESSION, key=KEY_A), MODEL, generate(turns=60, facts=10, updates=3))
     drive(client(url, "team-b-notes", key=KEY_B), MODEL, generate(turns=20, facts=3, updates=1))
@@ -85,27 +86,32 @@ def colours(png: bytes) -> set[tuple[int, int, int]]:
     return {colour for _, colour in image.getcolors(maxcolors=1 << 20) or []}
 
 
-def test_the_page_needs_a_key_and_its_assets_hold_no_data(url: str) -> None:
-    page = httpx.get(url + "/ui")
+def test_the_page_needs_a_key_and_its_assets_hold_no_data(demo_url: str) -> None:
+    page = httpx.get(demo_url + "/ui")
     assert page.status_code == 401
     assert page.headers["content-type"].startswith("text/html")
     assert 'id="login-form"' in page.text and SESSION not in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    script = httpx.get(url + "/ui/viewer.js")
+    script = httpx.get(demo_url + "/ui/viewer.js")
     assert script.status_code == 200
     assert script.headers["content-type"].startswith("text/javascript")
     # A key opens the page and its API in the header only, never in a cookie.
-    assert httpx.get(url + "/ui", headers={"Authorization": f"Bearer {KEY_A}"}).status_code == 200
-    for name in ("context_proxy_key", cookie(url)):
+    assert (
+        httpx.get(demo_url + "/ui", headers={"Authorization": f"Bearer {KEY_A}"}).status_code == 200
+    )
+    for name in ("context_proxy_key", cookie(demo_url)):
         jar = {name: KEY_A}
-        assert httpx.get(url + "/ui", cookies=jar, headers=own(url)).status_code == 401
-        assert httpx.get(url + "/ui/api/sessions", cookies=jar, headers=own(url)).status_code == 401
+        assert httpx.get(demo_url + "/ui", cookies=jar, headers=own(demo_url)).status_code == 401
+        assert (
+            httpx.get(demo_url + "/ui/api/sessions", cookies=jar, headers=own(demo_url)).status_code
+            == 401
+        )
 
 
 def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
-    url: str, browser: Browser, tmp_path: Any
+    demo_url: str, browser: Browser, tmp_path: Any
 ) -> None:
-    page = logged_in(browser, url, KEY_A)
+    page = logged_in(browser, demo_url, KEY_A)
     rows = page.locator("#sessions tbody tr")
     expect(rows).to_have_count(1)  # team-b's session is not listed
     expect(rows.first).to_contain_text(SESSION)
@@ -118,7 +124,7 @@ def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     rows.first.click()
     expect(page.locator("#session-title")).to_have_text(f"Session {SESSION}")
     plans = httpx.get(
-        f"{url}/v1/sessions/{SESSION}/plans", headers={"Authorization": f"Bearer {KEY_A}"}
+        f"{demo_url}/v1/sessions/{SESSION}/plans", headers={"Authorization": f"Bearer {KEY_A}"}
     ).json()["data"]
     turns = page.locator("#turns > li")
     expect(turns).to_have_count(len(plans))
@@ -147,13 +153,15 @@ def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     page.click("#delete")
     expect(page.locator("#list")).to_be_visible()
     expect(rows).to_have_count(0)
-    gone = httpx.get(f"{url}/v1/sessions/{SESSION}", headers={"Authorization": f"Bearer {KEY_A}"})
+    gone = httpx.get(
+        f"{demo_url}/v1/sessions/{SESSION}", headers={"Authorization": f"Bearer {KEY_A}"}
+    )
     assert gone.status_code == 404
     page.close()
 
 
-def test_an_admin_sees_every_tenant(url: str, browser: Browser) -> None:
-    page = logged_in(browser, url, ADMIN)
+def test_an_admin_sees_every_tenant(demo_url: str, browser: Browser) -> None:
+    page = logged_in(browser, demo_url, ADMIN)
     rows = page.locator("#sessions tbody tr")
     expect(rows).to_have_count(2)
     page.fill("#search", "team-b")
@@ -161,7 +169,7 @@ def test_an_admin_sees_every_tenant(url: str, browser: Browser) -> None:
     rows.first.click()
     expect(page.locator("#session-title")).to_have_text("Session team-b-notes")
     plans = httpx.get(
-        f"{url}/v1/sessions/team-b-notes/plans?tenant=team-b",
+        f"{demo_url}/v1/sessions/team-b-notes/plans?tenant=team-b",
         headers={"Authorization": f"Bearer {ADMIN}"},
     ).json()["data"]
     expect(page.locator("#turns > li")).to_have_count(len(plans))
@@ -169,9 +177,9 @@ def test_an_admin_sees_every_tenant(url: str, browser: Browser) -> None:
     page.close()
 
 
-def test_a_wrong_key_is_told_so(url: str, browser: Browser) -> None:
+def test_a_wrong_key_is_told_so(demo_url: str, browser: Browser) -> None:
     page = browser.new_page()
-    page.goto(url + "/ui")
+    page.goto(demo_url + "/ui")
     page.fill("#key", "not-a-key-at-all")
     page.click("#login-form button")
     expect(page.locator("#login")).to_be_visible()
@@ -180,12 +188,12 @@ def test_a_wrong_key_is_told_so(url: str, browser: Browser) -> None:
     page.close()
 
 
-def test_the_page_holds_no_key_and_logs_out(url: str, browser: Browser) -> None:
+def test_the_page_holds_no_key_and_logs_out(demo_url: str, browser: Browser) -> None:
     """After the login the page's script can read no cookie and holds no key (its form
     is empty; its storage holds the page token only); the browser holds the proxy's
     token, HttpOnly and Strict, for 8 hours; logging out revokes the login, and the page
     asks for a key again."""
-    page = logged_in(browser, url, KEY_A)
+    page = logged_in(browser, demo_url, KEY_A)
     assert page.evaluate("document.cookie") == ""
     stored = page.evaluate("JSON.stringify([{...localStorage}, {...sessionStorage}])")
     [kept, _] = json.loads(stored)
@@ -194,7 +202,7 @@ def test_the_page_holds_no_key_and_logs_out(url: str, browser: Browser) -> None:
     expect(page.locator("#key")).to_have_value("")
     assert KEY_A not in page.content()
     [held] = page.context.cookies()
-    assert held["name"] == cookie(url) and KEY_A not in held["value"]
+    assert held["name"] == cookie(demo_url) and KEY_A not in held["value"]
     assert (held["httpOnly"], held["sameSite"], held["path"], held["secure"]) == (
         True,
         "Strict",
@@ -203,7 +211,7 @@ def test_the_page_holds_no_key_and_logs_out(url: str, browser: Browser) -> None:
     )
     assert abs(held["expires"] - (time.time() + viewer.LOGIN_SECONDS)) < 60
     login = Login(held["value"], kept["context-proxy-page-token"])
-    assert sessions_with(url, login).status_code == 200
+    assert sessions_with(demo_url, login).status_code == 200
     page.reload()  # the page itself opens with the login (a same-origin navigation)
     expect(page.locator("#list")).to_be_visible()
     page.click("#logout")
@@ -211,7 +219,7 @@ def test_the_page_holds_no_key_and_logs_out(url: str, browser: Browser) -> None:
     expect(page.locator("#sessions tbody tr")).to_have_count(0)
     assert page.context.cookies() == []
     assert page.evaluate("localStorage.length") == 0
-    assert sessions_with(url, login).status_code == 401  # revoked, not only forgotten
+    assert sessions_with(demo_url, login).status_code == 401  # revoked, not only forgotten
     page.reload()
     expect(page.locator("#login")).to_be_visible()
     page.close()

@@ -6,7 +6,6 @@ import asyncio
 import multiprocessing
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +116,12 @@ async def test_an_idle_session_is_swept_with_its_messages(tmp_path: Path) -> Non
     assert rows(tmp_path, "SELECT session FROM sessions") == [("live",)]
 
 
-def _commit_from_a_process(directory: str, writer: int, start_at: float) -> bool:
+def _commit_from_a_process(directory: str, writer: int, start: Any) -> bool:
     async def run() -> bool:
         store = DiskSessionStore(directory)
         base = entries("u1", "a1")
         more = entries(f"writer {writer}", start=2, head=base[-1].chain)
-        while time.time() < start_at:
-            await anyio.sleep(0.001)
+        start.wait(60)  # every writer ready: they commit at once
         won = await store.commit(meta([*base, *more], version=2), 1, 2, more)
         await store.close()
         return won
@@ -136,9 +134,9 @@ async def test_concurrent_commits_from_processes_one_winner(tmp_path: Path) -> N
     base = entries("u1", "a1")
     assert await store.commit(meta(base), 0, 0, base)
     context = multiprocessing.get_context("spawn")
-    start_at = time.time() + 2.0
-    with context.Pool(4) as pool:
-        args: list[Any] = [(str(tmp_path), writer, start_at) for writer in range(4)]
+    with context.Manager() as manager, context.Pool(4) as pool:
+        start = manager.Barrier(4)
+        args: list[Any] = [(str(tmp_path), writer, start) for writer in range(4)]
         results = await anyio.to_thread.run_sync(pool.starmap, _commit_from_a_process, args)
     assert sum(results) == 1
     stored = await store.messages("t1", "s", 0, 3)

@@ -3,7 +3,6 @@ Redis (each test with its own key prefix)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -15,6 +14,9 @@ from proxy.errors import SessionConflict, StoreUnavailable
 from proxy.sessions.stores import LeaseLost, TimedStore
 from proxy.sessions.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
+from tests.waiting import eventually_async
+
+pytestmark = pytest.mark.integration  # a Redis server of the tests' own
 
 
 @pytest.fixture
@@ -97,11 +99,17 @@ async def test_ping_says_when_redis_is_unreachable() -> None:
     await down.close()
 
 
-async def test_a_commit_is_fenced_on_the_turn_lock_it_names(prefix: str, redis_url: str) -> None:
+async def test_a_commit_is_fenced_on_the_turn_lock_it_names(
+    raw: aioredis.Redis, prefix: str, redis_url: str
+) -> None:
     """Its lock still held, a conflict is a background summary's (the turn is replayed
     onto it); lapsed, the commit applies only if the session has not moved since, and
     never while another holds the lock. Refused, it is a 409 that stores nothing."""
     store = RedisSessionStore(redis_url, prefix=prefix)
+
+    async def lapsed() -> bool:
+        return not await raw.exists(key(prefix, "turn"))
+
     seed = entries("u1", "a1")
     added = entries("u2", "a2", start=2, head=seed[-1].chain)
     assert await store.commit(meta(seed), 0, 0, seed)
@@ -111,13 +119,13 @@ async def test_a_commit_is_fenced_on_the_turn_lock_it_names(prefix: str, redis_u
     assert await store.commit(meta(seed, version=2, checkpoints=[summary]), 1, 2, [], [summary])
     turn = meta([*seed, *added], version=2, checkpoints=[summary])
     assert not await store.commit(turn, 1, 2, added, release=token)  # a plain conflict
-    await asyncio.sleep(0.4)  # lapsed unrenewed; nobody took it, nothing moved: stored
+    await eventually_async(lapsed, "the lease to lapse")  # unrenewed; nobody took it: stored
     turn = meta([*seed, *added], version=3, checkpoints=[summary])
     assert await store.commit(turn, 2, 2, added, release=token)
 
     token = await store.try_lock("t1", "s", 0.3, "turn")
     assert token is not None
-    await asyncio.sleep(0.4)  # lapsed; another turn took the session and was stored
+    await eventually_async(lapsed, "the lease to lapse")  # another turn takes the session
     taken = await store.try_lock("t1", "s", 10, "turn")
     assert taken is not None
     more = entries("u3", "a3", start=4, head=added[-1].chain)

@@ -27,7 +27,13 @@ from tests.waiting import eventually_async
 LEGACY = json.loads((Path(__file__).parent / "fixtures" / "session-0.1.json").read_text())
 
 
-@pytest.fixture(params=["disk", "redis", "redis-cluster"])
+@pytest.fixture(
+    params=[
+        "disk",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("redis-cluster", marks=pytest.mark.integration),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -326,7 +332,7 @@ async def test_an_extended_lock_outlives_its_first_term(make_store: Any) -> None
     assert token is not None
     for _ in range(8):  # 2 s in all, twice the first term; 0.75 s of slack for a slow loop
         assert await first.extend("t1", "s", token, 1.0, "turn")
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(0.25)  # the holder's renewal cadence (a quarter term), as TurnLocks'
         assert await second.try_lock("t1", "s", 10, "turn") is None
     await first.unlock("t1", "s", token, "turn")
     assert await second.try_lock("t1", "s", 10, "turn") is not None
@@ -372,6 +378,7 @@ async def _write_legacy(backend: str, make_store: Any) -> None:
     await raw.aclose()
 
 
+@pytest.mark.integration
 def test_cluster_urls_pick_the_cluster_client(redis_url: str, redis_cluster_url: str) -> None:
     assert isinstance(connect(redis_url), aioredis.Redis)
     assert not isinstance(connect(redis_cluster_url), aioredis.Redis)

@@ -1,0 +1,79 @@
+"""The part of a session its summary covers, kept searchable (`Archive`): the session
+search finds what was said whether a summary covers it or not, and the archive is read
+from the checkpoints fold by fold, never again from the start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.engines import Parts, conversation
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def echo(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": f"echo: {text}"}
+
+
+EARLY = "The staging database lives on host kestrel-7 behind the bastion."
+LATE = "The release train leaves on Thursday with build 5521."
+
+
+async def long_session(parts: Parts) -> list[dict[str, Any]]:
+    """EARLY, then enough turns for summaries to cover it, then LATE, unsummarized."""
+    history = [said(EARLY), echo(EARLY), *conversation(5), said(LATE), echo(LATE)]
+    for end in range(2, len(history) + 1, 2):
+        await parts.turn(history[: end - 1])
+    return history
+
+
+async def test_the_session_search_finds_summarized_and_recent_messages(
+    make_parts: Any,
+) -> None:
+    parts = make_parts(window=1000)
+    history = await long_session(parts)
+    meta = await parts.store.load("t1", "s")
+    assert meta is not None and meta.checkpoint is not None
+    assert meta.checkpoint.covers_until >= 2  # EARLY is summarized
+    assert meta.checkpoint.covers_until <= len(history) - 2  # LATE is not
+    archive = parts.engine.archive
+    for text, query in ((EARLY, "which host is the staging database on"), (LATE, "build 5521")):
+        found = await archive.search(("t1", "s"), meta, query, 3)
+        assert found, query
+        hit, messages = found[0]
+        assert any(text in str(m["content"]) for m in messages), (query, messages)
+        assert history[hit.start : hit.end] == messages
+    assert await archive.search(("t1", "s"), meta, "nothing like this anywhere", 3) == []
+
+
+async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
+    parts = make_parts(window=1000)
+    await long_session(parts)
+    reads: list[int] = []
+    checkpoints = parts.store.checkpoints
+
+    async def counted(tenant: str, session: str, start: int = 0) -> Any:
+        reads.append(start)
+        return await checkpoints(tenant, session, start)
+
+    parts.store.checkpoints = counted
+    archive, key = parts.engine.archive, ("t1", "s")
+    meta = await parts.store.load(*key)
+    assert meta is not None and meta.checkpoint is not None
+    first = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    assert first.count == meta.checkpoints
+    again = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    assert again is first  # cached: nothing read
+    # A new fold (another turn past the budget): only the checkpoints after it are read.
+    history = [said(EARLY), echo(EARLY), *conversation(5), said(LATE), echo(LATE)]
+    reads.clear()
+    await parts.turn([*history, *conversation(2, tag="more")[:1]])
+    newer = await parts.store.load(*key)
+    assert newer is not None and newer.checkpoints > meta.checkpoints
+    reads.clear()
+    extended = await archive.of(key, newer.checkpoints, newer.checkpoint)
+    assert extended.count == newer.checkpoints
+    assert reads == [meta.checkpoints]  # from the first checkpoint it had not read
+    assert set(first.index.units) <= set(extended.index.units)
