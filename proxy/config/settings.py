@@ -89,6 +89,10 @@ class ContextSettings(_Section):
     # A fold adds a segment to the summary and leaves the earlier ones byte-identical
     # (prompt caches keep them); false: every fold rewrites the summary into one.
     summary_segments: bool = True
+    # Spend as the provider's prompt cache bills: fold when the budget forces it, when the
+    # cache went cold, or earlier only where that pays for the rewrite; mark cache
+    # breakpoints and a session's prompt_cache_key. false: fold at summarize_at.
+    cache_aware: bool = True
     summary_timeout_seconds: float = Field(60.0, gt=0)
     # An agent's request for a summary of its conversation (Claude Code's /compact, Codex's
     # compaction) is answered from the session's summary, with no model call, when that

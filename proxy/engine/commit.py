@@ -127,7 +127,8 @@ class Commits:
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:
-                    self._planning.maybe_summarize(request, meta)
+                    growth = _growth(state.base, meta, request.counter.name)
+                    self._planning.maybe_summarize(request, meta, growth)
                 if request.memory_id is not None:
                     await self._learn(request, entries)
                 return
@@ -173,6 +174,11 @@ def _inserts(base: SessionMeta | None, inserts: Inserts | None) -> tuple[bytes |
         return None, stored if inserts is None else ""
     digest = inserts.digest()
     return (None if digest == stored else inserts.to_json()), digest
+
+
+def _growth(base: SessionMeta | None, meta: SessionMeta, name: str) -> int:
+    """Tokens the stored turn added to its session (its new messages and the reply)."""
+    return meta.totals.get(name, 0) - (base.totals.get(name, 0) if base is not None else 0)
 
 
 def drops_stored(state: State) -> bool:

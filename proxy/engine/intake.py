@@ -5,6 +5,7 @@ applied once the session is read; and a request of no session fitted on its own.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,9 @@ from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
 from proxy.conversation.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.conversation.validation import validate_messages
+from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
+from proxy.engine.caching import cache_key, marks_in
 from proxy.engine.history import off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import frame_of
@@ -78,7 +81,26 @@ class Intake:
             frame=frame_of(system_json, tools_json) if key is not None else "",
             reply_limit=reply_limit,
             input_price=limits.input_price,
+            **self._caching(model, body, context, limits.prices),
         )
+
+    def _caching(
+        self, model: str, body: dict[str, Any], context: RequestContext, prices: Prices | None
+    ) -> dict[str, Any]:
+        """What a session's turn adds for the provider's prompt cache (`cache_aware`):
+        Anthropic's cache marks, where the client's own leave room, or OpenAI's
+        `prompt_cache_key` for the session, where the client set none."""
+        if context.session_id is None or prices is None or not self.settings.context.cache_aware:
+            return {}
+        if prices.cache == "breakpoints":
+            return {"cache_marks": marks_in(context.body)} if context.body else {}
+        if "prompt_cache_key" not in body and self._takes_cache_key(model):
+            return {"cache_key": cache_key(context.tenant, context.session_id)}
+        return {}
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Intake per engine, bounded
+    def _takes_cache_key(self, model: str) -> bool:
+        return self.upstream.models.supports(model, "prompt_cache_key")
 
     async def stateless(
         self, body: dict[str, Any], request: Request, context: RequestContext

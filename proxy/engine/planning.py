@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from proxy.config.settings import Settings
@@ -18,6 +20,7 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
+from proxy.engine.payoff import Prompt, fold_due, rates
 from proxy.engine.summarizer import Summaries
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
@@ -42,8 +45,10 @@ class Planning:
         summaries: Summaries,
         counts: CountCache,
         archive: Archive,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
+        self._clock = clock  # epoch seconds: how long the session's prompt cache was idle
         self._store = store
         self._history = history
         self._summaries = summaries
@@ -70,7 +75,8 @@ class Planning:
         if speaks and whole <= min(total, request.budget):
             # The summary costs more than what it covers: send the conversation as it is.
             checkpoint, covers, head, total = None, state.origin, [], whole
-        if total <= request.budget:
+        cold = allow_summary and self._cold(request, state, total)
+        if total <= request.budget and not cold:
             if state.match.whole and covers >= state.origin:
                 recent = request.conversation[covers - state.origin :]
             else:
@@ -80,7 +86,15 @@ class Planning:
             )
         entries = await self._history.window(request, state, covers)
         entries = await self._history.counted(entries, {name}, request.counter)
-        plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
+        plan = None
+        if cold:  # fold as a summary made ahead would, if there is anything to fold
+            trigger = fold_trigger(request, self._settings.context.summarize_at)
+            plan = await self._fitted(
+                request, entries, checkpoint, allow_summary=True, budget=trigger
+            )
+            plan = plan if plan.summarize is not None else None
+        if plan is None:
+            plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
@@ -206,25 +220,47 @@ class Planning:
             return replace(adopted, expected=stored.version)
         return adopted  # the turn's commit will meet a newer version and replay
 
-    def maybe_summarize(self, request: Request, meta: SessionMeta) -> None:
-        """After a reply: once the session passes `summarize_at` of its budget, make the
-        next summary in the background so the next request finds it ready.
+    def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
+        """After a reply (the turn added `growth` tokens): make the next summary in the
+        background when it is due, so the next request finds it ready.
 
         Only what can be compressed counts: the trigger is `summarize_at` of what system
         messages and tools leave of the budget. The plan is made as if the budget ended
         at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
         summary plus what stays verbatim lands well under the trigger and the next fold
-        is several turns away (keeping the prefix stable for prompt caches)."""
+        is several turns away. Past the trigger a fold is due once the budget would force
+        one within two turns, or earlier where it pays for the prompt-cache rewrite it
+        causes (`proxy.engine.payoff`); with `cache_aware: false`, at the trigger."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         head = self.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         base = request.system_tokens + request.tools_tokens
-        trigger = base + self._settings.context.summarize_at * (request.budget - base)
-        if base + head + window <= trigger or self._summaries.breaker(request.model).open:
+        trigger = fold_trigger(request, self._settings.context.summarize_at)
+        prompt = base + head + window
+        if prompt <= trigger or self._summaries.breaker(request.model).open:
             return
-        job = functools.partial(self._background, request, int(trigger))
+        if self._settings.context.cache_aware:
+            keep = min(window, int(self._settings.context.keep_recent_ratio * (trigger - base)))
+            summary = self._settings.context.max_summary_tokens
+            folded = base + head + summary + keep
+            shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
+            if not fold_due(shape, rates(request.prices)):
+                return
+        job = functools.partial(self._background, request, trigger)
         self._summaries.schedule(request.key, job, request.secrets)
+
+    def _cold(self, request: Request, state: State, total: int) -> bool:
+        """The session was idle longer than its prompt cache lives, and its prompt is past
+        the fold trigger: the next request writes the whole prompt anyway, so a fold now
+        costs no rewrite (`cache_aware`)."""
+        context, base, prices = self._settings.context, state.base, request.prices
+        if not context.cache_aware or base is None or request.own_budget:
+            return False
+        if total <= fold_trigger(request, context.summarize_at):
+            return False
+        ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
+        return self._clock() - base.updated > ttl
 
     async def _background(self, request: Request, budget: int) -> None:
         assert request.key is not None
@@ -274,3 +310,10 @@ class Planning:
         text = PINNED_LABEL + "; ".join(checkpoint.pinned)
         key = f"pinned:{checkpoint.chain_hash}:{checkpoint.created}"
         return self._counts.text(counter, text, key)
+
+
+def fold_trigger(request: Request, summarize_at: float) -> int:
+    """The prompt's size past which a fold may be made: `summarize_at` of the room
+    system messages and tools leave in the budget."""
+    base = request.system_tokens + request.tools_tokens
+    return int(base + summarize_at * (request.budget - base))

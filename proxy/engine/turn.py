@@ -82,7 +82,7 @@ class Engine:
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
-            settings, store, self._history, self.summaries, self._counts, self.archive
+            settings, store, self._history, self.summaries, self._counts, self.archive, wall_clock
         )
         self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=clock)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)

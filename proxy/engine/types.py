@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.engine.reconcile import Match, Serialized
+from proxy.engine.caching import marked
 from proxy.engine.window import Compression, Plan
 from proxy.sessions.records import (
     Checkpoint,
@@ -78,6 +79,11 @@ class Request:
     frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
     input_price: float | None = None  # USD per input token (`proxy.upstream.limits.input_price`)
+    # For the provider's prompt cache (`proxy.engine.caching`): the cache marks the client
+    # set, where the turn marks its own (None: it marks none), and the session's
+    # `prompt_cache_key`, where the turn sets it.
+    cache_marks: int | None = None
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,14 +171,19 @@ def planned_turn(
     checkpoint = state.checkpoint
     summarized = checkpoint is not None and plan.compression == "summary"
     history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
+    messages = plan.messages
+    if request.cache_marks is not None:
+        messages = marked(messages, request.cache_marks)
     unchanged = (
-        plan.compression == "none"
+        request.cache_marks is None
+        and plan.compression == "none"
         and state.match.whole
         and state.serialized is not None
         and len(plan.messages) == len(request.system) + len(request.conversation)
     )
+    cached = {"prompt_cache_key": request.cache_key} if request.cache_key else {}
     return Turn(
-        body | {"messages": plan.messages},
+        body | {"messages": messages} | cached,
         request.model,
         managed=True,
         key=request.key,

@@ -46,6 +46,8 @@ PURE = (
     "proxy.engine.agent_compaction",
     "proxy.engine.budget",
     "proxy.engine.calibration",
+    "proxy.engine.payoff",
+    "proxy.engine.caching",
 )
 FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
 

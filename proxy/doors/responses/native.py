@@ -65,7 +65,7 @@ class ResponsesNative:
 
     def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
         """The window as a Responses call (OpenAI caches prompt prefixes by itself: a
-        summary needs no mark)."""
+        summary needs no mark; the session's `prompt_cache_key` keeps its turns together)."""
         messages = chat["messages"]
         out: dict[str, Any] = {"model": chat["model"]}
         instructions = self._body.get("instructions")
@@ -77,6 +77,8 @@ class ResponsesNative:
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
             out["max_output_tokens"] = chat["max_tokens"]
+        if "prompt_cache_key" not in out and chat.get("prompt_cache_key"):
+            out["prompt_cache_key"] = chat["prompt_cache_key"]  # the session's own
         carried = {name: self._body[name] for name in CARRIED if name in self._body}
         if carried:
             out["extra_body"] = carried

@@ -1,0 +1,77 @@
+"""What a turn adds so the provider's prompt cache keeps what did not change: pure.
+
+Between folds the head of the prompt (tools, system messages, the summary, the window's
+oldest messages) is byte-stable, and the window grows at its end. Anthropic caches a
+prefix only where a request marks it (`cache_control`, four marks at most, reads found
+up to 20 blocks back): the turn marks the end of its leading system messages (tools,
+system, summary and remembered facts: stable until the next fold) and its last message
+(the next turn reads all of this one from there), where the client's own marks leave
+room. OpenAI caches every prefix by itself and routes a request by its
+`prompt_cache_key`: a session's turns share one, derived from the session, when the
+client sets none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from proxy.conversation.identity import Message
+
+__all__ = ["BREAKPOINTS", "cache_key", "marked", "marks_in"]
+
+BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def cache_key(tenant: str, session_id: str) -> str:
+    """A session's `prompt_cache_key`: stable for the session, and naming neither it nor
+    its tenant."""
+    digest = hashlib.sha256(f"{tenant}\0{session_id}".encode()).hexdigest()
+    return f"ctx-{digest[:32]}"
+
+
+def marked(messages: list[Message], taken: int) -> list[Message]:
+    """`messages` with cache marks after the leading system messages and on the last
+    message, as far as the `taken` marks the client set leave room. Only the marked
+    messages are copied; none is changed."""
+    room = BREAKPOINTS - taken
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") == "system":
+        lead += 1
+    out = list(messages)
+    for position in dict.fromkeys(p for p in (lead - 1, len(messages) - 1) if p >= 0):
+        if room <= 0:
+            break
+        if not _is_marked(out[position]):
+            out[position] = _mark(out[position])
+            room -= 1
+    return out
+
+
+def marks_in(body: bytes) -> int:
+    """The cache marks a request's body sets, at most: its `cache_control` keys, found
+    at C speed (a mark in a message the plan leaves out still counts: never too many)."""
+    return body.count(b'"cache_control"')
+
+
+def _mark(message: Message) -> Message:
+    """The message with a cache mark on its last content block: a text content becomes
+    that one block (the same prompt to the provider); a tool result is marked as a
+    whole, as LiteLLM and the Messages door both read it."""
+    content = message.get("content")
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        return message | {"content": [*content[:-1], content[-1] | {"cache_control": EPHEMERAL}]}
+    if isinstance(content, str) and content and message.get("role") != "tool":
+        return message | {"content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]}
+    return message | {"cache_control": EPHEMERAL}
+
+
+def _is_marked(message: Message) -> bool:
+    if message.get("cache_control") is not None:
+        return True
+    content = message.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and isinstance(content[-1], dict)
+        and content[-1].get("cache_control") is not None
+    )

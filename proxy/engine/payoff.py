@@ -1,0 +1,88 @@
+"""When a fold pays for the prompt-cache rewrite it causes: pure arithmetic, no I/O.
+
+A provider's prompt cache bills the unchanged head of a prompt at a fraction of the
+input price. A fold (a new summary segment) changes the prompt after the part it leaves
+byte-identical, so the next request writes everything after that part again. Folding
+early makes every later request shorter, but it adds a fold to the session's life (the
+budget forces one later anyway): it pays only when what the shorter requests save until
+then exceeds what a fold costs, the rewrite and the summarizer's own call. While the
+cache is cold (the session was idle longer than its time to live) the next request
+writes the whole prompt anyway, so a fold then costs no rewrite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.costs.prices import Prices
+
+__all__ = ["CacheRates", "Prompt", "fold_due", "fold_pays", "rates", "turns_until_forced"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRates:
+    """What a token costs, relative to one uncached input token: a prompt token read from
+    the cache, one written to it (Anthropic bills a write 1.25x; OpenAI's writes cost
+    what input does), and an output token (the summary the summarizer writes)."""
+
+    read: float = 0.25
+    write: float = 1.0
+    output: float = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A session's prompt in tokens, as it is and as a fold would leave it."""
+
+    now: int
+    """The prompt the next request sends without a fold."""
+    folded: int
+    """The prompt right after the fold."""
+    stable: int
+    """What the fold leaves byte-identical at the head: tools, system, earlier segments."""
+    budget: int
+    growth: int
+    """Tokens one turn adds (the new messages and the reply)."""
+    summary: int
+    """Tokens the summarizer writes for one fold."""
+
+
+def turns_until_forced(prompt: Prompt) -> int:
+    """Turns the session can still take before the budget forces a fold (0: the next)."""
+    if prompt.now + prompt.growth > prompt.budget:
+        return 0
+    return (prompt.budget - prompt.now) // max(prompt.growth, 1)
+
+
+def fold_pays(prompt: Prompt, rates: CacheRates, *, cold: bool) -> bool:
+    """Whether folding now costs less than folding when the budget forces it: each turn
+    until then reads `now - folded` fewer cached tokens, against one more fold: the
+    summarizer reads what is folded and writes a summary, and the next request writes
+    `folded - stable` tokens that a warm turn would have read. Cold, there is nothing
+    warm to keep: a fold that shrinks the prompt pays."""
+    saved = prompt.now - prompt.folded
+    if saved <= 0:
+        return False
+    if cold:
+        return True
+    rewrite = max(0, prompt.folded - prompt.stable) * max(0.0, rates.write - rates.read)
+    fold = rewrite + saved + prompt.summary * rates.output
+    return turns_until_forced(prompt) * saved * rates.read > fold
+
+
+def fold_due(prompt: Prompt, rates: CacheRates) -> bool:
+    """Whether to make the next fold now, ahead of the request that needs it: the budget
+    forces one within two turns, or folding now pays while the cache is warm."""
+    return prompt.now + 2 * prompt.growth > prompt.budget or fold_pays(prompt, rates, cold=False)
+
+
+def rates(prices: Prices | None) -> CacheRates:
+    """A model's cache prices relative to its input price (unknown: a typical
+    automatic cache's)."""
+    if prices is None or prices.input <= 0:
+        return CacheRates()
+    return CacheRates(
+        prices.cache_read / prices.input,
+        prices.cache_write / prices.input,
+        prices.output / prices.input,
+    )
