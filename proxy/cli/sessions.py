@@ -136,12 +136,10 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
     session = _call(client, "GET", SESSION, _named(session_id, query))
     plans = _call(client, "GET", SESSION + "/plans", _named(session_id, query))["data"]
     saved = sum(record["tokens_saved"] for record in plans)
-    priced = [record["saved_usd"] for record in plans if record["saved_usd"] is not None]
-    usd = f"${sum(priced):.6f}" if priced else "unknown"
     print(f"session   {session['id']}")
     print(f"messages  {len(session['messages'])}, summaries {len(session['checkpoints'])}")
     print(f"updated   {_when(session['updated'])}")
-    print(f"saved     {saved} tokens ({usd}) over the {len(plans)} turns recorded")
+    print(f"not sent  {saved} tokens over the {len(plans)} turns recorded")
     print()
     print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'SAVED':>7}  PARTS")
     for record in plans:

@@ -111,6 +111,9 @@ class ContextSettings(_Section):
     recall_ratio: float = Field(0.1, ge=0, le=0.5)
     recall_relevance_weight: float = Field(0.8, ge=0)
     recall_recency_weight: float = Field(0.2, ge=0)
+    # How long a provider's prompt cache keeps a prefix after its last use (a model's
+    # `model_info.cache_ttl_seconds` wins): the net saving's counterfactual uses it.
+    cache_ttl_seconds: float = Field(300.0, gt=0)
 
     @field_validator("mode", mode="before")
     @classmethod

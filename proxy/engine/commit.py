@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -54,6 +55,7 @@ class Commits:
         summaries: Summaries,
         memories: Memories,
         label: ModelLabels,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self._history = history
@@ -61,6 +63,7 @@ class Commits:
         self.summaries = summaries
         self.memories = memories
         self.label = label
+        self.clock = clock  # epoch seconds: the meta's `updated`, the receipt's times
         # The calibration gauge, per model, smoothed over this process's turns: what the
         # operator sees. Each session's own plans its budget (`SessionMeta.calibration`).
         self._estimates: dict[str, float] = {}
@@ -103,7 +106,7 @@ class Commits:
             )
             learned = _calibration(state.base, self.label(request.model), turn.tokens_sent, usage)
             inserts, digest = _inserts(state.base, turn.inserts)
-            meta, checkpoints = stored_meta(request, state, entry, learned, digest)
+            meta, checkpoints = stored_meta(request, state, entry, learned, digest, self.clock())
             entries = (*state.new, entry)
             record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
             lease = turn.lease
@@ -225,12 +228,12 @@ def stored_meta(
     reply: StoredMessage,
     calibration: dict[str, float],
     inserts: str,
+    now: float,
 ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
     """The meta once the turn is stored (with the session's `calibration` and the
     digest of its `inserts`), and the checkpoint stored with it (if any)."""
     assert request.key is not None
     base, match = state.base, state.match
-    now = time.time()
     fingerprint = None
     if match.whole and request.conversation and state.serialized is not None:
         head = state.new[-1].chain if state.new else match.head

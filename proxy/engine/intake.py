@@ -80,7 +80,7 @@ class Intake:
             memory_id=context.memory_id,
             frame=frame_of(system_json, tools_json) if key is not None else "",
             reply_limit=reply_limit,
-            input_price=limits.input_price,
+            prices=limits.prices,
             **self._caching(model, body, context, limits.prices),
         )
 
@@ -125,7 +125,7 @@ class Intake:
             tokens_sent=plan.tokens,
             compression=plan.compression,
             input_limit=request.input_limit,
-            input_price=request.input_price,
+            prices=request.prices,
         )
 
     def calibrated(

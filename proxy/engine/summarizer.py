@@ -51,9 +51,11 @@ class Summaries:
         store: SessionStore,
         labels: ModelLabels,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._clock = clock  # the breakers' (`Breaker`)
+        self._wall_clock = wall_clock  # when a summary was made, and its meta stored
         self._upstream = upstream
         self._store = store
         self._label = labels
@@ -163,7 +165,7 @@ class Summaries:
             kept=_kept_after(previous, messages, end),
             tokens=counter.count_text(result.text),
             model=summary_model,
-            created=time.time(),
+            created=self._wall_clock(),
             before=before,
             index=index,
             ledger=facts,
@@ -190,7 +192,7 @@ class Summaries:
             segments=(),
             tokens=0,
             model="",
-            created=time.time(),
+            created=self._wall_clock(),
             before=dict(before),
             index=index,
             ledger=facts,
@@ -212,7 +214,7 @@ class Summaries:
                 version=meta.version + 1,
                 checkpoint=checkpoint,
                 checkpoints=meta.checkpoints + 1,
-                updated=time.time(),
+                updated=self._wall_clock(),
             )
             if await self._store.commit(updated, meta.version, meta.length, (), (checkpoint,)):
                 return updated

@@ -59,36 +59,44 @@ logger = logging.getLogger("context_proxy.engine")
 
 
 class Engine:
-    """The turns of one process. `clock` (monotonic seconds) times what waits: the
-    summarizer's back-off and a turn's wait for its session's lock; `wall_clock` (epoch
-    seconds) dates the plan records. A test passes its own."""
+    """The turns of one process. `clock` (epoch seconds) is every "now" that decides
+    money or a cache's warmth: plan records' and metas' times, summaries' creation,
+    receipts; `monotonic` times what waits: the summarizer's back-off and a turn's wait
+    for its session's lock. A test (or the cost benchmark, on a virtual clock) passes
+    its own."""
 
     def __init__(
         self,
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self._wall_clock = wall_clock
+        self.clock = clock
         self.label = ModelLabels(upstream.models.served_as)
-        self.summaries = Summaries(settings, upstream, store, self.label, clock)
+        self.summaries = Summaries(settings, upstream, store, self.label, monotonic, clock)
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
-            settings, store, self._history, self.summaries, self._counts, self.archive, wall_clock
+            settings, store, self._history, self.summaries, self._counts, self.archive, clock
         )
-        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=clock)
+        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=monotonic)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
         self._intake = Intake(settings, upstream, self._counts, self._planning, self.label)
         self._commits = Commits(
-            store, self._history, self._planning, self.summaries, self.memories, self.label
+            store,
+            self._history,
+            self._planning,
+            self.summaries,
+            self.memories,
+            self.label,
+            clock,
         )
 
     async def close(self) -> None:
@@ -222,7 +230,7 @@ class Engine:
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)
         pinned = self._planning.pinned_tokens(counter, checkpoint)
-        record = plan_record(turn, plan, summary, pinned, self._wall_clock)
+        record = plan_record(turn, plan, summary, pinned, self.clock)
         return replace(turn, record=record)
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> tuple[Plan, Inserts]:
@@ -309,7 +317,7 @@ def _answer_turn(
         state=state,
         lease=lease,
         side=True,
-        input_price=request.input_price,
+        prices=request.prices,
         answer=answer,
     )
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
+from proxy.costs.prices import Prices
 from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.caching import marked
 from proxy.engine.window import Compression, Plan
@@ -78,7 +79,7 @@ class Request:
     memory_id: str | None = None
     frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
-    input_price: float | None = None  # USD per input token (`proxy.upstream.limits.input_price`)
+    prices: Prices | None = None  # the model's (`proxy.upstream.limits.model_prices`)
     # For the provider's prompt cache (`proxy.engine.caching`): the cache marks the client
     # set, where the turn marks its own (None: it marks none), and the session's
     # `prompt_cache_key`, where the turn sets it.
@@ -147,7 +148,7 @@ class Turn:
     messages_json: bytes | None = None  # body["messages"], already serialized
     lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
     side: bool = False  # named a session but is not a turn of it: answered, not stored
-    input_price: float | None = None  # USD per input token, to price the tokens saved
+    prices: Prices | None = None  # the model's, to price the turn and its counterfactual
     record: dict[str, Any] | None = (
         None  # the plan record stored with the turn (`proxy.engine.records`)
     )
@@ -196,7 +197,7 @@ def planned_turn(
         state=state,
         messages_json=state.serialized.whole if unchanged and state.serialized else None,
         lease=lease,
-        input_price=request.input_price,
+        prices=request.prices,
     )
 
 

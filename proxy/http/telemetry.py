@@ -13,7 +13,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.engine.records import saved_usd
 from proxy.engine.types import Turn
 from proxy.observability import metrics
 
@@ -114,9 +113,6 @@ class RequestTelemetry:
         metrics.TOKENS.labels(model, self.api, "client").inc(original)
         metrics.TOKENS.labels(model, self.api, "sent").inc(sent)
         metrics.TOKENS.labels(model, self.api, "saved").inc(max(0, original - sent))
-        usd = saved_usd(max(0, original - sent), turn.input_price)
-        if usd:
-            metrics.COST_SAVED.labels(model, self.api).inc(usd)
         metrics.COMPRESSIONS.labels(model, self.api, turn.compression).inc()
         if original:
             metrics.COMPRESSION_RATIO.labels(model).observe(min(1.0, sent / original))

@@ -10,7 +10,6 @@ import httpx
 import orjson
 
 from proxy.sessions.records import PLANS_KEPT
-from proxy.upstream import adapter
 from tests.benchmarks.scorecard import generate
 from tests.integration.test_metrics import delta, scrape
 from tests.integration.test_recall_memory import ask, client, drive, model_calls, start
@@ -45,15 +44,13 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
     assert len(records) == len(bodies) < PLANS_KEPT  # one record per turn, in order
     versions = [record["version"] for record in records]
     assert versions == sorted(set(versions))
-    price = adapter.model_cost[MODEL]["input_cost_per_token"]
     kinds: set[str] = set()
     for record, body in zip(records, bodies, strict=True):
         parts = {part["kind"]: part for part in record["parts"]}
         kinds.update(parts)
-        # The parts add up to what was sent, and the saving is the rest, priced.
+        # The parts add up to what was sent, and the tokens not sent are the rest.
         assert sum(part["tokens"] for part in record["parts"]) == record["tokens_sent"]
         assert record["tokens_saved"] == record["tokens_original"] - record["tokens_sent"]
-        assert record["saved_usd"] == round(record["tokens_saved"] * price, 9)
         # The window named by its range is exactly the conversation the model was sent
         # (everything else sent is a system message: prompt, summary, recall, memory).
         start_at, end = parts["window"]["range"]
@@ -66,10 +63,6 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
         assert len(orjson.dumps(record)) < 1024
     assert {"system", "summary", "pinned", "recall", "window"} <= kinds
 
-    saved = sum(record["saved_usd"] for record in records)
-    assert saved > 0
-    exported = delta(before, after, "context_proxy_cost_saved_usd_total", model=MODEL, api="chat")
-    assert abs(exported - saved) < 1e-6
     labels = {"model": MODEL, "api": "chat", "kind": "saved"}
     tokens = delta(before, after, "context_proxy_tokens_total", **labels)
     assert tokens == sum(record["tokens_saved"] for record in records)

@@ -133,8 +133,6 @@ def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     expect(newest).to_contain_text(f"{latest['tokens_sent']:,} of {latest['tokens_original']:,}")
     saved = sum(record["tokens_saved"] for record in plans)
     expect(page.locator("#tokens-saved")).to_have_text(f"{saved:,}")
-    usd = sum(record["saved_usd"] for record in plans)
-    expect(page.locator("#money-saved")).to_have_text(f"${usd:.6f}")
     # One bar segment per part sent, and the parts drawn, with their messages.
     kinds = [part["kind"] for part in latest["parts"]]
     expect(newest.locator(".tokens span")).to_have_count(len(kinds))

@@ -22,6 +22,7 @@ LAYERS = (
     "proxy.errors",
     "proxy.config",
     "proxy.conversation",
+    "proxy.costs",
     "proxy.observability",
     "proxy.facts",
     "proxy.summary",
@@ -37,6 +38,7 @@ LAYERS = (
 # The pure core: no I/O framework, no LiteLLM, no store client.
 PURE = (
     "proxy.conversation",
+    "proxy.costs",
     "proxy.facts",
     "proxy.summary",
     "proxy.recall",

@@ -172,21 +172,17 @@ async function loadSession(tenant, id) {
 
 function drawTotals(session, records) {
   const saved = records.reduce((sum, r) => sum + r.tokens_saved, 0);
-  const priced = records.filter((r) => r.saved_usd !== null);
-  const usd = priced.length ? priced.reduce((sum, r) => sum + r.saved_usd, 0) : null;
   const pairs = [
     ["Messages", number(session.messages.length)],
     ["Summaries", number(session.checkpoints.length)],
     ["Turns recorded", number(records.length)],
     ["Tokens saved", number(saved)],
-    ["Money saved", dollars(usd)],
     ["Updated", when(session.updated)],
   ];
   const totals = $("totals");
   totals.replaceChildren();
   for (const [name, value] of pairs) totals.append(el("dt", name), el("dd", value));
   totals.querySelector("dd:nth-of-type(4)").id = "tokens-saved";
-  totals.querySelector("dd:nth-of-type(5)").id = "money-saved";
 }
 
 function drawLegend() {
@@ -207,7 +203,7 @@ function drawTurn(record, session) {
     el("h3", `Turn v${record.version} · ${when(record.at)} · ${record.model} · ${record.compression} · ${sent}`),
     el(
       "div",
-      `Budget ${number(record.budget)} · saved ${number(record.tokens_saved)} tokens (${dollars(record.saved_usd)})`,
+      `Budget ${number(record.budget)} · ${number(record.tokens_saved)} tokens not sent`,
       "muted",
     ),
   );
