@@ -61,8 +61,9 @@ def last_user_text(body: dict[str, Any]) -> str:
 
 def prompt_blocks(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) -> list[Block]:
     """The prompt as Anthropic's cache sees it: each tool, each system block, each
-    message's content blocks (the first with its role), in order, every one marked with
-    its `cache_control`'s TTL; a block's tokens are its JSON's without the mark."""
+    message's content blocks (the first with its role; a text content is one text block),
+    in order, every one marked with its `cache_control`'s TTL; a block's tokens are its
+    JSON's without the mark."""
 
     def block(value: dict[str, Any], prefix: str = "") -> Block:
         bare = {k: v for k, v in value.items() if k != "cache_control"}
@@ -76,9 +77,8 @@ def prompt_blocks(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) 
         out += [block(part) for part in system if isinstance(part, dict)]
     for message in body.get("messages") or []:
         role, content = str(message.get("role")), message.get("content")
-        if isinstance(content, str):
-            out.append(Block(encode(f"{role}: {content}")))
-            continue
+        if isinstance(content, str):  # the same prompt as one text block (Anthropic's reading)
+            content = [{"type": "text", "text": content}] if content else []
         parts = [part for part in content or [] if isinstance(part, dict)]
         out += [block(part, f"{role}: " if n == 0 else "") for n, part in enumerate(parts)]
     return out

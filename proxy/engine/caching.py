@@ -14,6 +14,7 @@ client sets none.
 from __future__ import annotations
 
 import hashlib
+
 from proxy.conversation.identity import Message
 
 __all__ = ["BREAKPOINTS", "cache_key", "marked", "marks_in"]
@@ -61,7 +62,9 @@ def _mark(message: Message) -> Message:
     if isinstance(content, list) and content and isinstance(content[-1], dict):
         return message | {"content": [*content[:-1], content[-1] | {"cache_control": EPHEMERAL}]}
     if isinstance(content, str) and content and message.get("role") != "tool":
-        return message | {"content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]}
+        return message | {
+            "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]
+        }
     return message | {"cache_control": EPHEMERAL}
 
 

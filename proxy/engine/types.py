@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.costs.prices import Prices
-from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.caching import marked
+from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.window import Compression, Plan
 from proxy.sessions.records import (
     Checkpoint,

@@ -26,7 +26,9 @@ def test_a_warm_claude_prefix_is_never_rewritten_early() -> None:
     """Reads at 0.1x: what a shorter prompt saves until the forced fold (at most ~13
     turns of 40k fewer cached tokens, 53k) never pays a 1.15x rewrite of 40k plus the
     summarizer's call; the fold waits for the budget."""
-    assert not any(fold_pays(prompt(now), ANTHROPIC, cold=False) for now in range(100_000, 160_001, 2_000))
+    assert not any(
+        fold_pays(prompt(now), ANTHROPIC, cold=False) for now in range(100_000, 160_001, 2_000)
+    )
 
 
 def test_cheaper_rewrites_pay_in_the_middle_of_the_room() -> None:
@@ -81,7 +83,10 @@ def test_marks_leave_room_for_the_clients_own() -> None:
 
 def test_a_marked_message_is_not_marked_twice() -> None:
     messages = [
-        {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}],
+        }
     ]
     assert marked(messages, 1) == messages
     assert marks_in(orjson.dumps({"messages": messages})) == 1
