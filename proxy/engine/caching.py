@@ -3,12 +3,13 @@
 Between folds the head of the prompt (tools, system messages, the summary, the window's
 oldest messages) is byte-stable, and the window grows at its end. Anthropic caches a
 prefix only where a request marks it (`cache_control`, four marks at most, reads found
-up to 20 blocks back): the turn marks the end of its leading system messages (tools,
-system, summary and remembered facts: stable until the next fold) and its last message
-(the next turn reads all of this one from there), where the client's own marks leave
-room. OpenAI caches every prefix by itself and routes a request by its
-`prompt_cache_key`: a session's turns share one, derived from the session, when the
-client sets none.
+up to 20 blocks back): a turn whose client set no marks of its own is marked at the end
+of its leading system messages (tools, system, summary and remembered facts: stable
+until the next fold) and on its last message (the next turn reads all of this one from
+there). A client that marks its own (Claude Code does) keeps its caching as it is, the
+summary's mark added where the four leave room (`proxy.doors.anthropic.native`).
+OpenAI caches every prefix by itself and routes a request by its `prompt_cache_key`: a
+session's turns share one, derived from the session, when the client sets none.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import hashlib
 
 from proxy.conversation.identity import Message
 
-__all__ = ["BREAKPOINTS", "cache_key", "marked", "marks_in"]
+__all__ = ["cache_key", "marked", "marks_in"]
 
-BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
 EPHEMERAL = {"type": "ephemeral"}
 
 
@@ -30,27 +30,22 @@ def cache_key(tenant: str, session_id: str) -> str:
     return f"ctx-{digest[:32]}"
 
 
-def marked(messages: list[Message], taken: int) -> list[Message]:
+def marked(messages: list[Message]) -> list[Message]:
     """`messages` with cache marks after the leading system messages and on the last
-    message, as far as the `taken` marks the client set leave room. Only the marked
-    messages are copied; none is changed."""
-    room = BREAKPOINTS - taken
+    message (for a request that sets no marks of its own: one that does keeps its own
+    caching as it is). Only the marked messages are copied; none is changed."""
     lead = 0
     while lead < len(messages) and messages[lead].get("role") == "system":
         lead += 1
     out = list(messages)
-    for position in dict.fromkeys(p for p in (lead - 1, len(messages) - 1) if p >= 0):
-        if room <= 0:
-            break
-        if not _is_marked(out[position]):
-            out[position] = _mark(out[position])
-            room -= 1
+    for position in {p for p in (lead - 1, len(messages) - 1) if p >= 0}:
+        out[position] = _mark(out[position])
     return out
 
 
 def marks_in(body: bytes) -> int:
     """The cache marks a request's body sets, at most: its `cache_control` keys, found
-    at C speed (a mark in a message the plan leaves out still counts: never too many)."""
+    at C speed."""
     return body.count(b'"cache_control"')
 
 
@@ -66,15 +61,3 @@ def _mark(message: Message) -> Message:
             "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]
         }
     return message | {"cache_control": EPHEMERAL}
-
-
-def _is_marked(message: Message) -> bool:
-    if message.get("cache_control") is not None:
-        return True
-    content = message.get("content")
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and isinstance(content[-1], dict)
-        and content[-1].get("cache_control") is not None
-    )

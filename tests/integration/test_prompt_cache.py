@@ -95,21 +95,30 @@ def test_a_chat_session_marks_claudes_cache_and_reads_it_back(
         assert after["cache_read_input_tokens"] == written  # all of the turn before
 
 
-def test_the_clients_own_marks_come_first(upstream: FakeUpstream, start_proxy: Any) -> None:
-    """Claude Code marks its system prompt and its last message itself: they go as they
-    came, and the proxy adds none beyond Anthropic's four."""
+def test_a_client_that_marks_its_own_keeps_its_caching(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """Claude Code marks its system prompt and its last message itself: the request goes
+    as it came, with no mark of the proxy's; one that marks nothing gets the proxy's."""
     url = start_proxy(claude_config(upstream))
     sdk = anthropic.Anthropic(
         base_url=url, api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "cc"}
     )
-    system = [{"type": "text", "text": f"Rule {n}.", "cache_control": EPHEMERAL} for n in range(3)]
+    system = [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}]
     last = {"type": "text", "text": "What now?", "cache_control": EPHEMERAL}
-    sdk.messages.create(
-        model=CLAUDE, max_tokens=50, system=system, messages=[{"role": "user", "content": [last]}]
-    )
+    messages: list[Any] = [{"role": "user", "content": [last]}]
+    sdk.messages.create(model=CLAUDE, max_tokens=50, system=system, messages=messages)
     body = turns(upstream)[-1]
-    assert body["system"] == system and body["messages"][-1]["content"] == [last]
-    assert marks(body) == ["system"] * 3 + ["0"]
+    assert body["system"] == system and body["messages"] == messages
+
+    sdk = anthropic.Anthropic(
+        base_url=url, api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "plain"}
+    )
+    messages = [{"role": "user", "content": "What now?"}]
+    sdk.messages.create(model=CLAUDE, max_tokens=50, system="Rules.", messages=messages)
+    body = turns(upstream)[-1]
+    assert body["system"] == [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}]
+    assert body["messages"] == [{"role": "user", "content": [last]}]
 
 
 def test_a_sessions_turns_share_one_prompt_cache_key(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.engine.caching import BREAKPOINTS, cache_key, marked, marks_in
+from proxy.engine.caching import cache_key, marked, marks_in
 from proxy.engine.payoff import CacheRates, Prompt, fold_pays, turns_until_forced
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
+EPHEMERAL = {"type": "ephemeral"}
 OPENAI = CacheRates(read=0.25, write=1.0, output=4.0)  # GPT-4.1: cached input 0.25x
 
 
@@ -64,29 +65,22 @@ def conversation() -> list[dict]:
 def test_marks_go_after_the_system_messages_and_on_the_last_message() -> None:
     messages = conversation()
     before = orjson.dumps(messages)
-    out = marked(messages, 0)
+    out = marked(messages)
     assert orjson.dumps(messages) == before  # nothing changed in place
     assert out[1]["content"] == [
-        {"type": "text", "text": messages[1]["content"], "cache_control": {"type": "ephemeral"}}
+        {"type": "text", "text": messages[1]["content"], "cache_control": EPHEMERAL}
     ]
-    assert out[4]["cache_control"] == {"type": "ephemeral"}  # a tool result: as a whole
+    assert out[4]["cache_control"] == EPHEMERAL  # a tool result: as a whole
     assert out[0] is messages[0] and out[2] is messages[2] and out[3] is messages[3]
 
 
-def test_marks_leave_room_for_the_clients_own() -> None:
-    messages = conversation()
-    assert marks_in(orjson.dumps({"messages": messages})) == 0
-    assert marked(messages, BREAKPOINTS - 1)[4] is messages[4]  # one left: the system end
-    assert "cache_control" in str(marked(messages, BREAKPOINTS - 1)[1])
-    assert marked(messages, BREAKPOINTS) == messages  # none left
+def test_a_list_content_is_marked_on_its_last_block() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    text = {"type": "text", "text": "what is this?"}
+    out = marked([{"role": "user", "content": [image, text]}])
+    assert out[0]["content"] == [image, text | {"cache_control": EPHEMERAL}]
 
 
-def test_a_marked_message_is_not_marked_twice() -> None:
-    messages = [
-        {
-            "role": "user",
-            "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}],
-        }
-    ]
-    assert marked(messages, 1) == messages
-    assert marks_in(orjson.dumps({"messages": messages})) == 1
+def test_the_marks_a_body_sets_are_counted_from_its_bytes() -> None:
+    assert marks_in(orjson.dumps({"messages": conversation()})) == 0
+    assert marks_in(orjson.dumps({"messages": marked(conversation())})) == 2
