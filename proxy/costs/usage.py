@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Usage", "usage_of"]
+__all__ = ["Usage", "chat_usage", "usage_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,21 @@ def usage_of(data: Mapping[str, Any] | None) -> Usage | None:
         return Usage(_int(data.get("input_tokens")), cached, 0, output)
     # Anthropic Messages: input_tokens excludes what was read from or written to the cache.
     return Usage(_int(data.get("input_tokens")) + read + write, read, write, output)
+
+
+def chat_usage(data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Any door's usage in chat terms, the cache's share kept: every input token is a
+    prompt token, those read from the cache are `prompt_tokens_details.cached_tokens`
+    (and `cache_read_input_tokens`), those written `cache_creation_input_tokens`."""
+    usage = usage_of(data) or Usage(0)
+    return {
+        "prompt_tokens": usage.prompt,
+        "completion_tokens": usage.output,
+        "total_tokens": usage.prompt + usage.output,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+        "cache_read_input_tokens": usage.cache_read,
+        "cache_creation_input_tokens": usage.cache_write,
+    }
 
 
 def _details(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -111,7 +111,13 @@ class Intake:
         validate_messages(conversation, offset=len(request.system))
         base = request.system_tokens + request.tools_tokens
         if context.body and base + _token_bound(context.body) <= request.budget:
-            return Turn(body, request.model, managed=True, input_limit=request.input_limit)
+            return Turn(
+                body,
+                request.model,
+                managed=True,
+                input_limit=request.input_limit,
+                prices=request.prices,
+            )
         counts = await off_loop(
             conversation, lambda: [request.counter.count_message(m) for m in conversation]
         )

@@ -21,7 +21,7 @@ from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
 from proxy.engine.payoff import Prompt, fold_due, rates
-from proxy.engine.summarizer import Summaries
+from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
 from proxy.errors import ContextOverflow, ProxyError
@@ -155,11 +155,12 @@ class Planning:
             ) from None
 
     async def summarized(
-        self, request: Request, state: State, span: tuple[int, int]
+        self, request: Request, state: State, span: tuple[int, int], bill: Bill
     ) -> tuple[State, Plan]:
         """Fold `span` into the summary, then plan again; truncation if that fails. A
         background summary on its way is waited for, and one that landed since the state
-        was read is used, never made again."""
+        was read is used, never made again. The summarizer's calls go on `bill`, which
+        the turn is charged, whether the summary is used or not."""
         assert request.key is not None
         if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
             await self._summaries.wait(request.key)
@@ -186,6 +187,7 @@ class Planning:
                     request.provider_key,
                     archived.ledger,
                     recent_text(request.conversation),
+                    bill,
                 ),
                 self._settings.context.summary_timeout_seconds,
             )
@@ -283,18 +285,24 @@ class Planning:
             return
         start, end = plan.summarize
         archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
-        made = await self._summaries.make(
-            entries[start:end],
-            covers + end,
-            checkpoint,
-            request.model,
-            request.budget - request.system_tokens - request.tools_tokens,
-            "background",
-            request.provider_key,
-            archived.ledger,
-            recent_text([s.message for s in entries]),
-        )
-        await self._summaries.store(request.key, made)
+        bill = Bill()
+        made = None
+        try:
+            made = await self._summaries.make(
+                entries[start:end],
+                covers + end,
+                checkpoint,
+                request.model,
+                request.budget - request.system_tokens - request.tools_tokens,
+                "background",
+                request.provider_key,
+                archived.ledger,
+                recent_text([s.message for s in entries]),
+                bill,
+            )
+        finally:
+            # Owed by the session's next turn, made or failed: its calls were paid for.
+            await self._summaries.store(request.key, made, bill.charge)
 
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
         """Tokens of the summary message (counted once per summary and tokenizer)."""

@@ -34,7 +34,7 @@ from proxy.engine.intake import Intake
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
-from proxy.engine.summarizer import Summaries
+from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import (
     Observer,
     Request,
@@ -140,7 +140,9 @@ class Engine:
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
-            await self._commits.answered(turn, reply_message(completion.data), usage)
+            observer.priced(
+                await self._commits.answered(turn, reply_message(completion.data), usage)
+            )
         finally:
             await self._finish(turn)
         return turn, completion
@@ -222,10 +224,13 @@ class Engine:
         if lease.contended and drops_stored(state):
             raise concurrent_turn()  # it would undo a turn it raced and never saw
         plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+        bill = Bill()
         if plan.summarize is not None:
-            state, plan = await self._planning.summarized(request, state, plan.summarize)
+            state, plan = await self._planning.summarized(request, state, plan.summarize, bill)
         plan, inserts = await self._extended(request, state, plan)
-        turn = replace(planned_turn(body, request, state, plan, lease), inserts=inserts)
+        turn = replace(
+            planned_turn(body, request, state, plan, lease), inserts=inserts, summaries=bill.charge
+        )
         counter = request.counter
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.costs.prices import Prices
+from proxy.costs.receipts import TurnCost
 from proxy.engine.caching import marked
 from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.window import Compression, Plan
@@ -148,6 +149,7 @@ class Turn:
     lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
     side: bool = False  # named a session but is not a turn of it: answered, not stored
     prices: Prices | None = None  # the model's, to price the turn and its counterfactual
+    summaries: float = 0.0  # USD of the summarizer's calls made for this turn, while it waited
     record: dict[str, Any] | None = (
         None  # the plan record stored with the turn (`proxy.engine.records`)
     )
@@ -201,7 +203,8 @@ def planned_turn(
 
 
 class Observer(Protocol):
-    """Who watches a turn go by (the request's telemetry): the moments and the usage."""
+    """Who watches a turn go by (the request's telemetry): the moments, the usage and
+    the turn's money once it is stored."""
 
     def planned(self, turn: Turn) -> None: ...
 
@@ -212,3 +215,5 @@ class Observer(Protocol):
     def first_token(self) -> None: ...
 
     def used(self, usage: dict[str, Any] | None) -> None: ...
+
+    def priced(self, cost: TurnCost | None) -> None: ...

@@ -22,6 +22,8 @@ from typing import Any, Literal
 import orjson
 
 from proxy.conversation.identity import GENESIS, Message
+from proxy.costs.receipts import Receipt
+from proxy.costs.usage import Usage
 from proxy.facts.ledger import Fact
 from proxy.summary.message import summary_text
 
@@ -114,6 +116,8 @@ class Checkpoint:
     # `<system-reminder>`, Codex's AGENTS.md and environment blocks): sent with the
     # summary, like the system prompt.
     kept: tuple[str, ...] = ()
+    # What the summarizer's calls that made it used, as the provider reported it.
+    usage: Usage | None = None
     # The summary as the model reads it (segments, then pinned facts): joined once, as
     # every request of the session sends it.
     text: str = field(init=False, repr=False, compare=False)
@@ -134,6 +138,8 @@ class Checkpoint:
         }
         if self.kept:
             data["kept"] = self.kept
+        if self.usage is not None:
+            data["usage"] = self.usage.to_dict()
         if archive and self.index is not None:
             data["index"] = self.index
         if archive and self.ledger is not None:
@@ -151,11 +157,13 @@ class Checkpoint:
             segments = [text] if text is not None else []
         pinned = data.pop("pinned", ())
         kept = data.pop("kept", ())
+        usage = data.pop("usage", None)
         return cls(
             **{"before": {}, **data},
             segments=tuple(segments),
             pinned=tuple(pinned),
             kept=tuple(kept),
+            usage=Usage(**usage) if usage else None,
             ledger=tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None,
         )
 
@@ -278,6 +286,9 @@ class SessionMeta:
     inserts: str = ""
     created: float = 0.0
     updated: float = 0.0
+    # The session's money so far and what its next turn's counterfactual needs
+    # (`proxy.costs.receipts`): written with each turn's commit.
+    receipt: Receipt = field(default_factory=Receipt)
 
     def evolve(self, **changes: Any) -> SessionMeta:
         return replace(self, **changes)
@@ -305,6 +316,7 @@ class SessionMeta:
             "inserts": self.inserts,
             "created": self.created,
             "updated": self.updated,
+            "receipt": self.receipt.to_dict(),
         }
 
     @classmethod
@@ -332,6 +344,7 @@ class SessionMeta:
             inserts=data.get("inserts", ""),
             created=data["created"],
             updated=data["updated"],
+            receipt=Receipt.from_dict(data.get("receipt")),
         )
 
 

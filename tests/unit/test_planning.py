@@ -12,6 +12,7 @@ from proxy.config.settings import load_settings
 from proxy.conversation.tokens import CountCache, counter_for
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import Match
+from proxy.engine.summarizer import Bill
 from proxy.engine.types import Request, State
 from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint
@@ -101,7 +102,7 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
     )
     request = planned_request(budget=1000, system_tokens=3)
     read_before = state(1, None)  # version 1: before the background summary was stored
-    after, plan = await planning.summarized(request, read_before, (0, 4))
+    after, plan = await planning.summarized(request, read_before, (0, 4), Bill())
     assert history.reads == 1 and after.checkpoint == landed
     assert plan.compression == "summary" and plan.summarize is None
     assert plan.messages[0]["content"].endswith("They said hello.")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
+from proxy.costs.usage import chat_usage
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
 from proxy.errors import UpstreamFailure
@@ -156,16 +157,10 @@ def chat_item(item: dict[str, Any]) -> bool:
     return kind == "function_call"
 
 
-def usage(used: Any) -> dict[str, int]:
-    """A response's usage in chat terms (LiteLLM may hand over either)."""
-    used = used if isinstance(used, dict) else {}
-    prompt = int(used.get("input_tokens") or used.get("prompt_tokens") or 0)
-    completion = int(used.get("output_tokens") or used.get("completion_tokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+def usage(used: Any) -> dict[str, Any]:
+    """A response's usage in chat terms (LiteLLM may hand over either), its cached
+    tokens kept (`proxy.costs.usage.chat_usage`)."""
+    return chat_usage(used if isinstance(used, dict) else None)
 
 
 def _text(part: Any) -> str:
