@@ -61,26 +61,26 @@ def last_user_text(body: dict[str, Any]) -> str:
 
 def prompt_blocks(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) -> list[Block]:
     """The prompt as Anthropic's cache sees it: each tool, each system block, each
-    message's content blocks (the first with its role; a text content is one text block),
-    in order, every one marked with its `cache_control`'s TTL; a block's tokens are its
-    JSON's without the mark."""
+    message's content blocks (the first with its role), in order, every one marked with
+    its `cache_control`'s TTL; a block's tokens are its JSON's without the mark (a
+    string content is its one text block: the same tokens)."""
 
     def block(value: dict[str, Any], prefix: str = "") -> Block:
         bare = {k: v for k, v in value.items() if k != "cache_control"}
         return Block(encode(prefix + json.dumps(bare)), anthropic_ttl(value.get("cache_control")))
 
+    def parts(content: Any) -> list[dict[str, Any]]:
+        """A string is the one text block Anthropic reads it as."""
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}] if content else []
+        return [part for part in content or [] if isinstance(part, dict)]
+
     out = [block(tool) for tool in body.get("tools") or []]
-    system = body.get("system")
-    if isinstance(system, str) and system:
-        out.append(Block(encode(system)))
-    elif isinstance(system, list):
-        out += [block(part) for part in system if isinstance(part, dict)]
+    out += [block(part) for part in parts(body.get("system"))]
     for message in body.get("messages") or []:
-        role, content = str(message.get("role")), message.get("content")
-        if isinstance(content, str):  # the same prompt as one text block (Anthropic's reading)
-            content = [{"type": "text", "text": content}] if content else []
-        parts = [part for part in content or [] if isinstance(part, dict)]
-        out += [block(part, f"{role}: " if n == 0 else "") for n, part in enumerate(parts)]
+        role = str(message.get("role"))
+        blocks = parts(message.get("content"))
+        out += [block(part, f"{role}: " if n == 0 else "") for n, part in enumerate(blocks)]
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.clock import Clock
 from tests.prompt_cache import AutomaticCache, Block, BreakpointCache, Use, common_prefix
+from tests.upstream_messages import prompt_blocks
 
 
 def tokens(start: int, count: int) -> list[int]:
@@ -138,3 +139,22 @@ def test_breakpoints_cache_nothing_shorter_than_the_minimum() -> None:
     short = [Block(tokens(0, 1000), ttl=300), Block([5])]
     assert cache.use(short) == Use(1001, cached=0, written=0)
     assert cache.use(short) == Use(1001, cached=0, written=0)
+
+
+def characters(text: str) -> list[int]:
+    """A tokenizer of one token per character (the test upstream uses o200k)."""
+    return [ord(c) for c in text]
+
+
+def test_a_string_content_is_its_one_text_block() -> None:
+    """Anthropic reads `"content": "hi"` as `[{"type": "text", "text": "hi"}]`: the same
+    tokens, so a client (or proxy) that writes one form or the other keeps the prefix."""
+    plain = {"system": "rules", "messages": [{"role": "user", "content": "hi"}]}
+    marked = {
+        "system": [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    assert [b.tokens for b in prompt_blocks(plain, characters)] == [
+        b.tokens for b in prompt_blocks(marked, characters)
+    ]
+    assert [b.ttl for b in prompt_blocks(marked, characters)] == [300.0, None]
