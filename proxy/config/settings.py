@@ -107,6 +107,14 @@ class ContextSettings(_Section):
     recall_ratio: float = Field(0.1, ge=0, le=0.5)
     recall_relevance_weight: float = Field(0.8, ge=0)
     recall_recency_weight: float = Field(0.2, ge=0)
+    # Spend for the provider's prompt cache: false is the proxy as before issue 38 (no
+    # tool result stubbed, among others).
+    cache_aware: bool = True
+    # When a summary is made, tool results over this many tokens left in the verbatim
+    # window before the latest user turn are sent as stubs from then on (what the tool
+    # was, its size, first and last lines, error lines); recall brings them back whole.
+    # 0 turns it off.
+    stub_tool_results_over: int = Field(1000, ge=0)
 
     @field_validator("mode", mode="before")
     @classmethod

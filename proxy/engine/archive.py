@@ -40,6 +40,9 @@ class Archived:
     ledger: tuple[Fact, ...] = ()
     # The current facts' key words and where each was stated, most specific first.
     stated: tuple[tuple[frozenset[str], int], ...] = ()
+    # `index` with the tool results the latest checkpoint stubbed (`Checkpoint.stubbed`):
+    # what recall searches, so a question about a stubbed output brings it back whole.
+    searched: RecallIndex = field(default_factory=RecallIndex)
 
     def extended(self, checkpoints: Sequence[Checkpoint]) -> Archived:
         if not checkpoints:
@@ -48,12 +51,15 @@ class Archived:
         ledgers = [c.ledger for c in checkpoints if c.ledger is not None]
         ledger = ledgers[-1] if ledgers else self.ledger
         keys = [(frozenset(f.key.split()), f.source) for f in ledger if f.current and f.subject]
+        index = self.index.extended(segments)
+        stubs = checkpoints[-1].stubs_index
         return Archived(
             self.count + len(checkpoints),
             checkpoints[-1].chain_hash,
-            self.index.extended(segments),
+            index,
             ledger,
             stated=tuple(sorted(keys, key=lambda pair: -len(pair[0]))),
+            searched=index.extended([stubs]) if stubs is not None else index,
         )
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
@@ -135,7 +141,8 @@ class Archive:
         archived = await self.of(request.key, state.checkpoints, checkpoint)
         conversation = request.conversation
         asked = recent_text(conversation, messages=1)
-        hits = archived.index.search(
+        index = archived.searched if context.cache_aware else archived.index
+        hits = index.search(
             asked,
             _HITS,
             context.recall_relevance_weight,

@@ -10,17 +10,25 @@ brings it back when a later message asks about it (`proxy.engine.archive`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from proxy.config.settings import ContextSettings
 from proxy.conversation.identity import Message
+from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
+from proxy.recall.index import documents
+from proxy.sessions.records import Checkpoint, StoredMessage
 
 __all__ = [
     "STUB_PREFIX",
     "Stubber",
     "Stubs",
     "call_for",
+    "frozen",
     "indexed_text",
+    "last_user",
+    "savings",
     "stub",
     "stubbable",
     "with_stubs",
@@ -97,6 +105,84 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
     return {**result, "content": "\n".join(shown)}
 
 
+def frozen(
+    made: Checkpoint,
+    previous: Checkpoint | None,
+    after: Sequence[StoredMessage],
+    name: str,
+    over: int,
+    counters: Mapping[str, TokenCounter],
+    make: Stubber = stub,
+) -> Checkpoint:
+    """`made`, a new summary of transcript[:start], with the stubs it freezes in the
+    window after it (`after`: transcript[start:], counted by each of `counters`): those
+    its predecessor froze that are still in the window, and each tool result before the
+    window's last user message that has over `over` tokens (by `name`) and whose stub
+    takes at most half of them. With what the stubs save per tokenizer and their recall
+    index. The last user turn is never stubbed: it is what the model answers now."""
+    start = made.covers_until
+    messages = [stored.message for stored in after]
+    last = last_user(messages)
+    carried = {at - start for at in (previous.stubbed if previous else ()) if at >= start}
+    counter = counters[name]
+    chosen: dict[int, Message] = {}
+    for j in range(last):
+        message = messages[j]
+        if j not in carried and (
+            message.get("role") != "tool"
+            or after[j].tokens.get(name, 0) <= over
+            or not stubbable(message)
+        ):
+            continue
+        described = make(message, call_for(messages, j))
+        if j in carried or 2 * counter.count_message(described) <= after[j].tokens[name]:
+            chosen[j] = described
+    if not chosen:
+        return made
+    texts = [(start + j, indexed_text(messages[j], call_for(messages, j))) for j in sorted(chosen)]
+    return replace(
+        made,
+        stubbed=tuple(start + j for j in sorted(chosen)),
+        stubs_saved=_saved(after, chosen, counters),
+        stubs_index=documents(texts, made.chain_hash),
+    )
+
+
+def savings(
+    entries: Sequence[StoredMessage],
+    stubbed: Iterable[int],
+    counters: Mapping[str, TokenCounter],
+    make: Stubber = stub,
+) -> dict[str, int]:
+    """What the stubs at the transcript positions `stubbed` save, per tokenizer, where
+    `entries` is the transcript from its start."""
+    messages = [stored.message for stored in entries]
+    chosen = {at: make(messages[at], call_for(messages, at)) for at in stubbed}
+    return _saved(entries, chosen, counters)
+
+
+def _saved(
+    entries: Sequence[StoredMessage],
+    stubs: Mapping[int, Message],
+    counters: Mapping[str, TokenCounter],
+) -> dict[str, int]:
+    """Per tokenizer that counted every stubbed result: its tokens less its stub's."""
+    return {
+        name: sum(entries[j].tokens[name] - counter.count_message(m) for j, m in stubs.items())
+        for name, counter in counters.items()
+        if all(name in entries[j].tokens for j in stubs)
+    }
+
+
+def last_user(messages: Sequence[Message]) -> int:
+    """Where the last user message is (0 when there is none): the last user turn, what
+    the model answers now, starts there."""
+    at = len(messages) - 1
+    while at > 0 and messages[at].get("role") != "user":
+        at -= 1
+    return max(at, 0)
+
+
 def call_for(messages: Sequence[Message], at: int) -> dict[str, Any] | None:
     """The tool call `messages[at]` (a tool result) answers: in the assistant message
     before the results that follow it, found by its id; None when it is not there."""
@@ -128,16 +214,21 @@ def with_stubs(
 
 
 class Stubs:
-    """`stub`, remembered by what it was made of: each request of a session sends its
-    stubs again, and finding a long output's error lines takes about 10 ms a megabyte,
-    where hashing it (the key) takes 0.3. A cache: a stub is a function of its result
-    and call, so what it holds changes nothing sent."""
+    """A process's stubs: which a summary freezes (`frozen`), and the window as sent
+    (`sent`, `counted`), as `context.cache_aware` and `context.stub_tool_results_over`
+    say. Each stub made is remembered by what it was made of: every request of a session
+    sends its stubs again, and finding a long output's error lines takes about 10 ms a
+    megabyte, where hashing it (the key) takes 0.3. A cache: a stub is a function of its
+    result and call, so what it holds changes nothing sent."""
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, context: ContextSettings, counts: CountCache, size: int = 4096) -> None:
+        self._context = context
+        self._counts = counts
         self._size = size
         self._made: OrderedDict[tuple[Any, ...], Message] = OrderedDict()
 
-    def __call__(self, result: Message, call: dict[str, Any] | None) -> Message:
+    def made(self, result: Message, call: dict[str, Any] | None) -> Message:
+        """`stub(result, call)`."""
         text = _text(result.get("content"))
         fields = tuple((k, repr(v)) for k, v in result.items() if k != "content")
         key = (fields, len(text), hash(text), _called(call, limit=None))
@@ -149,6 +240,61 @@ class Stubs:
         else:
             self._made.move_to_end(key)
         return made
+
+    def stubbed(self, checkpoint: Checkpoint | None) -> tuple[int, ...]:
+        """The positions of the results sent as stubs: none when `cache_aware` is off."""
+        if checkpoint is None or not self._context.cache_aware:
+            return ()
+        return checkpoint.stubbed
+
+    def saved(self, checkpoint: Checkpoint | None, name: str) -> int:
+        """Tokens (by tokenizer `name`) the stubs save: the window as sent is its
+        messages' count less this."""
+        if checkpoint is None or not self.stubbed(checkpoint):
+            return 0
+        return checkpoint.stubs_saved.get(name, 0)
+
+    def sent(self, messages: list[Message], checkpoint: Checkpoint | None) -> list[Message]:
+        """`messages`, the window after `checkpoint`, as sent."""
+        if checkpoint is None:
+            return messages
+        return with_stubs(messages, checkpoint.covers_until, self.stubbed(checkpoint), self.made)
+
+    def counted(
+        self, entries: list[StoredMessage], checkpoint: Checkpoint | None, counter: TokenCounter
+    ) -> list[StoredMessage]:
+        """`entries`, the window after `checkpoint`, as sent: each stubbed result
+        replaced by its stub, counted by `counter` (once per process)."""
+        stubbed = self.stubbed(checkpoint)
+        if checkpoint is None or not stubbed:
+            return entries
+        covers = checkpoint.covers_until
+        sent = with_stubs([s.message for s in entries], covers, stubbed, self.made)
+        found = list(entries)
+        for at in stubbed:
+            if 0 <= at - covers < len(entries):
+                stored, message = entries[at - covers], sent[at - covers]
+                tokens = self._counts.message(counter, message, f"stub:{stored.chain}")
+                found[at - covers] = replace(stored, message=message, tokens={counter.name: tokens})
+        return found
+
+    def frozen(
+        self,
+        made: Checkpoint,
+        previous: Checkpoint | None,
+        after: Sequence[StoredMessage],
+        counter: TokenCounter,
+    ) -> Checkpoint:
+        """`made` with the stubs it freezes (`frozen`), by `counter`'s counts and every
+        tokenizer's that counted the summary's prefix; as it is when off."""
+        over = self._context.stub_tool_results_over
+        if not self._context.cache_aware or not over:
+            return made
+        names = {*made.before, counter.name}
+        counters = {
+            name: counter if name == counter.name else counter_named(name) for name in names
+        }
+        return frozen(made, previous, after, counter.name, over, counters, self.made)
 
 
 def indexed_text(result: Message, call: dict[str, Any] | None) -> str:
@@ -167,8 +313,8 @@ def _text(content: Any) -> str:
 def _called(call: dict[str, Any] | None, limit: int | None = _ARGUMENT_CHARS) -> tuple[str, str]:
     function = (call or {}).get("function")
     function = function if isinstance(function, dict) else {}
-    name = function.get("name") if isinstance(function.get("name"), str) else "a tool"
-    arguments = function.get("arguments")
+    name, arguments = function.get("name"), function.get("arguments")
+    name = name if isinstance(name, str) else "a tool"
     arguments = arguments if isinstance(arguments, str) else ""
     if limit is not None and len(arguments) > limit:
         arguments = arguments[:limit] + "…"

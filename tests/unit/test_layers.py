@@ -46,6 +46,7 @@ PURE = (
     "proxy.engine.agent_compaction",
     "proxy.engine.budget",
     "proxy.engine.calibration",
+    "proxy.engine.stubs",
 )
 FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
 
