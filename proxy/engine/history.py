@@ -206,8 +206,12 @@ class History:
             before = {n: sum(s.tokens[n] for s in kept[: checkpoint.covers_until]) for n in names}
             checkpoint = replace(checkpoint, before=before)
         if checkpoint is not None and checkpoint.stubbed:
-            # Stubs stay before the last user message the transcript still has.
-            last = last_user([s.message for s in kept])
+            # Stubs stay before the last user message: what the model answers now.
+            new = request.conversation[match.start :]
+            if any(message.get("role") == "user" for message in new):
+                last = keep
+            else:
+                last = last_user([s.message for s in kept])
             stubbed = tuple(at for at in checkpoint.stubbed if at < last)
             counters = {n: counter_for_name(n, request.counter) for n in names}
             saved = savings(kept, stubbed, counters)
