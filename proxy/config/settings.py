@@ -114,6 +114,11 @@ class ContextSettings(_Section):
     # How long a provider's prompt cache keeps a prefix after its last use (a model's
     # `model_info.cache_ttl_seconds` wins): the net saving's counterfactual uses it.
     cache_ttl_seconds: float = Field(300.0, gt=0)
+    # When a summary is made, tool results over this many tokens left in the verbatim
+    # window before the latest user turn are sent as stubs from then on (what the tool
+    # was, its size, first and last lines, error lines); recall brings them back whole.
+    # 0 turns it off.
+    stub_tool_results_over: int = Field(1000, ge=0)
 
     @field_validator("mode", mode="before")
     @classmethod

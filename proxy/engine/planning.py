@@ -21,6 +21,7 @@ from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
 from proxy.engine.payoff import Prompt, fold_due, rates
+from proxy.engine.stubs import Stubs
 from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
@@ -54,6 +55,7 @@ class Planning:
         self._summaries = summaries
         self._counts = counts
         self._archive = archive
+        self.stubs = Stubs(settings.context, counts)
 
     async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
         """The messages to send. Within budget (known from the totals) that is everything
@@ -65,6 +67,7 @@ class Planning:
         head = [summary_message(checkpoint.text, checkpoint.kept)] if checkpoint and speaks else []
         head_tokens = self.summary_tokens(request.counter, checkpoint)
         window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
+        window -= self.stubs.saved(checkpoint, name)
         total = request.system_tokens + request.tools_tokens + head_tokens + window
         whole = (
             request.system_tokens
@@ -81,11 +84,13 @@ class Planning:
                 recent = request.conversation[covers - state.origin :]
             else:
                 recent = [s.message for s in await self._history.window(request, state, covers)]
+            recent = self.stubs.sent(recent, checkpoint)
             return Plan(
                 [*request.system, *head, *recent], total, "summary" if head else "none", None, 0
             )
         entries = await self._history.window(request, state, covers)
         entries = await self._history.counted(entries, {name}, request.counter)
+        entries = self.stubs.counted(entries, checkpoint, request.counter)
         plan = None
         if cold:  # fold as a summary made ahead would, if there is anything to fold
             trigger = fold_trigger(request, self._settings.context.summarize_at)
@@ -171,14 +176,13 @@ class Planning:
                 return state, plan
             span = plan.summarize
         start, end = span
-        entries = await self._history.window(request, state, start)
-        entries = entries[: end - start]
-        entries = await self._history.counted(entries, set(state.totals), request.counter)
+        window = await self._history.window(request, state, start)
+        window = await self._history.counted(window, set(state.totals), request.counter)
         archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
         try:
             checkpoint = await asyncio.wait_for(
                 self._summaries.make(
-                    entries,
+                    window[: end - start],
                     end,
                     state.checkpoint,
                     request.model,
@@ -195,6 +199,9 @@ class Planning:
             reason = self._summaries.redact(str(exc), request.secrets)
             logger.warning("summarization failed, truncating instead: %s", reason)
             return state, await self.plan(request, state, allow_summary=False)
+        checkpoint = await self._frozen(
+            request, checkpoint, state.checkpoint, window[end - start :]
+        )
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
 
@@ -237,6 +244,7 @@ class Planning:
         name, checkpoint = request.counter.name, meta.checkpoint
         head = self.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
+        window -= self.stubs.saved(checkpoint, name)
         base = request.system_tokens + request.tools_tokens
         trigger = fold_trigger(request, self._settings.context.summarize_at)
         prompt = base + head + window
@@ -276,7 +284,11 @@ class Planning:
         entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
         try:
             plan = await self._fitted(
-                request, entries, checkpoint, allow_summary=True, budget=budget
+                request,
+                self.stubs.counted(entries, checkpoint, request.counter),
+                checkpoint,
+                allow_summary=True,
+                budget=budget,
             )
         except ProxyError:  # no plan at all: a summary that failed before it began
             self._summaries.failed(request.model, "background")
@@ -300,9 +312,22 @@ class Planning:
                 recent_text([s.message for s in entries]),
                 bill,
             )
+            made = await self._frozen(request, made, checkpoint, entries[end:])
         finally:
             # Owed by the session's next turn, made or failed: its calls were paid for.
             await self._summaries.store(request.key, made, bill.charge)
+
+    async def _frozen(
+        self,
+        request: Request,
+        made: Checkpoint,
+        previous: Checkpoint | None,
+        after: list[StoredMessage],
+    ) -> Checkpoint:
+        """`made` with the stubs it freezes in the window after it (`Stubs.frozen`)."""
+        work = functools.partial(self.stubs.frozen, made, previous, after, request.counter)
+        result: Checkpoint = await off_loop([s.message for s in after], work)
+        return result
 
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
         """Tokens of the summary message (counted once per summary and tokenizer)."""

@@ -180,6 +180,7 @@ def session_view(
                 "tokens": c.tokens,
                 "model": c.model,
                 "created": c.created,
+                "stubbed": list(c.stubbed),  # tool results sent as stubs after it
             }
             for c in checkpoints
         ],

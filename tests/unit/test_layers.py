@@ -50,6 +50,7 @@ PURE = (
     "proxy.engine.calibration",
     "proxy.engine.payoff",
     "proxy.engine.caching",
+    "proxy.engine.stubs",
 )
 FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
 
