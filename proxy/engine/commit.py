@@ -22,8 +22,8 @@ from proxy.conversation.tokens import TokenCounter
 from proxy.costs.receipts import Receipt, TurnCost, turn_cost
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine import calibration
+from proxy.engine.ahead import Ahead
 from proxy.engine.history import History, counter_for_name, off_loop
-from proxy.engine.planning import Planning
 from proxy.engine.remembering import Memories
 from proxy.engine.summarizer import Summaries
 from proxy.engine.types import Request, State, Turn
@@ -54,7 +54,7 @@ class Commits:
         self,
         store: SessionStore,
         history: History,
-        planning: Planning,
+        ahead: Ahead,
         summaries: Summaries,
         memories: Memories,
         label: ModelLabels,
@@ -62,7 +62,7 @@ class Commits:
     ) -> None:
         self.store = store
         self._history = history
-        self._planning = planning
+        self._ahead = ahead
         self.summaries = summaries
         self.memories = memories
         self.label = label
@@ -168,7 +168,7 @@ class Commits:
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:
                     growth = _growth(state.base, meta, request.counter.name)
-                    self._planning.maybe_summarize(request, meta, growth)
+                    self._ahead.maybe_summarize(request, meta, growth)
                 if request.memory_id is not None:
                     await self._learn(request, entries)
                 return cost

@@ -2,8 +2,8 @@
 
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
-planner; a summary it asks for is made now (or awaited from the background), and after a
-reply that passes `summarize_at`, the next one is made in the background.
+planner; a summary it asks for is made now (or awaited from the one made ahead,
+`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._cold`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,18 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
-from proxy.engine.payoff import Prompt, fold_due, rates
 from proxy.engine.stubs import Stubs
 from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
-from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError
 from proxy.summary.message import PINNED_LABEL, summary_message
 
-__all__ = ["Planning"]
+__all__ = ["Planning", "fold_trigger"]
 
 logger = logging.getLogger("context_proxy.engine")
 
@@ -94,18 +93,18 @@ class Planning:
         plan = None
         if cold:  # fold as a summary made ahead would, if there is anything to fold
             trigger = fold_trigger(request, self._settings.context.summarize_at)
-            plan = await self._fitted(
+            plan = await self.fitted(
                 request, entries, checkpoint, allow_summary=True, budget=trigger
             )
             plan = plan if plan.summarize is not None else None
         if plan is None:
-            plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
+            plan = await self.fitted(request, entries, checkpoint, allow_summary=allow_summary)
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
         return replace(plan, summarize=(covers + start, covers + end))
 
-    async def _fitted(
+    async def fitted(
         self,
         request: Request,
         entries: list[StoredMessage],
@@ -199,9 +198,7 @@ class Planning:
             reason = self._summaries.redact(str(exc), request.secrets)
             logger.warning("summarization failed, truncating instead: %s", reason)
             return state, await self.plan(request, state, allow_summary=False)
-        checkpoint = await self._frozen(
-            request, checkpoint, state.checkpoint, window[end - start :]
-        )
+        checkpoint = await self.frozen(request, checkpoint, state.checkpoint, window[end - start :])
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
 
@@ -229,37 +226,6 @@ class Planning:
             return replace(adopted, expected=stored.version)
         return adopted  # the turn's commit will meet a newer version and replay
 
-    def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
-        """After a reply (the turn added `growth` tokens): make the next summary in the
-        background when it is due, so the next request finds it ready.
-
-        Only what can be compressed counts: the trigger is `summarize_at` of what system
-        messages and tools leave of the budget. The plan is made as if the budget ended
-        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
-        summary plus what stays verbatim lands well under the trigger and the next fold
-        is several turns away. Past the trigger a fold is due once the budget would force
-        one within two turns, or earlier where it pays for the prompt-cache rewrite it
-        causes (`proxy.engine.payoff`); with `cache_aware: false`, at the trigger."""
-        assert request.key is not None
-        name, checkpoint = request.counter.name, meta.checkpoint
-        head = self.summary_tokens(request.counter, checkpoint)
-        window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
-        window -= self.stubs.saved(checkpoint, name)
-        base = request.system_tokens + request.tools_tokens
-        trigger = fold_trigger(request, self._settings.context.summarize_at)
-        prompt = base + head + window
-        if prompt <= trigger or self._summaries.breaker(request.model).open:
-            return
-        if self._settings.context.cache_aware:
-            keep = min(window, int(self._settings.context.keep_recent_ratio * (trigger - base)))
-            summary = self._settings.context.max_summary_tokens
-            folded = base + head + summary + keep
-            shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
-            if not fold_due(shape, rates(request.prices)):
-                return
-        job = functools.partial(self._background, request, trigger)
-        self._summaries.schedule(request.key, job, request.secrets)
-
     def _cold(self, request: Request, state: State, total: int) -> bool:
         """The session was idle longer than its prompt cache lives, and its prompt is past
         the fold trigger: the next request writes the whole prompt anyway, so a fold now
@@ -272,52 +238,7 @@ class Planning:
         ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
         return self._clock() - base.updated > ttl
 
-    async def _background(self, request: Request, budget: int) -> None:
-        assert request.key is not None
-        meta = await self._store.load(*request.key)
-        name = request.counter.name
-        if meta is None or name not in meta.totals:
-            return
-        checkpoint = meta.checkpoint
-        covers = checkpoint.covers_until if checkpoint else 0
-        entries = await self._store.messages(*request.key, covers, meta.length)
-        entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
-        try:
-            plan = await self._fitted(
-                request,
-                self.stubs.counted(entries, checkpoint, request.counter),
-                checkpoint,
-                allow_summary=True,
-                budget=budget,
-            )
-        except ProxyError:  # no plan at all: a summary that failed before it began
-            self._summaries.failed(request.model, "background")
-            raise
-        if plan.summarize is None:
-            return
-        start, end = plan.summarize
-        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
-        bill = Bill()
-        made = None
-        try:
-            made = await self._summaries.make(
-                entries[start:end],
-                covers + end,
-                checkpoint,
-                request.model,
-                request.budget - request.system_tokens - request.tools_tokens,
-                "background",
-                request.provider_key,
-                archived.ledger,
-                recent_text([s.message for s in entries]),
-                bill,
-            )
-            made = await self._frozen(request, made, checkpoint, entries[end:])
-        finally:
-            # Owed by the session's next turn, made or failed: its calls were paid for.
-            await self._summaries.store(request.key, made, bill.charge)
-
-    async def _frozen(
+    async def frozen(
         self,
         request: Request,
         made: Checkpoint,

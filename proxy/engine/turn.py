@@ -25,6 +25,7 @@ from proxy.conversation.replies import (
 from proxy.conversation.tokens import CountCache, counter_for
 from proxy.conversation.validation import validate_messages
 from proxy.engine.agent_compaction import asks_to_compact
+from proxy.engine.ahead import Ahead
 from proxy.engine.archive import Archive
 from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
@@ -92,7 +93,7 @@ class Engine:
         self._commits = Commits(
             store,
             self._history,
-            self._planning,
+            Ahead(settings, store, self._history, self.summaries, self.archive, self._planning),
             self.summaries,
             self.memories,
             self.label,
