@@ -236,7 +236,8 @@ class Planning:
         if total <= fold_trigger(request, context.summarize_at):
             return False
         ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
-        return self._clock() - base.updated > ttl
+        last = base.receipt.last_at  # when the session's last turn was sent
+        return self._clock() - (last if last is not None else base.updated) > ttl
 
     async def frozen(
         self,

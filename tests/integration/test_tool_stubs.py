@@ -75,8 +75,10 @@ def chat_respond(body: dict[str, Any]) -> str | Reply:
 
 
 def messages_respond(body: dict[str, Any]) -> str | Reply:
-    last = body["messages"][-1]
-    text = last["content"] if isinstance(last["content"], str) else ""
+    content = body["messages"][-1]["content"]
+    # A text content, or its one text block (as the proxy marks it for the cache).
+    texts = [b["text"] for b in content if b["type"] == "text"] if isinstance(content, list) else []
+    text = content if isinstance(content, str) else "".join(texts)
     return answering(text, SYSTEM_PROMPT in json.dumps(body.get("system")))
 
 
