@@ -2,12 +2,16 @@
 
 A provider's prompt cache bills the unchanged head of a prompt at a fraction of the
 input price. A fold (a new summary segment) changes the prompt after the part it leaves
-byte-identical, so the next request writes everything after that part again. Folding
-early makes every later request shorter, but it adds a fold to the session's life (the
-budget forces one later anyway): it pays only when what the shorter requests save until
-then exceeds what a fold costs, the rewrite and the summarizer's own call. While the
-cache is cold (the session was idle longer than its time to live) the next request
-writes the whole prompt anyway, so a fold then costs no rewrite.
+byte-identical, so the next request writes everything after that part again, and the
+summarizer writes a summary. Every message is folded once whatever the schedule, so
+what the summarizer reads is no reason to wait; what a fold costs on its own is the
+rewrite and the summary written. Not folding costs a little more each turn: the part of
+the window grown since the last fold is read again from the cache. The rule is the
+rent-or-buy one: fold once what the turns since the last fold paid to read that grown
+part again reaches what a fold costs (a window growing `g` tokens a turn has paid
+`W * W / (2 * g)` reads by the time it grew `W`). While the cache is cold (the session
+was idle longer than its time to live) the next request writes the whole prompt anyway,
+so a fold then costs no rewrite: any real shrink pays.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 from proxy.costs.prices import Prices
 
-__all__ = ["CacheRates", "Prompt", "fold_due", "fold_pays", "rates", "turns_until_forced"]
+__all__ = ["CacheRates", "Prompt", "fold_due", "fold_pays", "rates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,32 +51,21 @@ class Prompt:
     """Tokens the summarizer writes for one fold."""
 
 
-def turns_until_forced(prompt: Prompt) -> int:
-    """Turns the session can still take before the budget forces a fold (0: the next)."""
-    if prompt.now + prompt.growth > prompt.budget:
-        return 0
-    return (prompt.budget - prompt.now) // max(prompt.growth, 1)
-
-
 def fold_pays(prompt: Prompt, rates: CacheRates, *, cold: bool) -> bool:
-    """Whether folding now costs less than folding when the budget forces it: each turn
-    until then reads `now - folded` fewer cached tokens, against one more fold: the
-    summarizer reads what is folded and writes a summary, and the next request writes
-    `folded - stable` tokens that a warm turn would have read. Cold, there is nothing
-    warm to keep: a fold that shrinks the prompt pays."""
-    saved = prompt.now - prompt.folded
-    if saved <= 0:
+    """Whether a fold now costs less than the reads it saves (see the module's text)."""
+    grown = prompt.now - prompt.folded
+    if grown <= 0:
         return False
     if cold:
         return True
     rewrite = max(0, prompt.folded - prompt.stable) * max(0.0, rates.write - rates.read)
-    fold = rewrite + saved + prompt.summary * rates.output
-    return turns_until_forced(prompt) * saved * rates.read > fold
+    fold = rewrite + prompt.summary * rates.output
+    return grown * grown * rates.read >= 2 * max(prompt.growth, 1) * fold
 
 
 def fold_due(prompt: Prompt, rates: CacheRates) -> bool:
     """Whether to make the next fold now, ahead of the request that needs it: the budget
-    forces one within two turns, or folding now pays while the cache is warm."""
+    forces one within two turns, or folding pays while the cache is warm."""
     return prompt.now + 2 * prompt.growth > prompt.budget or fold_pays(prompt, rates, cold=False)
 
 

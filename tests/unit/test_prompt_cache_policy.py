@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from proxy.engine.caching import cache_key, marked, marks_in
-from proxy.engine.payoff import CacheRates, Prompt, fold_pays, turns_until_forced
+from proxy.engine.payoff import CacheRates, Prompt, fold_due, fold_pays
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
 EPHEMERAL = {"type": "ephemeral"}
@@ -14,30 +14,33 @@ OPENAI = CacheRates(read=0.25, write=1.0, output=4.0)  # GPT-4.1: cached input 0
 
 
 def prompt(now: int, folded: int = 80_000, growth: int = 3_000) -> Prompt:
-    """An agent's session: 35k of system and tools, a 160k budget."""
+    """An agent's session: 35k of system and tools, a 160k budget; a fold leaves 80k,
+    40k of it byte-identical, and writes a 1k summary."""
     return Prompt(now, folded, 40_000, 160_000, growth, 1_000)
 
 
-def test_turns_until_forced_counts_whole_turns_left_in_the_budget() -> None:
-    assert turns_until_forced(prompt(150_000)) == 3
-    assert turns_until_forced(prompt(158_000)) == 0  # the next turn is over the budget
+def test_a_fold_pays_once_the_grown_part_was_read_again_for_what_a_fold_costs() -> None:
+    """Claude (reads 0.1x, writes 1.25x): a fold costs 40k x 1.15 + 1k x 5 = 51k; a window
+    growing 3k a turn has read its grown part for that much once it grew
+    sqrt(2 x 3k x 51k / 0.1) = 55.3k: at 135.3k, not at 135k."""
+    assert not fold_pays(prompt(135_000), ANTHROPIC, cold=False)
+    assert fold_pays(prompt(135_400), ANTHROPIC, cold=False)
+    # GPT-4.1 (cached input 0.25x, writes as input): a fold costs 40k x 0.75 + 4k = 34k,
+    # paid once the window grew sqrt(2 x 3k x 34k / 0.25) = 28.6k.
+    assert not fold_pays(prompt(108_500), OPENAI, cold=False)
+    assert fold_pays(prompt(108_600), OPENAI, cold=False)
 
 
-def test_a_warm_claude_prefix_is_never_rewritten_early() -> None:
-    """Reads at 0.1x: what a shorter prompt saves until the forced fold (at most ~13
-    turns of 40k fewer cached tokens, 53k) never pays a 1.15x rewrite of 40k plus the
-    summarizer's call; the fold waits for the budget."""
-    assert not any(
-        fold_pays(prompt(now), ANTHROPIC, cold=False) for now in range(100_000, 160_001, 2_000)
-    )
+def test_a_faster_growing_window_folds_later() -> None:
+    """A window that grows in big steps reads its grown part again fewer times on the way:
+    it grows further before a fold pays."""
+    assert fold_pays(prompt(136_000, growth=3_000), ANTHROPIC, cold=False)
+    assert not fold_pays(prompt(136_000, growth=6_000), ANTHROPIC, cold=False)
 
 
-def test_cheaper_rewrites_pay_in_the_middle_of_the_room() -> None:
-    """OpenAI's cached input at 0.25x and free writes: folding pays where many turns are
-    left and the shrink is large, not near the budget (few turns left)."""
-    assert fold_pays(prompt(120_000), OPENAI, cold=False)
-    assert not fold_pays(prompt(155_000), OPENAI, cold=False)
-    assert not fold_pays(prompt(85_000), OPENAI, cold=False)  # too small a shrink
+def test_a_fold_is_due_when_the_budget_forces_one_within_two_turns() -> None:
+    assert fold_due(prompt(154_001), ANTHROPIC)
+    assert not fold_due(prompt(120_000), ANTHROPIC)
 
 
 def test_cold_cache_folds_whenever_the_prompt_shrinks() -> None:
