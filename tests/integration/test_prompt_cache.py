@@ -17,6 +17,8 @@ from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import SUMMARY_PREFIX
 from tests.clock import Clock
 from tests.integration.test_messages import CLAUDE, claude_config
+from tests.integration.test_native_responses import NATIVE, native_config
+from tests.integration.test_responses import sdk
 from tests.proxies import UPSTREAM_KEY, proxy_config, serving
 from tests.upstream import FakeUpstream, running_upstream
 
@@ -139,6 +141,21 @@ def test_a_sessions_turns_share_one_prompt_cache_key(
         model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]
     )
     assert "prompt_cache_key" not in upstream.chat_requests()[-1].body
+
+
+def test_a_responses_session_gets_its_key_on_the_providers_own_api(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """The Responses door to OpenAI's own Responses API: the session's turns carry its
+    key; Codex, which sets `prompt_cache_key` itself, keeps its own."""
+    url = start_proxy(native_config(upstream))
+    client = sdk(url, **{"X-Session-Id": "responses-keyed"})
+    first = client.responses.create(model=NATIVE, input="Hello.")
+    client.responses.create(model=NATIVE, input="And again.", previous_response_id=first.id)
+    keys = [r.body.get("prompt_cache_key") for r in upstream.responses_requests()]
+    assert len(keys) == 2 and keys[0] == keys[1] and str(keys[0]).startswith("ctx-")
+    sdk(url).responses.create(model=NATIVE, input="Hi.", prompt_cache_key="codex-thread-1")
+    assert upstream.responses_requests()[-1].body["prompt_cache_key"] == "codex-thread-1"
 
 
 def test_a_warm_claude_prefix_is_folded_only_when_the_budget_forces_it(tmp_path: Path) -> None:
