@@ -41,6 +41,9 @@ _ERRORS = 10  # lines that report an error, kept from the lines between
 _LINE_CHARS = 160  # a kept line longer than this is cut
 _ARGUMENT_CHARS = 300  # of the call's arguments
 _UNSEARCHED = -2
+# What a stub does not keep of its result: the content it replaces, and a prompt-cache
+# breakpoint (a client moves its own; the one a stored copy kept is not where it is now).
+_REPLACED = ("content", "cache_control")
 
 Stubber = Callable[[Message, "dict[str, Any] | None"], Message]
 # A line that reports an error holds one of these words (any case, at a word's start:
@@ -80,8 +83,8 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
     """`result` with its content replaced by a description of it: the tool's name and
     arguments (from `call`, the tool call it answers), its size in characters and lines,
     its first and last lines, and the lines between that report an error, each kept
-    line numbered. Every other field of the message stays as it was. Work is a few
-    C-speed passes over the output: no list of its lines is made."""
+    line numbered. Every other field of the message but a cache breakpoint stays as it
+    was. Work is a few C-speed passes over the output: no list of its lines is made."""
     text = _text(result.get("content"))
     count = text.count("\n") + 1
     head = _head(text, min(_HEAD, count))
@@ -102,7 +105,8 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
             shown.append(f"[… {number - last - 1} lines …]")
         shown.append(_numbered(number, line))
         last = number
-    return {**result, "content": "\n".join(shown)}
+    fields = {key: value for key, value in result.items() if key not in _REPLACED}
+    return {**fields, "content": "\n".join(shown)}
 
 
 def frozen(
@@ -230,7 +234,7 @@ class Stubs:
     def made(self, result: Message, call: dict[str, Any] | None) -> Message:
         """`stub(result, call)`."""
         text = _text(result.get("content"))
-        fields = tuple((k, repr(v)) for k, v in result.items() if k != "content")
+        fields = tuple((k, repr(v)) for k, v in result.items() if k not in _REPLACED)
         key = (fields, len(text), hash(text), _called(call, limit=None))
         made = self._made.get(key)
         if made is None:
