@@ -92,12 +92,10 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
     errors = _error_lines(text, len(head), count - len(tail))
     name, arguments = _called(call)
     described = f"{STUB_PREFIX}: {name}({arguments}) returned {len(text)} characters in"
-    described += f" {count} lines. Shown: the first {len(head)} and last {len(tail)}"
+    described += f" {count} lines. Shown: its first {len(head)} and last {len(tail)} lines"
     if errors:
-        described += f", and {len(errors)} of the lines between that report errors"
-    described += (
-        ". The whole output is kept; ask about it and it is recalled (or run the tool again).]"
-    )
+        described += f", and {len(errors)} lines between that report errors"
+    described += ". The whole output is kept: a question about it brings it back.]"
     kept = [*enumerate(head), *errors, *zip(range(count - len(tail), count), tail, strict=True)]
     shown, last = [described], -1
     for number, line in kept:
