@@ -3,7 +3,9 @@
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
 planner; a summary it asks for is made now (or awaited from the one made ahead,
-`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._cold`).
+`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._cold`). A
+summary freezes stubs of the large tool results it leaves in the window, sent in their
+place until the next one (`proxy.engine.stubs`).
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ _ERRORS = 10  # lines that report an error, kept from the lines between
 _LINE_CHARS = 160  # a kept line longer than this is cut
 _ARGUMENT_CHARS = 300  # of the call's arguments
 _UNSEARCHED = -2
+# What a stub does not keep of its result: the content it replaces, and a prompt-cache
+# breakpoint (a client moves its own; the one a stored copy kept is not where it is now).
+_REPLACED = ("content", "cache_control")
 
 Stubber = Callable[[Message, "dict[str, Any] | None"], Message]
 # A line that reports an error holds one of these words (any case, at a word's start:
@@ -80,8 +83,8 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
     """`result` with its content replaced by a description of it: the tool's name and
     arguments (from `call`, the tool call it answers), its size in characters and lines,
     its first and last lines, and the lines between that report an error, each kept
-    line numbered. Every other field of the message stays as it was. Work is a few
-    C-speed passes over the output: no list of its lines is made."""
+    line numbered. Every other field of the message but a cache breakpoint stays as it
+    was. Work is a few C-speed passes over the output: no list of its lines is made."""
     text = _text(result.get("content"))
     count = text.count("\n") + 1
     head = _head(text, min(_HEAD, count))
@@ -89,12 +92,10 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
     errors = _error_lines(text, len(head), count - len(tail))
     name, arguments = _called(call)
     described = f"{STUB_PREFIX}: {name}({arguments}) returned {len(text)} characters in"
-    described += f" {count} lines. Shown: the first {len(head)} and last {len(tail)}"
+    described += f" {count} lines. Shown: its first {len(head)} and last {len(tail)} lines"
     if errors:
-        described += f", and {len(errors)} of the lines between that report errors"
-    described += (
-        ". The whole output is kept; ask about it and it is recalled (or run the tool again).]"
-    )
+        described += f", and {len(errors)} lines between that report errors"
+    described += ". The whole output is kept: a question about it brings it back.]"
     kept = [*enumerate(head), *errors, *zip(range(count - len(tail), count), tail, strict=True)]
     shown, last = [described], -1
     for number, line in kept:
@@ -102,7 +103,8 @@ def stub(result: Message, call: dict[str, Any] | None) -> Message:
             shown.append(f"[… {number - last - 1} lines …]")
         shown.append(_numbered(number, line))
         last = number
-    return {**result, "content": "\n".join(shown)}
+    fields = {key: value for key, value in result.items() if key not in _REPLACED}
+    return {**fields, "content": "\n".join(shown)}
 
 
 def frozen(
@@ -230,7 +232,7 @@ class Stubs:
     def made(self, result: Message, call: dict[str, Any] | None) -> Message:
         """`stub(result, call)`."""
         text = _text(result.get("content"))
-        fields = tuple((k, repr(v)) for k, v in result.items() if k != "content")
+        fields = tuple((k, repr(v)) for k, v in result.items() if k not in _REPLACED)
         key = (fields, len(text), hash(text), _called(call, limit=None))
         made = self._made.get(key)
         if made is None:

@@ -125,14 +125,15 @@ def frozen_until_the_next_summary(bodies: list[tuple[str, dict[str, bytes]]]) ->
 
 
 def test_large_tool_outputs_are_stubbed_frozen_and_recalled_on_the_chat_door(
-    upstream: FakeUpstream, start_proxy: Any
+    upstream: FakeUpstream, start_proxy: Any, store: dict[str, Any]
 ) -> None:
-    config = proxy_config(upstream, context=CONTEXT)
+    config = proxy_config(upstream, context=CONTEXT, session=store)
     config["model_list"][0]["model_info"] = {"max_input_tokens": WINDOW}
     url = start_proxy(config)
     upstream.default = Reply(respond=chat_respond)
+    session = f"stubs-{store.get('store', 'disk')}"
     sdk = openai.OpenAI(
-        base_url=url + "/v1", api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "s"}
+        base_url=url + "/v1", api_key=KEY, max_retries=0, default_headers={"X-Session-Id": session}
     )
     tools = [{"type": "function", "function": READ_FILE}]
     history: list[dict[str, Any]] = []
@@ -184,7 +185,7 @@ def test_large_tool_outputs_are_stubbed_frozen_and_recalled_on_the_chat_door(
 
     # Nothing is lost: the session keeps every output whole.
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as http:
-        stored = http.get("/v1/sessions/s").json()["messages"]
+        stored = http.get(f"/v1/sessions/{session}").json()["messages"]
     outputs = {m["tool_call_id"]: m["content"] for m in stored if m["role"] == "tool"}
     assert outputs == {f"call_{n}": contents(n) for n in range(FILES)}
 

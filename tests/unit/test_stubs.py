@@ -47,7 +47,7 @@ def test_a_stub_says_what_the_output_was_and_keeps_its_ends_and_its_errors() -> 
         950: "a nonfatal terror of a line",  # error words inside other words: not errors
     }
     text = output(2000, errors)
-    made = stub(result(text, is_error=True), CALL)
+    made = stub(result(text, is_error=True, cache_control={"type": "ephemeral"}), CALL)
     content = made["content"]
     first = content.split("\n")[0]
     assert first.startswith(STUB_PREFIX)
@@ -61,7 +61,8 @@ def test_a_stub_says_what_the_output_was_and_keeps_its_ends_and_its_errors() -> 
     assert "901: FAILED tests/test_api.py::test_case_900 - TimeoutError" in lines
     assert not any("terror" in line for line in lines)
     assert "[… 494 lines …]" in lines  # where lines were left out, and how many
-    # Every other field is the result's own: it still answers its call, as an error.
+    # Every other field is the result's own (it still answers its call, as an error) but
+    # a cache breakpoint, which the client moves and a stored copy keeps where it was.
     assert {k: v for k, v in made.items() if k != "content"} == {
         "role": "tool",
         "tool_call_id": "call_7",
@@ -237,6 +238,19 @@ async def test_a_question_about_a_stubbed_output_brings_it_back(make_parts: Any)
     assert whole in block["content"]  # the whole output, as the tool gave it
     assert stubbed in sent  # and the stub stays as it was: the prefix is unchanged
     assert sent[-2] == block and sent[-1] == history[-1]  # just before the question
+
+
+async def test_a_preview_shows_the_stubs_and_writes_nothing(make_parts: Any) -> None:
+    parts: Parts = make_parts(window=8000, context=STUBBING)
+    history = [message for number in range(8) for message in reading(number)]
+    await parts.turn([*history, said("Which module is longest?")])
+    sent = parts.upstream.sent[-1]["messages"]
+    before = await parts.store.load("t1", "s")
+    history += [{"role": "assistant", "content": turn_reply(sent)}, said("Any duplicates?")]
+    preview = await parts.preview(history)
+    assert stubs_in(preview["messages"]) == stubs_in(sent)
+    assert preview["tokens_sent"] == COUNTER.count_messages(preview["messages"])
+    assert await parts.store.load("t1", "s") == before
 
 
 async def test_stubs_stay_off_when_the_proxy_is_not_cache_aware(make_parts: Any) -> None:
