@@ -153,8 +153,8 @@ class Archive:
             # (not when the turns before mention it: it was stubbed after them).
             weights = (context.recall_relevance_weight, context.recall_recency_weight)
             stubbed = set(checkpoint.stubbed)  # an edit of history may have cut some
-            found = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
-            asked_about = [hit for hit in found if hit.start in stubbed]
+            searched = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
+            asked_about = [hit for hit in searched if hit.start in stubbed]
             starts = {hit.start for hit in asked_about}
             hits = [*asked_about, *(hit for hit in hits if hit.start not in starts)][:_HITS]
         hits = archived.named(asked, hits)
