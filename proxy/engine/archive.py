@@ -152,7 +152,9 @@ class Archive:
             # A stubbed output comes back when the user's newest message asks about it
             # (not when the turns before mention it: it was stubbed after them).
             weights = (context.recall_relevance_weight, context.recall_recency_weight)
-            asked_about = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
+            stubbed = set(checkpoint.stubbed)  # an edit of history may have cut some
+            searched = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
+            asked_about = [hit for hit in searched if hit.start in stubbed]
             starts = {hit.start for hit in asked_about}
             hits = [*asked_about, *(hit for hit in hits if hit.start not in starts)][:_HITS]
         hits = archived.named(asked, hits)
