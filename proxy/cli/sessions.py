@@ -140,13 +140,22 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
     print(f"messages  {len(session['messages'])}, summaries {len(session['checkpoints'])}")
     print(f"updated   {_when(session['updated'])}")
     print(f"not sent  {saved} tokens over the {len(plans)} turns recorded")
+    receipt = session.get("receipt")
+    if receipt is None:
+        print("money     no price known for this session's model")
+    else:
+        print(
+            f"money     spent ${receipt['spent']:.6f} (summaries ${receipt['summaries']:.6f}),"
+            f" resending would have cost ${receipt['resend']:.6f}:"
+            f" net saving ${receipt['net']:.6f} over {receipt['turns']} priced turns"
+        )
     print()
-    print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'SAVED':>7}  PARTS")
+    print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'NOT SENT':>8}  PARTS")
     for record in plans:
         parts = ", ".join(f"{part['kind']} {part['tokens']}" for part in record["parts"])
         print(
             f"{record['version']:>7} {record['compression']:<11} {record['tokens_sent']:>7}"
-            f" {record['tokens_original']:>7} {record['tokens_saved']:>7}  {parts}"
+            f" {record['tokens_original']:>7} {record['tokens_saved']:>8}  {parts}"
         )
 
 
