@@ -15,11 +15,12 @@ from typing import Literal
 
 from proxy.costs.usage import Usage
 
-__all__ = ["AUTOMATIC_MIN_TOKENS", "CacheStyle", "Prices", "cache_style"]
+__all__ = ["AUTOMATIC_MIN_TOKENS", "AUTOMATIC_STEP", "CacheStyle", "Prices", "cache_style"]
 
 CacheStyle = Literal["automatic", "breakpoints", "none"]
-# The shortest prefix an automatic cache keeps.
+# The shortest prefix an automatic cache keeps, and the steps it reads longer ones in.
 AUTOMATIC_MIN_TOKENS = 1024
+AUTOMATIC_STEP = 128
 
 
 @dataclass(frozen=True, slots=True)

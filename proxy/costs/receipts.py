@@ -3,7 +3,8 @@ would have cost on the same model with its prompt cache, minus what the proxy sp
 
 The counterfactual client resends its whole conversation each turn. Its provider's cache
 holds the previous turn's whole conversation if that was sent within the cache's TTL
-(and, for an automatic cache, was at least 1,024 tokens long): that part is priced as a
+(and, for an automatic cache, was at least 1,024 tokens long; it is read in 128-token
+steps beyond that, as OpenAI's is): that part is priced as a
 cache read, the rest as new input (at the cache-write price where the cache has
 breakpoints, as a client that marks them writes it), and the reply at the output price.
 What the proxy spent is the turn at its reported usage plus the summaries charged to it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.costs.prices import AUTOMATIC_MIN_TOKENS, Prices
+from proxy.costs.prices import AUTOMATIC_MIN_TOKENS, AUTOMATIC_STEP, Prices
 from proxy.costs.usage import Usage
 
 __all__ = ["Receipt", "TurnCost", "resend_cost", "turn_cost"]
@@ -112,8 +113,13 @@ def resend_cost(
     warm = previous_at is not None and now - previous_at <= prices.ttl_seconds
     if warm and prices.cache != "none":
         cached = min(previous, conversation)
-        if prices.cache == "automatic" and cached < AUTOMATIC_MIN_TOKENS:
-            cached = 0
+        if prices.cache == "automatic":
+            beyond = cached - AUTOMATIC_MIN_TOKENS
+            cached = (
+                0
+                if beyond < 0
+                else AUTOMATIC_MIN_TOKENS + beyond // AUTOMATIC_STEP * AUTOMATIC_STEP
+            )
     new = prices.cache_write if prices.cache == "breakpoints" else prices.input
     return cached * prices.cache_read + (conversation - cached) * new + output * prices.output
 

@@ -110,6 +110,8 @@ class Commits:
         if request is None or state is None or request.key is None or reply is None:
             return None
         if turn.side:  # planned as a turn of its session, answered, never stored
+            if turn.summaries:  # the summary it made was paid for: the session owes it
+                await self.summaries.store(request.key, None, turn.summaries)
             return None
         pending, base = state.pending, state.base
         for _ in range(CAS_ATTEMPTS):

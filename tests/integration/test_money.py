@@ -125,7 +125,8 @@ def spent(used: dict[str, int], price: dict[str, float]) -> float:
 class Resend:
     """The counterfactual by hand: the client resends its whole conversation (the proxy's
     count of it scaled to the provider's tokens); the previous turn's conversation is a
-    cache read within 300 s (OpenAI's: if 1,024 tokens or more), the rest is new input
+    cache read within 300 s (OpenAI's: if 1,024 tokens or more, in 128-token steps), the
+    rest is new input
     (Anthropic's: written to the cache), the reply is output."""
 
     def __init__(self, price: dict[str, float], breakpoints: bool) -> None:
@@ -137,8 +138,8 @@ class Resend:
         cached = 0
         if self.previous is not None and record["at"] - self.previous[1] <= 300:
             cached = min(self.previous[0], tokens)
-            if not self.breakpoints and cached < 1024:
-                cached = 0
+            if not self.breakpoints:  # read in 128-token steps beyond 1,024
+                cached = 0 if cached < 1024 else 1024 + (cached - 1024) // 128 * 128
         self.previous = (tokens, record["at"])
         new = self.price["write"] if self.breakpoints else self.price["input"]
         return (

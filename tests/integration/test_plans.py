@@ -1,6 +1,6 @@
 """Each turn's plan record: what was sent, by reference (ranges, the summary's number)
-and tokens, with the tokens and money saved; the same on both stores, end to end
-through the openai SDK."""
+and tokens, with the provider's usage and the turn's money, and the session's receipt;
+the same on both stores, end to end through the openai SDK."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def said(message: dict[str, Any]) -> tuple[str, Any]:
     return message["role"], message.get("content")
 
 
-def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
+def test_each_turn_records_what_it_sent_by_reference_and_what_it_cost(
     upstream: FakeUpstream, start_proxy, store: dict[str, Any]
 ) -> None:
     session = f"plans-{store.get('store', 'disk')}"
@@ -39,7 +39,8 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
     after = scrape(url)
     bodies = model_calls(upstream)
     records = get(url, f"/v1/sessions/{session}/plans")["data"]
-    transcript = get(url, f"/v1/sessions/{session}")["messages"]
+    shown = get(url, f"/v1/sessions/{session}")
+    transcript, receipt = shown["messages"], shown["receipt"]
 
     assert len(records) == len(bodies) < PLANS_KEPT  # one record per turn, in order
     versions = [record["version"] for record in records]
@@ -62,6 +63,11 @@ def test_each_turn_records_what_it_sent_by_reference_and_what_it_saved(
         # A record names what was sent; it copies none of it.
         assert len(orjson.dumps(record)) < 1024
     assert {"system", "summary", "pinned", "recall", "window"} <= kinds
+    # The session's receipt, stored with each turn in this store, sums the turns' money.
+    assert receipt["turns"] == len(records)
+    for kind in ("spent", "summaries", "resend", "net"):
+        assert abs(receipt[kind] - sum(record["cost"][kind] for record in records)) < 1e-8
+    assert all(record["usage"]["prompt"] > 0 for record in records)
 
     labels = {"model": MODEL, "api": "chat", "kind": "saved"}
     tokens = delta(before, after, "context_proxy_tokens_total", **labels)

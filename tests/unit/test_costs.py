@@ -111,9 +111,12 @@ def test_cache_style_by_provider(provider_model: str, style: str) -> None:
 
 
 def test_resend_automatic_reads_the_previous_conversation_within_the_ttl() -> None:
-    # 8,000 of 10,000 tokens cached at $0.5, 2,000 new at $2, 100 out at $8 (per million)
-    resend = resend_cost(OPENAI, 10_000, 100, 8_000, previous_at=1000.0, now=1299.0)
-    assert resend == pytest.approx(0.004 + 0.004 + 0.0008)
+    # 8,064 of 10,000 tokens cached at $0.5, 1,936 new at $2, 100 out at $8 (per million)
+    resend = resend_cost(OPENAI, 10_000, 100, 8_064, previous_at=1000.0, now=1299.0)
+    assert resend == pytest.approx(0.004032 + 0.003872 + 0.0008)
+    # A prefix is read in 128-token steps beyond 1,024: 8,000 tokens read as 7,936.
+    stepped = resend_cost(OPENAI, 10_000, 100, 8_000, previous_at=1000.0, now=1299.0)
+    assert stepped == pytest.approx(7936 * 0.5 * PER_M + 2064 * 2 * PER_M + 0.0008)
 
 
 def test_resend_automatic_cold_after_the_ttl() -> None:
@@ -150,7 +153,8 @@ def test_turn_cost_is_resend_minus_spent_in_the_providers_tokens() -> None:
     cost, after = turn_cost(OPENAI, usage, 10_000, 2000, 0.0065, receipt, now=1000.0)
     assert cost is not None
     spent = 1100 * 2 * PER_M + 1100 * 0.5 * PER_M + 50 * 8 * PER_M + 0.0075
-    resend = 9_900 * 0.5 * PER_M + 1_100 * 2 * PER_M + 50 * 8 * PER_M  # 11,000 resent
+    # 11,000 resent, 9,856 of them read (9,900 in 128-token steps beyond 1,024)
+    resend = 9_856 * 0.5 * PER_M + 1_144 * 2 * PER_M + 50 * 8 * PER_M
     assert cost.spent == pytest.approx(spent)
     assert cost.summaries == pytest.approx(0.0075)
     assert cost.resend == pytest.approx(resend)

@@ -63,10 +63,11 @@ async def test_each_turn_is_priced_against_resending_with_the_cache(parts: Parts
         assert record["cost"]["summaries"] == 0
     # The conversation in the provider's tokens is 2,000 each time (nothing was cut).
     assert first["cost"]["resend"] == pytest.approx(2000 * IN + 20 * OUT)  # nothing cached yet
-    assert warm["cost"]["resend"] == pytest.approx(2000 * READ + 20 * OUT)  # all of it cached
+    # All of it cached, read in 128-token steps beyond 1,024: 1,920 tokens.
+    assert warm["cost"]["resend"] == pytest.approx(1920 * READ + 80 * IN + 20 * OUT)
     assert cold["cost"]["resend"] == pytest.approx(2000 * IN + 20 * OUT)
     # Warm, resending would have cost less than what the proxy's request did: said so.
-    assert warm["cost"]["net"] == pytest.approx(2000 * READ - 976 * IN - 1024 * READ)
+    assert warm["cost"]["net"] == pytest.approx(1920 * READ + 80 * IN - 976 * IN - 1024 * READ)
     assert warm["cost"]["net"] < 0
 
     meta = await parts.store.load("t1", "s")
