@@ -88,12 +88,12 @@ class Intake:
         self, model: str, body: dict[str, Any], context: RequestContext, prices: Prices | None
     ) -> dict[str, Any]:
         """What a session's turn adds for the provider's prompt cache (`cache_aware`):
-        Anthropic's cache marks, where the client set none of its own, or OpenAI's
+        Anthropic's cache marks beside the client's own (`caching.marked`), or OpenAI's
         `prompt_cache_key` for the session, where the client set none."""
         if context.session_id is None or prices is None or not self.settings.context.cache_aware:
             return {}
         if prices.cache == "breakpoints":
-            return {"cache_marks": bool(context.body) and not marks_in(context.body)}
+            return {"cache_marks": marks_in(context.body)} if context.body else {}
         if "prompt_cache_key" not in body and self._takes_cache_key(model):
             return {"cache_key": cache_key(context.tenant, context.session_id)}
         return {}

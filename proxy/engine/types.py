@@ -81,9 +81,10 @@ class Request:
     frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
     prices: Prices | None = None  # the model's (`proxy.upstream.limits.model_prices`)
-    # For the provider's prompt cache (`proxy.engine.caching`): whether the turn sets
-    # Anthropic's cache marks, and the session's `prompt_cache_key` where it sets one.
-    cache_marks: bool = False
+    # For the provider's prompt cache (`proxy.engine.caching`): the cache marks the client
+    # set, where the turn sets Anthropic's (None: it sets none), and the session's
+    # `prompt_cache_key`, where it sets one.
+    cache_marks: int | None = None
     cache_key: str | None = None
 
 
@@ -174,10 +175,10 @@ def planned_turn(
     summarized = checkpoint is not None and plan.compression == "summary"
     history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
     messages = plan.messages
-    if request.cache_marks:
-        messages = marked(messages)
+    if request.cache_marks is not None:
+        messages = marked(messages, request.cache_marks)
     unchanged = (
-        not request.cache_marks
+        request.cache_marks is None
         and plan.compression == "none"
         and state.match.whole
         and state.serialized is not None

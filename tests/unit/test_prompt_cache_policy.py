@@ -68,7 +68,7 @@ def conversation() -> list[dict]:
 def test_marks_go_after_the_system_messages_and_on_the_last_message() -> None:
     messages = conversation()
     before = orjson.dumps(messages)
-    out = marked(messages)
+    out = marked(messages, 0)
     assert orjson.dumps(messages) == before  # nothing changed in place
     assert out[1]["content"] == [
         {"type": "text", "text": messages[1]["content"], "cache_control": EPHEMERAL}
@@ -80,10 +80,69 @@ def test_marks_go_after_the_system_messages_and_on_the_last_message() -> None:
 def test_a_list_content_is_marked_on_its_last_block() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     text = {"type": "text", "text": "what is this?"}
-    out = marked([{"role": "user", "content": [image, text]}])
+    out = marked([{"role": "user", "content": [image, text]}], 0)
     assert out[0]["content"] == [image, text | {"cache_control": EPHEMERAL}]
 
 
 def test_the_marks_a_body_sets_are_counted_from_its_bytes() -> None:
     assert marks_in(orjson.dumps({"messages": conversation()})) == 0
-    assert marks_in(orjson.dumps({"messages": marked(conversation())})) == 2
+    assert marks_in(orjson.dumps({"messages": marked(conversation(), 0)})) == 2
+
+
+def recalled() -> list[dict]:
+    """A window with a recall block inserted ahead of its newest unit."""
+    return [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+        {
+            "role": "assistant",
+            "content": "hi",
+            "anthropic_content": [{"type": "text", "text": "hi"}],
+        },
+        {"role": "system", "content": "Recalled from earlier: …"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+    ]
+
+
+def test_the_stable_end_before_recalled_history_is_marked_for_every_client() -> None:
+    """The recall block changes every turn: the message before it is marked, on the
+    provider's own blocks where it has them, even for a client that marks its own."""
+    messages = recalled()
+    out = marked(messages, 2)  # Claude Code's two: its system prompt and last message
+    assert out[2]["anthropic_content"] == [
+        {"type": "text", "text": "hi", "cache_control": EPHEMERAL}
+    ]
+    assert [i for i, m in enumerate(out) if m is not messages[i]] == [2]
+    everything = marked(messages, 0)
+    assert [i for i, m in enumerate(everything) if m is not messages[i]] == [0, 2, 5]
+    assert marked(messages, 4) == messages  # no room left
+
+
+def test_a_clients_mark_is_never_replaced() -> None:
+    """A mark the client set (its own TTL) stays as it is, and takes no room."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    messages = recalled()
+    messages[1] = {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello", "cache_control": hour}],
+    }
+    messages[2] = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi", "cache_control": hour}],
+    }
+    assert marked(messages, 1)[2] is messages[2]
+
+
+def test_a_tool_result_before_the_recall_block_is_marked_as_a_whole() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    messages = [
+        {"role": "user", "content": "go"},
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"role": "system", "content": "Recalled: …"},
+        {"role": "user", "content": "next"},
+    ]
+    out = marked(messages, 3)
+    assert out[2]["cache_control"] == EPHEMERAL
+    assert [i for i, m in enumerate(out) if m is not messages[i]] == [2]
