@@ -3,7 +3,7 @@
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
 planner; a summary it asks for is made now (or awaited from the one made ahead,
-`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._cold`). A
+`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._early`). A
 summary freezes stubs of the large tool results it leaves in the window, sent in their
 place until the next one (`proxy.engine.stubs`).
 """
@@ -58,9 +58,13 @@ class Planning:
         self._archive = archive
         self.stubs = Stubs(settings.context, counts)
 
-    async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
+    async def plan(
+        self, request: Request, state: State, *, allow_summary: bool, rewrite: bool = False
+    ) -> Plan:
         """The messages to send. Within budget (known from the totals) that is everything
-        after the summary; over it, the pure planner decides on the window's counts."""
+        after the summary; over it, the pure planner decides on the window's counts.
+        `rewrite`: the client is about to rewrite its prompt (an agent compacting it), so
+        a fold past the trigger costs no cache rewrite, as when the cache is cold."""
         checkpoint = state.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
@@ -79,7 +83,7 @@ class Planning:
         if speaks and whole <= min(total, request.budget):
             # The summary costs more than what it covers: send the conversation as it is.
             checkpoint, covers, head, total = None, state.origin, [], whole
-        cold = allow_summary and self._cold(request, state, total)
+        cold = allow_summary and self._early(request, state, total, rewrite)
         if total <= request.budget and not cold:
             if state.match.whole and covers >= state.origin:
                 recent = request.conversation[covers - state.origin :]
@@ -228,10 +232,11 @@ class Planning:
             return replace(adopted, expected=stored.version)
         return adopted  # the turn's commit will meet a newer version and replay
 
-    def _cold(self, request: Request, state: State, total: int) -> bool:
-        """The session was idle longer than its prompt cache lives, and its prompt is past
-        the fold trigger: the next request writes the whole prompt anyway, so a fold now
-        costs no rewrite (`cache_aware`)."""
+    def _early(self, request: Request, state: State, total: int, rewrite: bool) -> bool:
+        """Fold now, ahead of the budget (`cache_aware`): the prompt is past the fold
+        trigger, and its cache is cold (the session was idle longer than it lives) or the
+        client is about to rewrite it: the next request writes its whole prompt anyway,
+        so the fold costs no rewrite."""
         context, base, prices = self._settings.context, state.base, request.prices
         if not context.cache_aware or base is None or request.own_budget:
             return False
@@ -239,7 +244,7 @@ class Planning:
             return False
         ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
         last = base.receipt.last_at  # when the session's last turn was sent
-        return self._clock() - (last if last is not None else base.updated) > ttl
+        return rewrite or self._clock() - (last if last is not None else base.updated) > ttl
 
     async def frozen(
         self,

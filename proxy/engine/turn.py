@@ -204,6 +204,9 @@ class Engine:
                 # Answered from the session's summary, or planned as a turn of its
                 # session (summary and window); never stored.
                 answer = await self._chapters.answer(request, state)
+                if answer is None:
+                    state = await self._folded_ahead(request, state)
+                    answer = await self._chapters.answer(request, state)
                 if answer is not None:
                     return _answer_turn(body, request, state, lease, answer)
                 turn = await self._planned(body, request, state, lease)
@@ -216,6 +219,21 @@ class Engine:
         await self._locks.release(lease)  # a side request, not a turn: never stored
         logger.debug("a side request beside its session: answered, not stored")
         return replace(await self._intake.stateless(body, request, context), side=True)
+
+    async def _folded_ahead(self, request: Request, state: State) -> State:
+        """An agent compacting its conversation rewrites its prompt (and so its cache):
+        past the fold trigger the proxy folds now, which may answer the request from its
+        own summary. The summarizer's calls are owed by the session."""
+        plan = await self._planning.plan(
+            request, state, allow_summary=not request.own_budget, rewrite=True
+        )
+        if plan.summarize is None:
+            return state
+        bill = Bill()
+        state, _ = await self._planning.summarized(request, state, plan.summarize, bill)
+        if bill.charge and request.key is not None:
+            await self.summaries.store(request.key, None, bill.charge)
+        return state
 
     async def _planned(
         self, body: dict[str, Any], request: Request, state: State, lease: Lease

@@ -3,6 +3,8 @@ provider's prompt cache keeps the stable prefix (`proxy.engine.payoff`, `caching
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from proxy.engine.caching import cache_key, marked, marks_in
@@ -136,7 +138,7 @@ def test_a_clients_mark_is_never_replaced() -> None:
 
 def test_a_tool_result_before_the_recall_block_is_marked_as_a_whole() -> None:
     call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
         call,
         {"role": "tool", "tool_call_id": "c1", "content": "x"},
