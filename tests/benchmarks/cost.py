@@ -443,7 +443,8 @@ def endpoint(
 
 
 def reported_net(base: str) -> float | None:
-    """`context_proxy_net_saved_usd_total` summed over its series (None: not exported)."""
+    """`context_proxy_net_saved_usd_total` summed over its series (None: not exported).
+    The registry is the process's: every proxy this benchmark ran adds to it."""
     text = httpx.get(base.removesuffix("/v1") + "/metrics").text
     values = [
         float(line.rsplit(" ", 1)[1])
@@ -480,6 +481,7 @@ def run(strategy: Strategy, session: Session, kind: str, directory: Path) -> Out
                     timeout=600,
                 )
                 client = ChatClient(chat, session, responder, strategy.compacts)
+            before = reported_net(base) if strategy.proxy else None
             for number, turn in enumerate(session.turns):
                 clock.advance(turn.idle)
                 client.turn(number, turn)
@@ -489,7 +491,8 @@ def run(strategy: Strategy, session: Session, kind: str, directory: Path) -> Out
                 clock.advance(probe.idle)
                 client.turn(len(session.turns), probe)
                 ledger.settle(fact)
-            net = reported_net(base) if strategy.proxy else None
+            after = reported_net(base) if strategy.proxy else None
+            net = None if after is None else after - (before or 0.0)
         spend, cumulative = ledger.spend(Rates.of(AGENT_MODEL if kind == "agent" else CHAT_MODEL))
     recall = sum(ledger.recalled) / max(len(session.facts), 1)
     return Outcome(strategy, spend, cumulative, recall, client.compactions, net)
@@ -536,7 +539,7 @@ def verdict(outcomes: list[Outcome], rates: Rates) -> list[str]:
     return [
         f"target: (c) costs <= 0.6x (a): {ratio:.2f}x  {mark(ratio <= 0.6)}",
         f"target: (c) never costs more than (a), turn by turn (cumulative): worst turn {worst},"
-        f" (c) - (a) = ${above:+.3f}  {mark(above <= 0)}",
+        f" (c) - (a) = ${above:+.4f}  {mark(above <= 0)}",
         f"target: >= 95% of (c)'s prompt tokens read from the cache: {share:.1%}"
         f"  {mark(share >= 0.95)}",
         f"target: (c)'s probe recall unchanged vs (b): {c.recall:.0%} vs {b.recall:.0%}"
