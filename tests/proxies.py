@@ -3,7 +3,7 @@ upstream (`tests/upstream.py`), and a proxy served from such a dict on loopback.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,10 +39,12 @@ def proxy_config(upstream: FakeUpstream, **sections: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def serving(config: dict[str, Any], directory: Path) -> Iterator[str]:
+def serving(
+    config: dict[str, Any], directory: Path, clock: Callable[[], float] | None = None
+) -> Iterator[str]:
     """A real proxy (uvicorn on loopback, in this process) for `config`, written to
     `directory`/config.yaml, its sessions in `directory`/sessions unless the config says
-    where; yields its base URL."""
+    where, on `clock` (epoch seconds) when given; yields its base URL."""
     import yaml
 
     from proxy.config.settings import load_settings
@@ -52,5 +54,7 @@ def serving(config: dict[str, Any], directory: Path) -> Iterator[str]:
     config.setdefault("session", {}).setdefault("path", str(directory / "sessions"))
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    with serve(create_app(load_settings(path, environ={}))) as url:
+    settings = load_settings(path, environ={})
+    app = create_app(settings) if clock is None else create_app(settings, clock=clock)
+    with serve(app) as url:
         yield url

@@ -3,12 +3,17 @@
 It answers `POST /v1/chat/completions` (plain and SSE streaming) on a loopback
 socket. By default it echoes the last user message; tests queue `Reply`s to
 make it return tool calls, fail with a status, stall, or break mid-stream.
+
+It bills every prompt through the providers' prompt caches (`tests/prompt_cache.py`)
+on its `clock`, and reports usage as each provider does: cached tokens on chat and
+Responses, cache reads and writes beside `input_tokens` on Messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import importlib.util
 import itertools
 import json
@@ -30,6 +35,7 @@ from starlette.routing import Route
 
 from tests import upstream_messages as messages_api
 from tests import upstream_responses as responses_api
+from tests.prompt_cache import MAX_BREAKPOINTS, AutomaticCache, BreakpointCache, Use
 from tests.servers import serve
 
 
@@ -63,6 +69,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    usage: dict[str, Any] = field(default_factory=dict)  # as reported (empty: none was)
 
 
 @dataclass
@@ -77,9 +84,21 @@ class FakeUpstream:
     in_flight: int = 0  # requests being answered right now
     require_key: bool = False  # answer 401 to a request without an Authorization header
     hung_up: int = 0  # requests whose caller closed the connection while they stalled
-    exact_usage: bool = True  # tiktoken usage; off: a cheap estimate, so benchmarks time the proxy
+    # tiktoken usage and the prompt caches; off: a cheap estimate and no cache, so
+    # benchmarks time the proxy
+    exact_usage: bool = True
+    clock: Callable[[], float] = time.time  # what the prompt caches' TTLs run on
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Empty the prompt caches (they read `clock` as it is at each request, so a
+        test may set its own clock on a running upstream)."""
+        self.automatic = AutomaticCache(lambda: self.clock())  # chat and Responses (OpenAI)
+        self.breakpoints = BreakpointCache(lambda: self.clock())  # Messages (Anthropic)
 
     def queue(self, *replies: Reply) -> None:
         with self._lock:
@@ -121,8 +140,18 @@ class FakeUpstream:
     async def _messages(self, request: Request) -> Response:
         """Anthropic's Messages API: the same scripted replies, in Anthropic's shapes."""
         body = orjson.loads(await request.body())
+        received = Received(request.url.path, dict(request.headers), body)
         if self.record:
-            self.requests.append(Received(request.url.path, dict(request.headers), body))
+            self.requests.append(received)
+        blocks = messages_api.prompt_blocks(body, memo_tokens)
+        marks = sum(block.ttl is not None for block in blocks)
+        if marks > MAX_BREAKPOINTS:
+            error = {
+                "type": "invalid_request_error",
+                "message": "A maximum of 4 blocks with cache_control may be provided."
+                f" Found {marks}.",
+            }
+            return JSONResponse({"type": "error", "error": error}, status_code=400)
         reply = self._next()
         if reply.respond is not None:
             answer = reply.respond(body)
@@ -133,14 +162,23 @@ class FakeUpstream:
         content = reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {messages_api.last_user_text(body)}"
-        blocks = messages_api.message_blocks(
+        content_blocks = messages_api.message_blocks(
             content, reply.tool_calls, [*reply.thinking, *reply.blocks]
         )
-        usage = {
-            "input_tokens": count_text_tokens(json.dumps(body)),
-            "output_tokens": count_text_tokens(json.dumps(blocks)),
+        used = (
+            self.breakpoints.use(blocks)
+            if self.exact_usage
+            else Use(sum(len(b.tokens) for b in blocks))
+        )
+        usage = received.usage = {
+            "input_tokens": used.uncached,
+            "cache_creation_input_tokens": used.written,
+            "cache_read_input_tokens": used.cached,
+            "output_tokens": count_text_tokens(json.dumps(content_blocks)),
         }
-        answer = messages_api.message(f"msg_test_{next(self._ids)}", body["model"], blocks, usage)
+        answer = messages_api.message(
+            f"msg_test_{next(self._ids)}", body["model"], content_blocks, usage
+        )
         if body.get("stream"):
             events = messages_api.message_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
@@ -150,8 +188,9 @@ class FakeUpstream:
         """OpenAI's Responses API: the same scripted replies, in its shapes (`blocks` are
         output items before the text: reasoning, say)."""
         body = orjson.loads(await request.body())
+        received = Received(request.url.path, dict(request.headers), body)
         if self.record:
-            self.requests.append(Received(request.url.path, dict(request.headers), body))
+            self.requests.append(received)
         reply = self._next()
         if reply.respond is not None:
             answer = reply.respond(body)
@@ -164,11 +203,11 @@ class FakeUpstream:
             content = f"echo: {responses_api.last_user_text(body)}"
         number = next(self._ids)
         items = responses_api.output(number, content, reply.tool_calls, reply.blocks)
-        prompt = count_text_tokens(json.dumps(body))
-        completion = count_text_tokens(json.dumps(items))
-        usage = {
+        used = self._automatic(responses_api.prompt_tokens(body, memo_tokens), body)
+        prompt, completion = used.prompt, count_text_tokens(json.dumps(items))
+        usage = received.usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": used.cached},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
@@ -178,6 +217,13 @@ class FakeUpstream:
             events = responses_api.response_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(answer)
+
+    def _automatic(self, tokens: list[int], body: dict[str, Any]) -> Use:
+        """An OpenAI prompt's tokens billed by the automatic cache (when usage is exact)."""
+        if not self.exact_usage:
+            return Use(len(tokens))
+        key = body.get("prompt_cache_key")
+        return self.automatic.use(tokens, key if isinstance(key, str) else None)
 
     async def _stalled(self, request: Request, seconds: float) -> bool:
         """Wait `seconds`; True (and counted) if the caller hangs up meanwhile."""
@@ -191,8 +237,9 @@ class FakeUpstream:
 
     async def _answer(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
+        received = Received(request.url.path, dict(request.headers), body)
         if self.record:
-            self.requests.append(Received(request.url.path, dict(request.headers), body))
+            self.requests.append(received)
         if self.require_key and not request.headers.get("authorization"):
             error = {"message": "You didn't provide an API key.", "type": "invalid_request_error"}
             return JSONResponse({"error": error}, status_code=401)
@@ -211,14 +258,15 @@ class FakeUpstream:
         content = self._content(reply, body)
         completion_id = f"chatcmpl-test-{next(self._ids)}"
         if self.exact_usage:
-            prompt_tokens = count_prompt_tokens(body)
+            used = self._automatic(prompt_tokens(body), body)
             completion_tokens = len(_ENCODING.encode(content or ""))
         else:
-            prompt_tokens, completion_tokens = len(body["messages"]) * 50, len(content or "") // 4
-        usage = {
-            "prompt_tokens": prompt_tokens,
+            used, completion_tokens = Use(len(body["messages"]) * 50), len(content or "") // 4
+        usage = received.usage = {
+            "prompt_tokens": used.prompt,
             "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
+            "total_tokens": used.prompt + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": used.cached},
         }
         if body.get("stream"):
             chunks = _chunks(completion_id, body, content, reply.tool_calls, usage)
@@ -284,6 +332,13 @@ def _offline_encoding(name: str) -> tiktoken.Encoding:
 _ENCODING = _offline_encoding("o200k_base")
 
 
+@functools.lru_cache(maxsize=16384)
+def memo_tokens(text: str) -> tuple[int, ...]:
+    """`text_tokens`, remembered: a conversation's messages come again in every request,
+    and the prompt caches tokenize every request whole."""
+    return tuple(_ENCODING.encode(text))
+
+
 def count_text_tokens(text: str) -> int:
     """Tokens of a text by o200k (what the test upstream reports as completion tokens)."""
     return len(text_tokens(text))
@@ -300,23 +355,34 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     3 tokens per message and 1 per name, plus every field's tokens; a tool call is
     3 plus its id, name and arguments; tool schemas are their JSON; 3 prime the reply.
     """
+    return len(prompt_tokens(body))
 
-    def tokens(value: Any) -> int:
+
+# The recipe's tokens that are no text (a message's 3, a name's 1, the reply's 3): apart
+# from any o200k token, so that the prompt caches see where a message begins.
+_MESSAGE, _NAME, _PRIME = [-1, -1, -1], [-2], [-3, -3, -3]
+
+
+def prompt_tokens(body: dict[str, Any]) -> list[int]:
+    """A chat prompt's tokens in order (tools, then each message, then the reply's
+    priming), by `count_prompt_tokens`'s recipe: what the automatic cache compares."""
+
+    def tokens(value: Any) -> list[int]:
         if isinstance(value, list):
-            return sum(tokens(part.get("text", "")) for part in value if isinstance(part, dict))
-        return len(_ENCODING.encode(value if isinstance(value, str) else str(value or "")))
+            parts = [part.get("text", "") for part in value if isinstance(part, dict)]
+            return [token for part in parts for token in memo_tokens(part)]
+        return list(memo_tokens(value if isinstance(value, str) else str(value or "")))
 
-    total = 3
+    out = tokens(json.dumps(body["tools"])) if body.get("tools") else []
     for message in body.get("messages", []):
-        total += 3 + (1 if message.get("name") else 0)
-        total += sum(tokens(message.get(k)) for k in ("role", "content", "name", "tool_call_id"))
+        out += _MESSAGE + (_NAME if message.get("name") else [])
+        for key in ("role", "content", "name", "tool_call_id"):
+            out += tokens(message.get(key))
         for call in message.get("tool_calls") or []:
             function = call.get("function") or {}
-            total += 3 + tokens(call.get("id")) + tokens(function.get("name"))
-            total += tokens(function.get("arguments"))
-    if body.get("tools"):
-        total += tokens(json.dumps(body["tools"]))
-    return total
+            out += _MESSAGE + tokens(call.get("id")) + tokens(function.get("name"))
+            out += tokens(function.get("arguments"))
+    return out + _PRIME
 
 
 def _chunks(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
+
+from tests.prompt_cache import Block, anthropic_ttl
 
 
 class Faults(Protocol):
@@ -57,6 +59,31 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def prompt_blocks(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) -> list[Block]:
+    """The prompt as Anthropic's cache sees it: each tool, each system block, each
+    message's content blocks (the first with its role), in order, every one marked with
+    its `cache_control`'s TTL; a block's tokens are its JSON's without the mark (a
+    string content is its one text block: the same tokens)."""
+
+    def block(value: dict[str, Any], prefix: str = "") -> Block:
+        bare = {k: v for k, v in value.items() if k != "cache_control"}
+        return Block(encode(prefix + json.dumps(bare)), anthropic_ttl(value.get("cache_control")))
+
+    def parts(content: Any) -> list[dict[str, Any]]:
+        """A string is the one text block Anthropic reads it as."""
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}] if content else []
+        return [part for part in content or [] if isinstance(part, dict)]
+
+    out = [block(tool) for tool in body.get("tools") or []]
+    out += [block(part) for part in parts(body.get("system"))]
+    for message in body.get("messages") or []:
+        role = str(message.get("role"))
+        blocks = parts(message.get("content"))
+        out += [block(part, f"{role}: " if n == 0 else "") for n, part in enumerate(blocks)]
+    return out
+
+
 def message_blocks(
     content: str | None, tool_calls: list[dict[str, Any]] | None, thinking: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -102,10 +129,11 @@ def message_events(reply: dict[str, Any], faults: Faults | None = None) -> Async
 
 
 def message_sequence(reply: dict[str, Any]) -> list[bytes]:
-    """Anthropic's event sequence for `reply`: text in word deltas, tool input in two
-    JSON pieces, a thinking block's text then its signature."""
+    """Anthropic's event sequence for `reply`: the input's usage (cache reads and writes
+    too) in `message_start`, text in word deltas, tool input in two JSON pieces, a
+    thinking block's text then its signature, the whole usage in `message_delta`."""
     start = reply | {"content": [], "stop_reason": None}
-    start["usage"] = {"input_tokens": reply["usage"]["input_tokens"], "output_tokens": 1}
+    start["usage"] = reply["usage"] | {"output_tokens": 1}  # the input's, cache included
     events = [event("message_start", {"message": start})]
     for index, block in enumerate(reply["content"]):
         kind = block["type"]
@@ -134,7 +162,7 @@ def message_sequence(reply: dict[str, Any]) -> list[bytes]:
         events += [event("content_block_delta", {"index": index, "delta": d}) for d in deltas]
         events.append(event("content_block_stop", {"index": index}))
     delta = {"stop_reason": reply["stop_reason"], "stop_sequence": None}
-    usage = {"output_tokens": reply["usage"]["output_tokens"]}
-    events.append(event("message_delta", {"delta": delta, "usage": usage}))
+    # The whole usage again, cumulative, as Anthropic's message_delta now carries it.
+    events.append(event("message_delta", {"delta": delta, "usage": reply["usage"]}))
     events.append(event("message_stop", {}))
     return events

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from tests.upstream_messages import Faults, scripted
@@ -24,6 +24,18 @@ def last_user_text(body: dict[str, Any]) -> str:
             return content
         return " ".join(p.get("text", "") for p in content if p.get("type") == "input_text")
     return ""
+
+
+def prompt_tokens(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) -> list[int]:
+    """The prompt's tokens in order (tools, instructions, each input item's JSON): what
+    OpenAI's automatic cache compares."""
+    out = list(encode(json.dumps(body["tools"]))) if body.get("tools") else []
+    out += encode(str(body.get("instructions") or ""))
+    source = body.get("input")
+    items = [source] if isinstance(source, str) else source or []
+    for item in items:
+        out += encode(item if isinstance(item, str) else json.dumps(item))
+    return out
 
 
 def output(

@@ -136,19 +136,26 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
     session = _call(client, "GET", SESSION, _named(session_id, query))
     plans = _call(client, "GET", SESSION + "/plans", _named(session_id, query))["data"]
     saved = sum(record["tokens_saved"] for record in plans)
-    priced = [record["saved_usd"] for record in plans if record["saved_usd"] is not None]
-    usd = f"${sum(priced):.6f}" if priced else "unknown"
     print(f"session   {session['id']}")
     print(f"messages  {len(session['messages'])}, summaries {len(session['checkpoints'])}")
     print(f"updated   {_when(session['updated'])}")
-    print(f"saved     {saved} tokens ({usd}) over the {len(plans)} turns recorded")
+    print(f"not sent  {saved} tokens over the {len(plans)} turns recorded")
+    receipt = session.get("receipt")
+    if receipt is None:
+        print("money     no price known for this session's model")
+    else:
+        print(
+            f"money     spent ${receipt['spent']:.6f} (summaries ${receipt['summaries']:.6f}),"
+            f" resending would have cost ${receipt['resend']:.6f}:"
+            f" net saving ${receipt['net']:.6f} over {receipt['turns']} priced turns"
+        )
     print()
-    print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'SAVED':>7}  PARTS")
+    print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'NOT SENT':>8}  PARTS")
     for record in plans:
         parts = ", ".join(f"{part['kind']} {part['tokens']}" for part in record["parts"])
         print(
             f"{record['version']:>7} {record['compression']:<11} {record['tokens_sent']:>7}"
-            f" {record['tokens_original']:>7} {record['tokens_saved']:>7}  {parts}"
+            f" {record['tokens_original']:>7} {record['tokens_saved']:>8}  {parts}"
         )
 
 

@@ -89,6 +89,10 @@ class ContextSettings(_Section):
     # A fold adds a segment to the summary and leaves the earlier ones byte-identical
     # (prompt caches keep them); false: every fold rewrites the summary into one.
     summary_segments: bool = True
+    # Spend as the provider's prompt cache bills: fold when the budget forces it, when the
+    # cache went cold, or earlier only where that pays for the rewrite; mark cache
+    # breakpoints and a session's prompt_cache_key. false: fold at summarize_at.
+    cache_aware: bool = True
     summary_timeout_seconds: float = Field(60.0, gt=0)
     # An agent's request for a summary of its conversation (Claude Code's /compact, Codex's
     # compaction) is answered from the session's summary, with no model call, when that
@@ -107,6 +111,14 @@ class ContextSettings(_Section):
     recall_ratio: float = Field(0.1, ge=0, le=0.5)
     recall_relevance_weight: float = Field(0.8, ge=0)
     recall_recency_weight: float = Field(0.2, ge=0)
+    # How long a provider's prompt cache keeps a prefix after its last use (a model's
+    # `model_info.cache_ttl_seconds` wins): the net saving's counterfactual uses it.
+    cache_ttl_seconds: float = Field(300.0, gt=0)
+    # When a summary is made, tool results over this many tokens left in the verbatim
+    # window before the latest user turn are sent as stubs from then on (what the tool
+    # was, its size, first and last lines, error lines); recall brings them back whole.
+    # 0 turns it off.
+    stub_tool_results_over: int = Field(1000, ge=0)
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -40,6 +40,9 @@ class Archived:
     ledger: tuple[Fact, ...] = ()
     # The current facts' key words and where each was stated, most specific first.
     stated: tuple[tuple[frozenset[str], int], ...] = ()
+    # The tool results the latest checkpoint stubbed (`Checkpoint.stubbed`), indexed:
+    # a user's question about one brings it back whole.
+    stubs: RecallIndex = field(default_factory=RecallIndex)
 
     def extended(self, checkpoints: Sequence[Checkpoint]) -> Archived:
         if not checkpoints:
@@ -48,12 +51,14 @@ class Archived:
         ledgers = [c.ledger for c in checkpoints if c.ledger is not None]
         ledger = ledgers[-1] if ledgers else self.ledger
         keys = [(frozenset(f.key.split()), f.source) for f in ledger if f.current and f.subject]
+        stubs = checkpoints[-1].stubs_index
         return Archived(
             self.count + len(checkpoints),
             checkpoints[-1].chain_hash,
             self.index.extended(segments),
             ledger,
             stated=tuple(sorted(keys, key=lambda pair: -len(pair[0]))),
+            stubs=RecallIndex().extended([stubs]) if stubs is not None else RecallIndex(),
         )
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
@@ -143,6 +148,15 @@ class Archive:
             _FLOOR,
             earlier=recent_text(conversation[-3:-1], messages=2),
         )
+        if context.cache_aware and conversation and conversation[-1].get("role") == "user":
+            # A stubbed output comes back when the user's newest message asks about it
+            # (not when the turns before mention it: it was stubbed after them).
+            weights = (context.recall_relevance_weight, context.recall_recency_weight)
+            stubbed = set(checkpoint.stubbed)  # an edit of history may have cut some
+            searched = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
+            asked_about = [hit for hit in searched if hit.start in stubbed]
+            starts = {hit.start for hit in asked_about}
+            hits = [*asked_about, *(hit for hit in hits if hit.start not in starts)][:_HITS]
         hits = archived.named(asked, hits)
         if not hits:
             return plan, inserts

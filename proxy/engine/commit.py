@@ -1,8 +1,9 @@
 """Storing a turn: the client's new messages and the reply are appended, the meta record
 replaced, under compare-and-set on the session's version while the turn holds the
-session's lock; with the turn's plan record, the session's inserts where they changed,
-and its calibration as the provider's count of the turn taught it. Then a summary may be
-made ahead in the background, and what was said is remembered.
+session's lock; with the turn's plan record (its usage and money added), the session's
+inserts where they changed, its calibration as the provider's count of the turn taught
+it, and its receipt (`proxy.costs.receipts`). Then a summary may be made ahead in the
+background, and what was said is remembered.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -17,9 +19,11 @@ import orjson
 from proxy.conversation.identity import GENESIS, Message, chain, message_hash
 from proxy.conversation.replies import stored_reply
 from proxy.conversation.tokens import TokenCounter
+from proxy.costs.receipts import Receipt, TurnCost, turn_cost
+from proxy.costs.usage import Usage, usage_of
 from proxy.engine import calibration
+from proxy.engine.ahead import Ahead
 from proxy.engine.history import History, counter_for_name, off_loop
-from proxy.engine.planning import Planning
 from proxy.engine.remembering import Memories
 from proxy.engine.summarizer import Summaries
 from proxy.engine.types import Request, State, Turn
@@ -50,46 +54,65 @@ class Commits:
         self,
         store: SessionStore,
         history: History,
-        planning: Planning,
+        ahead: Ahead,
         summaries: Summaries,
         memories: Memories,
         label: ModelLabels,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self._history = history
-        self._planning = planning
+        self._ahead = ahead
         self.summaries = summaries
         self.memories = memories
         self.label = label
+        self.clock = clock  # epoch seconds: the meta's `updated`, the receipt's times
         # The calibration gauge, per model, smoothed over this process's turns: what the
         # operator sees. Each session's own plans its budget (`SessionMeta.calibration`).
         self._estimates: dict[str, float] = {}
 
     async def answered(
         self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
-    ) -> None:
-        """The upstream finished its reply: learn from its usage, store the turn."""
+    ) -> TurnCost | None:
+        """The upstream finished its reply: learn from its usage, store the turn. The
+        turn's money (None: no price or no usage known, or no model call)."""
+        used = usage_of(usage)
         if turn.managed and turn.answer is None:
             label = self.label(turn.model)
-            actual = (usage or {}).get("prompt_tokens")
+            actual = used.prompt if used is not None else None
             estimate = calibration.smoothed(self._estimates.get(label), turn.tokens_sent, actual)
             if estimate is not None:
                 self._estimates[label] = estimate
                 metrics.TOKEN_ESTIMATE_RATIO.labels(label).set(estimate)
-        await self._commit(turn, reply, usage)
+        if turn.answer is not None:
+            return None
+        stored = await self._commit(turn, reply, usage, used)
+        if stored is not None or turn.prices is None or used is None:
+            return stored
+        # Not a stored turn (no session, a side request, the proxy's context management
+        # off): no previous turn tells what the cache held, so no saving is claimed.
+        spent = turn.prices.cost(used)
+        return TurnCost(spent, 0.0, spent)
 
     async def _commit(
-        self, turn: Turn, reply: dict[str, Any] | None, usage: dict[str, Any] | None
-    ) -> None:
+        self,
+        turn: Turn,
+        reply: dict[str, Any] | None,
+        usage: dict[str, Any] | None,
+        used: Usage | None,
+    ) -> TurnCost | None:
         """Store the client's new messages and the reply; then maybe summarize ahead.
         Under the turn lock only a background summary can have changed the session,
         and the turn is replayed onto it (compare-and-set); a transcript changed under
-        the turn (its lease lapsed) is a conflict, never undone."""
+        the turn (its lease lapsed) is a conflict, never undone. The turn's money, as
+        charged to its session's receipt."""
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
-            return
+            return None
         if turn.side:  # planned as a turn of its session, answered, never stored
-            return
+            if turn.summaries:  # the summary it made was paid for: the session owes it
+                await self.summaries.store(request.key, None, turn.summaries)
+            return None
         pending, base = state.pending, state.base
         for _ in range(CAS_ATTEMPTS):
             if _transcript(state.base) != _transcript(base) and drops_stored(state):
@@ -103,9 +126,28 @@ class Commits:
             )
             learned = _calibration(state.base, self.label(request.model), turn.tokens_sent, usage)
             inserts, digest = _inserts(state.base, turn.inserts)
-            meta, checkpoints = stored_meta(request, state, entry, learned, digest)
+            sent_at = turn.record["at"] if turn.record else self.clock()
+            cost, receipt = turn_cost(
+                request.prices,
+                used,
+                turn.tokens_original or 0,
+                turn.tokens_sent,
+                turn.summaries,
+                state.base.receipt if state.base is not None else Receipt(),
+                sent_at,
+            )
+            meta, checkpoints = stored_meta(
+                request, state, entry, learned, digest, self.clock(), receipt
+            )
             entries = (*state.new, entry)
-            record = orjson.dumps(turn.record | {"version": meta.version}) if turn.record else None
+            record = None
+            if turn.record:
+                money = {
+                    "version": meta.version,
+                    "usage": used.to_dict() if used is not None else None,
+                    "cost": cost.to_dict() if cost is not None else None,
+                }
+                record = orjson.dumps(turn.record | money)
             lease = turn.lease
             release = lease.token if lease is not None else None
             try:
@@ -127,10 +169,11 @@ class Commits:
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
                 if not request.own_budget:
-                    self._planning.maybe_summarize(request, meta)
+                    growth = _growth(state.base, meta, request.counter.name)
+                    self._ahead.maybe_summarize(request, meta, growth)
                 if request.memory_id is not None:
                     await self._learn(request, entries)
-                return
+                return cost
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise concurrent_turn()
@@ -173,6 +216,11 @@ def _inserts(base: SessionMeta | None, inserts: Inserts | None) -> tuple[bytes |
         return None, stored if inserts is None else ""
     digest = inserts.digest()
     return (None if digest == stored else inserts.to_json()), digest
+
+
+def _growth(base: SessionMeta | None, meta: SessionMeta, name: str) -> int:
+    """Tokens the stored turn added to its session (its new messages and the reply)."""
+    return meta.totals.get(name, 0) - (base.totals.get(name, 0) if base is not None else 0)
 
 
 def drops_stored(state: State) -> bool:
@@ -219,12 +267,14 @@ def stored_meta(
     reply: StoredMessage,
     calibration: dict[str, float],
     inserts: str,
+    now: float,
+    receipt: Receipt | None = None,
 ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
-    """The meta once the turn is stored (with the session's `calibration` and the
-    digest of its `inserts`), and the checkpoint stored with it (if any)."""
+    """The meta once the turn is stored (with the session's `calibration`, the digest of
+    its `inserts` and its `receipt`, else the stored one), and the checkpoint stored
+    with it (if any)."""
     assert request.key is not None
     base, match = state.base, state.match
-    now = time.time()
     fingerprint = None
     if match.whole and request.conversation and state.serialized is not None:
         head = state.new[-1].chain if state.new else match.head
@@ -265,5 +315,8 @@ def stored_meta(
         inserts=inserts,
         created=base.created if base is not None and base.created else now,
         updated=now,
+        receipt=receipt
+        if receipt is not None
+        else (base.receipt if base is not None else Receipt()),
     )
     return meta, (state.pending,) if state.pending is not None else ()

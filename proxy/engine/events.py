@@ -10,6 +10,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.replies import StreamedReply
+from proxy.costs.receipts import TurnCost
 from proxy.engine import agent_compaction
 from proxy.engine.types import Observer, Turn
 from proxy.upstream.lean import Events
@@ -32,7 +33,9 @@ class TurnEvents:
         turn: Turn,
         events: AsyncIterator[Events],
         observer: Observer,
-        answered: Callable[[Turn, Message | None, dict[str, Any] | None], Awaitable[None]],
+        answered: Callable[
+            [Turn, Message | None, dict[str, Any] | None], Awaitable[TurnCost | None]
+        ],
         finish: Callable[[Turn], Awaitable[None]],
     ) -> None:
         self.turn = turn
@@ -62,7 +65,7 @@ class TurnEvents:
             else:
                 yield batch
         self._observer.upstream_finished()
-        await self._answered(self.turn, reply.message(), usage)
+        self._observer.priced(await self._answered(self.turn, reply.message(), usage))
         for batch in held:
             yield batch
 

@@ -18,6 +18,7 @@ from proxy.conversation.identity import Message, chain
 from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.engine.stubs import last_user, savings
 from proxy.engine.types import Request, State
 from proxy.sessions.records import (
     MANY_MESSAGES,
@@ -175,6 +176,8 @@ class History:
             return None, checkpoint, meta.checkpoints
         if checkpoint is not None and name not in checkpoint.before:
             return None, checkpoint, meta.checkpoints
+        if checkpoint is not None and checkpoint.stubbed and name not in checkpoint.stubs_saved:
+            return None, checkpoint, meta.checkpoints
         return dict(meta.totals), checkpoint, meta.checkpoints
 
     async def _recounted(
@@ -202,6 +205,17 @@ class History:
         if checkpoint is not None:
             before = {n: sum(s.tokens[n] for s in kept[: checkpoint.covers_until]) for n in names}
             checkpoint = replace(checkpoint, before=before)
+        if checkpoint is not None and checkpoint.stubbed:
+            # Stubs stay before the last user message: what the model answers now.
+            new = request.conversation[match.start :]
+            if any(message.get("role") == "user" for message in new):
+                last = keep
+            else:
+                last = last_user([s.message for s in kept])
+            stubbed = tuple(at for at in checkpoint.stubbed if at < last)
+            counters = {n: counter_for_name(n, request.counter) for n in names}
+            saved = savings(kept, stubbed, counters)
+            checkpoint = replace(checkpoint, stubbed=stubbed, stubs_saved=saved)
         return {n: sum(s.tokens[n] for s in kept) for n in names}, checkpoint, count
 
     async def counted(

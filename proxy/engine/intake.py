@@ -5,6 +5,7 @@ applied once the session is read; and a request of no session fitted on its own.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,9 @@ from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
 from proxy.conversation.tokens import IMAGE_TOKENS, CountCache, counter_for
 from proxy.conversation.validation import validate_messages
+from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
+from proxy.engine.caching import cache_key, marks_in
 from proxy.engine.history import off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import frame_of
@@ -77,8 +80,27 @@ class Intake:
             memory_id=context.memory_id,
             frame=frame_of(system_json, tools_json) if key is not None else "",
             reply_limit=reply_limit,
-            input_price=limits.input_price,
+            prices=limits.prices,
+            **self._caching(model, body, context, limits.prices),
         )
+
+    def _caching(
+        self, model: str, body: dict[str, Any], context: RequestContext, prices: Prices | None
+    ) -> dict[str, Any]:
+        """What a session's turn adds for the provider's prompt cache (`cache_aware`):
+        Anthropic's cache marks beside the client's own (`caching.marked`), or OpenAI's
+        `prompt_cache_key` for the session, where the client set none."""
+        if context.session_id is None or prices is None or not self.settings.context.cache_aware:
+            return {}
+        if prices.cache == "breakpoints":
+            return {"cache_marks": marks_in(context.body)} if context.body else {}
+        if "prompt_cache_key" not in body and self._takes_cache_key(model):
+            return {"cache_key": cache_key(context.tenant, context.session_id)}
+        return {}
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Intake per engine, bounded
+    def _takes_cache_key(self, model: str) -> bool:
+        return self.upstream.models.supports(model, "prompt_cache_key")
 
     async def stateless(
         self, body: dict[str, Any], request: Request, context: RequestContext
@@ -89,7 +111,13 @@ class Intake:
         validate_messages(conversation, offset=len(request.system))
         base = request.system_tokens + request.tools_tokens
         if context.body and base + _token_bound(context.body) <= request.budget:
-            return Turn(body, request.model, managed=True, input_limit=request.input_limit)
+            return Turn(
+                body,
+                request.model,
+                managed=True,
+                input_limit=request.input_limit,
+                prices=request.prices,
+            )
         counts = await off_loop(
             conversation, lambda: [request.counter.count_message(m) for m in conversation]
         )
@@ -103,7 +131,7 @@ class Intake:
             tokens_sent=plan.tokens,
             compression=plan.compression,
             input_limit=request.input_limit,
-            input_price=request.input_price,
+            prices=request.prices,
         )
 
     def calibrated(

@@ -2,8 +2,10 @@
 
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
-planner; a summary it asks for is made now (or awaited from the background), and after a
-reply that passes `summarize_at`, the next one is made in the background.
+planner; a summary it asks for is made now (or awaited from the one made ahead,
+`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._early`). A
+summary freezes stubs of the large tool results it leaves in the window, sent in their
+place until the next one (`proxy.engine.stubs`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from proxy.config.settings import Settings
@@ -18,17 +22,18 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
 from proxy.engine.history import History, off_loop
-from proxy.engine.summarizer import Summaries
+from proxy.engine.stubs import Stubs
+from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan, plan_context
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
-from proxy.sessions.records import Checkpoint, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError
 from proxy.summary.message import PINNED_LABEL, summary_message
 
-__all__ = ["Planning"]
+__all__ = ["Planning", "fold_trigger"]
 
 logger = logging.getLogger("context_proxy.engine")
 
@@ -42,17 +47,24 @@ class Planning:
         summaries: Summaries,
         counts: CountCache,
         archive: Archive,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
+        self._clock = clock  # epoch seconds: how long the session's prompt cache was idle
         self._store = store
         self._history = history
         self._summaries = summaries
         self._counts = counts
         self._archive = archive
+        self.stubs = Stubs(settings.context, counts)
 
-    async def plan(self, request: Request, state: State, *, allow_summary: bool) -> Plan:
+    async def plan(
+        self, request: Request, state: State, *, allow_summary: bool, rewrite: bool = False
+    ) -> Plan:
         """The messages to send. Within budget (known from the totals) that is everything
-        after the summary; over it, the pure planner decides on the window's counts."""
+        after the summary; over it, the pure planner decides on the window's counts.
+        `rewrite`: the client is about to rewrite its prompt (an agent compacting it), so
+        a fold past the trigger costs no cache rewrite, as when the cache is cold."""
         checkpoint = state.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
@@ -60,6 +72,7 @@ class Planning:
         head = [summary_message(checkpoint.text, checkpoint.kept)] if checkpoint and speaks else []
         head_tokens = self.summary_tokens(request.counter, checkpoint)
         window = state.totals[name] - (checkpoint.before[name] if checkpoint else 0)
+        window -= self.stubs.saved(checkpoint, name)
         total = request.system_tokens + request.tools_tokens + head_tokens + window
         whole = (
             request.system_tokens
@@ -70,23 +83,34 @@ class Planning:
         if speaks and whole <= min(total, request.budget):
             # The summary costs more than what it covers: send the conversation as it is.
             checkpoint, covers, head, total = None, state.origin, [], whole
-        if total <= request.budget:
+        cold = allow_summary and self._early(request, state, total, rewrite)
+        if total <= request.budget and not cold:
             if state.match.whole and covers >= state.origin:
                 recent = request.conversation[covers - state.origin :]
             else:
                 recent = [s.message for s in await self._history.window(request, state, covers)]
+            recent = self.stubs.sent(recent, checkpoint)
             return Plan(
                 [*request.system, *head, *recent], total, "summary" if head else "none", None, 0
             )
         entries = await self._history.window(request, state, covers)
         entries = await self._history.counted(entries, {name}, request.counter)
-        plan = await self._fitted(request, entries, checkpoint, allow_summary=allow_summary)
+        entries = self.stubs.counted(entries, checkpoint, request.counter)
+        plan = None
+        if cold:  # fold as a summary made ahead would, if there is anything to fold
+            trigger = fold_trigger(request, self._settings.context.summarize_at)
+            plan = await self.fitted(
+                request, entries, checkpoint, allow_summary=True, budget=trigger
+            )
+            plan = plan if plan.summarize is not None else None
+        if plan is None:
+            plan = await self.fitted(request, entries, checkpoint, allow_summary=allow_summary)
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
         return replace(plan, summarize=(covers + start, covers + end))
 
-    async def _fitted(
+    async def fitted(
         self,
         request: Request,
         entries: list[StoredMessage],
@@ -141,11 +165,12 @@ class Planning:
             ) from None
 
     async def summarized(
-        self, request: Request, state: State, span: tuple[int, int]
+        self, request: Request, state: State, span: tuple[int, int], bill: Bill
     ) -> tuple[State, Plan]:
         """Fold `span` into the summary, then plan again; truncation if that fails. A
         background summary on its way is waited for, and one that landed since the state
-        was read is used, never made again."""
+        was read is used, never made again. The summarizer's calls go on `bill`, which
+        the turn is charged, whether the summary is used or not."""
         assert request.key is not None
         if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
             await self._summaries.wait(request.key)
@@ -156,14 +181,13 @@ class Planning:
                 return state, plan
             span = plan.summarize
         start, end = span
-        entries = await self._history.window(request, state, start)
-        entries = entries[: end - start]
-        entries = await self._history.counted(entries, set(state.totals), request.counter)
+        window = await self._history.window(request, state, start)
+        window = await self._history.counted(window, set(state.totals), request.counter)
         archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
         try:
             checkpoint = await asyncio.wait_for(
                 self._summaries.make(
-                    entries,
+                    window[: end - start],
                     end,
                     state.checkpoint,
                     request.model,
@@ -172,6 +196,7 @@ class Planning:
                     request.provider_key,
                     archived.ledger,
                     recent_text(request.conversation),
+                    bill,
                 ),
                 self._settings.context.summary_timeout_seconds,
             )
@@ -179,6 +204,7 @@ class Planning:
             reason = self._summaries.redact(str(exc), request.secrets)
             logger.warning("summarization failed, truncating instead: %s", reason)
             return state, await self.plan(request, state, allow_summary=False)
+        checkpoint = await self.frozen(request, checkpoint, state.checkpoint, window[end - start :])
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
 
@@ -206,59 +232,31 @@ class Planning:
             return replace(adopted, expected=stored.version)
         return adopted  # the turn's commit will meet a newer version and replay
 
-    def maybe_summarize(self, request: Request, meta: SessionMeta) -> None:
-        """After a reply: once the session passes `summarize_at` of its budget, make the
-        next summary in the background so the next request finds it ready.
+    def _early(self, request: Request, state: State, total: int, rewrite: bool) -> bool:
+        """Fold now, ahead of the budget (`cache_aware`): the prompt is past the fold
+        trigger, and its cache is cold (the session was idle longer than it lives) or the
+        client is about to rewrite it: the next request writes its whole prompt anyway,
+        so the fold costs no rewrite."""
+        context, base, prices = self._settings.context, state.base, request.prices
+        if not context.cache_aware or base is None or request.own_budget:
+            return False
+        if total <= fold_trigger(request, context.summarize_at):
+            return False
+        ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
+        last = base.receipt.last_at  # when the session's last turn was sent
+        return rewrite or self._clock() - (last if last is not None else base.updated) > ttl
 
-        Only what can be compressed counts: the trigger is `summarize_at` of what system
-        messages and tools leave of the budget. The plan is made as if the budget ended
-        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
-        summary plus what stays verbatim lands well under the trigger and the next fold
-        is several turns away (keeping the prefix stable for prompt caches)."""
-        assert request.key is not None
-        name, checkpoint = request.counter.name, meta.checkpoint
-        head = self.summary_tokens(request.counter, checkpoint)
-        window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
-        base = request.system_tokens + request.tools_tokens
-        trigger = base + self._settings.context.summarize_at * (request.budget - base)
-        if base + head + window <= trigger or self._summaries.breaker(request.model).open:
-            return
-        job = functools.partial(self._background, request, int(trigger))
-        self._summaries.schedule(request.key, job, request.secrets)
-
-    async def _background(self, request: Request, budget: int) -> None:
-        assert request.key is not None
-        meta = await self._store.load(*request.key)
-        name = request.counter.name
-        if meta is None or name not in meta.totals:
-            return
-        checkpoint = meta.checkpoint
-        covers = checkpoint.covers_until if checkpoint else 0
-        entries = await self._store.messages(*request.key, covers, meta.length)
-        entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
-        try:
-            plan = await self._fitted(
-                request, entries, checkpoint, allow_summary=True, budget=budget
-            )
-        except ProxyError:  # no plan at all: a summary that failed before it began
-            self._summaries.failed(request.model, "background")
-            raise
-        if plan.summarize is None:
-            return
-        start, end = plan.summarize
-        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
-        made = await self._summaries.make(
-            entries[start:end],
-            covers + end,
-            checkpoint,
-            request.model,
-            request.budget - request.system_tokens - request.tools_tokens,
-            "background",
-            request.provider_key,
-            archived.ledger,
-            recent_text([s.message for s in entries]),
-        )
-        await self._summaries.store(request.key, made)
+    async def frozen(
+        self,
+        request: Request,
+        made: Checkpoint,
+        previous: Checkpoint | None,
+        after: list[StoredMessage],
+    ) -> Checkpoint:
+        """`made` with the stubs it freezes in the window after it (`Stubs.frozen`)."""
+        work = functools.partial(self.stubs.frozen, made, previous, after, request.counter)
+        result: Checkpoint = await off_loop([s.message for s in after], work)
+        return result
 
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
         """Tokens of the summary message (counted once per summary and tokenizer)."""
@@ -274,3 +272,10 @@ class Planning:
         text = PINNED_LABEL + "; ".join(checkpoint.pinned)
         key = f"pinned:{checkpoint.chain_hash}:{checkpoint.created}"
         return self._counts.text(counter, text, key)
+
+
+def fold_trigger(request: Request, summarize_at: float) -> int:
+    """The prompt's size past which a fold may be made: `summarize_at` of the room
+    system messages and tools leave in the budget."""
+    base = request.system_tokens + request.tools_tokens
+    return int(base + summarize_at * (request.budget - base))

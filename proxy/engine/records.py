@@ -16,7 +16,7 @@ from typing import Any
 from proxy.engine.types import Turn
 from proxy.engine.window import Plan
 
-__all__ = ["plan_record", "saved_usd"]
+__all__ = ["plan_record"]
 
 
 def plan_record(
@@ -85,11 +85,5 @@ def plan_record(
         "tokens_original": original,
         "tokens_sent": plan.tokens,
         "tokens_saved": saved,
-        "saved_usd": saved_usd(saved, request.input_price),
         "parts": parts,
     }
-
-
-def saved_usd(tokens: int, price: float | None) -> float | None:
-    """What `tokens` input tokens not sent would have cost (None: the price is unknown)."""
-    return None if price is None else round(tokens * price, 9)

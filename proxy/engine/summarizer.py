@@ -12,11 +12,14 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.config.settings import Settings
 from proxy.conversation.identity import GENESIS, Message
 from proxy.conversation.tokens import counter_for
+from proxy.costs.prices import Prices
+from proxy.costs.usage import Usage, usage_of
 from proxy.engine.breaker import Breaker
 from proxy.engine.history import off_loop
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned
@@ -28,7 +31,7 @@ from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError, summarize_span
 from proxy.upstream.client import Upstream
 
-__all__ = ["Summaries"]
+__all__ = ["Bill", "Summaries"]
 
 logger = logging.getLogger("context_proxy.summaries")
 
@@ -43,6 +46,31 @@ _AGENT_CONTEXT = re.compile(
 the model as standing instructions, like the system prompt."""
 
 
+@dataclass
+class Bill:
+    """What a summary's model calls used and cost, as the provider reported them: filled
+    call by call, so a summary that failed half way is paid for too. `usd` is None while
+    any call's price is unknown (no figure rather than a wrong one)."""
+
+    usage: Usage | None = None
+    usd: float | None = 0.0
+    calls: int = 0
+
+    def add(self, usage: Usage | None, prices: Prices | None) -> None:
+        self.calls += 1
+        if usage is not None:
+            self.usage = usage if self.usage is None else self.usage + usage
+        if prices is None or usage is None or self.usd is None:
+            self.usd = None
+        else:
+            self.usd += prices.cost(usage)
+
+    @property
+    def charge(self) -> float:
+        """The dollars to charge (0 for calls with no known price: never guessed)."""
+        return self.usd or 0.0
+
+
 class Summaries:
     def __init__(
         self,
@@ -51,9 +79,11 @@ class Summaries:
         store: SessionStore,
         labels: ModelLabels,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._clock = clock  # the breakers' (`Breaker`)
+        self._wall_clock = wall_clock  # when a summary was made, and its meta stored
         self._upstream = upstream
         self._store = store
         self._label = labels
@@ -86,6 +116,7 @@ class Summaries:
         api_key: str | None = None,
         ledger: Sequence[Fact] = (),
         query: str = "",
+        bill: Bill | None = None,
     ) -> Checkpoint:
         """Fold `span` (transcript[previous.covers_until:end]) into the summary.
 
@@ -95,7 +126,9 @@ class Summaries:
         message is kept beside the summary (`Checkpoint.kept`). The checkpoint
         carries the span's recall index and the facts ledger (`ledger`, the previous
         checkpoint's, with the span's facts merged in); the facts pinned after the
-        summary come from that ledger, ranked by relevance to `query`."""
+        summary come from that ledger, ranked by relevance to `query`. Each model call's
+        usage and price go on `bill` (the caller charges it to the session), and the
+        checkpoint keeps its calls' usage."""
         context = self._settings.context
         messages = [stored.message for stored in span]
         follows = previous.chain_hash if previous else GENESIS
@@ -114,11 +147,26 @@ class Summaries:
             raise SummarizationError("the summarizer failed repeatedly; its breaker is open")
         started = time.perf_counter()
         outcome = "error"
+        bill = bill if bill is not None else Bill()
+        prices = self._upstream.models.limits(summary_model).prices
+        calls = bill.calls
+
+        async def complete(model: str, prompt: list[Message], max_tokens: int) -> str:
+            text, reported = await self._upstream.complete_text(
+                model, prompt, max_tokens, api_key=api_key
+            )
+            used = usage_of(reported)
+            bill.add(used, prices)
+            if used is not None:
+                metrics.SUMMARIZATION_TOKENS.labels(label, "cached").inc(used.cache_read)
+                metrics.SUMMARIZATION_TOKENS.labels(label, "cache_write").inc(used.cache_write)
+            return text
+
         try:
             result = await summarize_span(
                 previous=previous.segments if previous else (),
                 span=messages,
-                complete=functools.partial(self._upstream.complete_text, api_key=api_key),
+                complete=complete,
                 model=summary_model,
                 counter=counter,
                 budget_tokens=math.floor(context.budget_ratio * limit) - max_summary,
@@ -163,10 +211,11 @@ class Summaries:
             kept=_kept_after(previous, messages, end),
             tokens=counter.count_text(result.text),
             model=summary_model,
-            created=time.time(),
+            created=self._wall_clock(),
             before=before,
             index=index,
             ledger=facts,
+            usage=bill.usage if bill.calls > calls else None,
         )
 
     async def chapter(
@@ -190,7 +239,7 @@ class Summaries:
             segments=(),
             tokens=0,
             model="",
-            created=time.time(),
+            created=self._wall_clock(),
             before=dict(before),
             index=index,
             ledger=facts,
@@ -201,21 +250,31 @@ class Summaries:
         summary_model = self._settings.context.summary_model or model
         metrics.SUMMARIZATIONS.labels(self._label(summary_model), "error", mode).inc()
 
-    async def store(self, key: SessionKey, checkpoint: Checkpoint) -> SessionMeta | None:
+    async def store(
+        self, key: SessionKey, checkpoint: Checkpoint | None, owed: float = 0.0
+    ) -> SessionMeta | None:
         """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
-        is newer than the latest; the stored meta, or None if it no longer applies."""
+        is newer than the latest; the stored meta, or None if it no longer applies. With
+        `owed` (dollars a summary made in the background cost), the session's receipt
+        owes them to its next turn, whether the checkpoint applies or not (none: a
+        summary that failed): its calls were paid for."""
         for _ in range(CAS_ATTEMPTS):
             meta = await self._store.load(*key)
-            if meta is None or not await self._applies(key, meta, checkpoint):
+            if meta is None:
                 return None
-            updated = meta.evolve(
-                version=meta.version + 1,
-                checkpoint=checkpoint,
-                checkpoints=meta.checkpoints + 1,
-                updated=time.time(),
-            )
-            if await self._store.commit(updated, meta.version, meta.length, (), (checkpoint,)):
-                return updated
+            applies = checkpoint is not None and await self._applies(key, meta, checkpoint)
+            if not applies and not owed:
+                return None
+            changes: dict[str, Any] = {"version": meta.version + 1}
+            if owed:
+                changes["receipt"] = meta.receipt.owing(owed)
+            if applies and checkpoint is not None:
+                changes |= {"checkpoint": checkpoint, "checkpoints": meta.checkpoints + 1}
+                changes["updated"] = self._wall_clock()
+            updated = meta.evolve(**changes)
+            stored = (checkpoint,) if applies and checkpoint is not None else ()
+            if await self._store.commit(updated, meta.version, meta.length, (), stored):
+                return updated if applies else None
         return None
 
     async def _applies(self, key: SessionKey, meta: SessionMeta, checkpoint: Checkpoint) -> bool:

@@ -25,6 +25,7 @@ from proxy.conversation.replies import (
 from proxy.conversation.tokens import CountCache, counter_for
 from proxy.conversation.validation import validate_messages
 from proxy.engine.agent_compaction import asks_to_compact
+from proxy.engine.ahead import Ahead
 from proxy.engine.archive import Archive
 from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
@@ -34,7 +35,7 @@ from proxy.engine.intake import Intake
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
-from proxy.engine.summarizer import Summaries
+from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import (
     Observer,
     Request,
@@ -59,36 +60,44 @@ logger = logging.getLogger("context_proxy.engine")
 
 
 class Engine:
-    """The turns of one process. `clock` (monotonic seconds) times what waits: the
-    summarizer's back-off and a turn's wait for its session's lock; `wall_clock` (epoch
-    seconds) dates the plan records. A test passes its own."""
+    """The turns of one process. `clock` (epoch seconds) is every "now" that decides
+    money or a cache's warmth: plan records' and metas' times, summaries' creation,
+    receipts; `monotonic` times what waits: the summarizer's back-off and a turn's wait
+    for its session's lock. A test (or the cost benchmark, on a virtual clock) passes
+    its own."""
 
     def __init__(
         self,
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self._wall_clock = wall_clock
+        self.clock = clock
         self.label = ModelLabels(upstream.models.served_as)
-        self.summaries = Summaries(settings, upstream, store, self.label, clock)
+        self.summaries = Summaries(settings, upstream, store, self.label, monotonic, clock)
         self._counts = CountCache()
         self._history = History(store, self._counts)
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
-            settings, store, self._history, self.summaries, self._counts, self.archive
+            settings, store, self._history, self.summaries, self._counts, self.archive, clock
         )
-        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=clock)
+        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=monotonic)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
         self._intake = Intake(settings, upstream, self._counts, self._planning, self.label)
         self._commits = Commits(
-            store, self._history, self._planning, self.summaries, self.memories, self.label
+            store,
+            self._history,
+            Ahead(settings, store, self._history, self.summaries, self.archive, self._planning),
+            self.summaries,
+            self.memories,
+            self.label,
+            clock,
         )
 
     async def close(self) -> None:
@@ -132,7 +141,9 @@ class Engine:
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
-            await self._commits.answered(turn, reply_message(completion.data), usage)
+            observer.priced(
+                await self._commits.answered(turn, reply_message(completion.data), usage)
+            )
         finally:
             await self._finish(turn)
         return turn, completion
@@ -193,6 +204,9 @@ class Engine:
                 # Answered from the session's summary, or planned as a turn of its
                 # session (summary and window); never stored.
                 answer = await self._chapters.answer(request, state)
+                if answer is None:
+                    state = await self._folded_ahead(request, state)
+                    answer = await self._chapters.answer(request, state)
                 if answer is not None:
                     return _answer_turn(body, request, state, lease, answer)
                 turn = await self._planned(body, request, state, lease)
@@ -206,6 +220,21 @@ class Engine:
         logger.debug("a side request beside its session: answered, not stored")
         return replace(await self._intake.stateless(body, request, context), side=True)
 
+    async def _folded_ahead(self, request: Request, state: State) -> State:
+        """An agent compacting its conversation rewrites its prompt (and so its cache):
+        past the fold trigger the proxy folds now, which may answer the request from its
+        own summary. The summarizer's calls are owed by the session."""
+        plan = await self._planning.plan(
+            request, state, allow_summary=not request.own_budget, rewrite=True
+        )
+        if plan.summarize is None:
+            return state
+        bill = Bill()
+        state, _ = await self._planning.summarized(request, state, plan.summarize, bill)
+        if bill.charge and request.key is not None:
+            await self.summaries.store(request.key, None, bill.charge)
+        return state
+
     async def _planned(
         self, body: dict[str, Any], request: Request, state: State, lease: Lease
     ) -> Turn:
@@ -214,15 +243,18 @@ class Engine:
         if lease.contended and drops_stored(state):
             raise concurrent_turn()  # it would undo a turn it raced and never saw
         plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+        bill = Bill()
         if plan.summarize is not None:
-            state, plan = await self._planning.summarized(request, state, plan.summarize)
+            state, plan = await self._planning.summarized(request, state, plan.summarize, bill)
         plan, inserts = await self._extended(request, state, plan)
-        turn = replace(planned_turn(body, request, state, plan, lease), inserts=inserts)
+        turn = replace(
+            planned_turn(body, request, state, plan, lease), inserts=inserts, summaries=bill.charge
+        )
         counter = request.counter
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
         summary = self._planning.summary_tokens(counter, checkpoint)
         pinned = self._planning.pinned_tokens(counter, checkpoint)
-        record = plan_record(turn, plan, summary, pinned, self._wall_clock)
+        record = plan_record(turn, plan, summary, pinned, self.clock)
         return replace(turn, record=record)
 
     async def _extended(self, request: Request, state: State, plan: Plan) -> tuple[Plan, Inserts]:
@@ -309,7 +341,7 @@ def _answer_turn(
         state=state,
         lease=lease,
         side=True,
-        input_price=request.input_price,
+        prices=request.prices,
         answer=answer,
     )
 

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
+from proxy.costs.prices import Prices
+from proxy.costs.receipts import TurnCost
+from proxy.engine.caching import marked
 from proxy.engine.reconcile import Match, Serialized
 from proxy.engine.window import Compression, Plan
 from proxy.sessions.records import (
@@ -77,7 +80,12 @@ class Request:
     memory_id: str | None = None
     frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
-    input_price: float | None = None  # USD per input token (`proxy.upstream.limits.input_price`)
+    prices: Prices | None = None  # the model's (`proxy.upstream.limits.model_prices`)
+    # For the provider's prompt cache (`proxy.engine.caching`): the cache marks the client
+    # set, where the turn sets Anthropic's (None: it sets none), and the session's
+    # `prompt_cache_key`, where it sets one.
+    cache_marks: int | None = None
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +149,8 @@ class Turn:
     messages_json: bytes | None = None  # body["messages"], already serialized
     lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
     side: bool = False  # named a session but is not a turn of it: answered, not stored
-    input_price: float | None = None  # USD per input token, to price the tokens saved
+    prices: Prices | None = None  # the model's, to price the turn and its counterfactual
+    summaries: float = 0.0  # USD of the summarizer's calls made for this turn, while it waited
     record: dict[str, Any] | None = (
         None  # the plan record stored with the turn (`proxy.engine.records`)
     )
@@ -165,14 +174,19 @@ def planned_turn(
     checkpoint = state.checkpoint
     summarized = checkpoint is not None and plan.compression == "summary"
     history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
+    messages = plan.messages
+    if request.cache_marks is not None:
+        messages = marked(messages, request.cache_marks)
     unchanged = (
-        plan.compression == "none"
+        request.cache_marks is None
+        and plan.compression == "none"
         and state.match.whole
         and state.serialized is not None
         and len(plan.messages) == len(request.system) + len(request.conversation)
     )
+    cached = {"prompt_cache_key": request.cache_key} if request.cache_key else {}
     return Turn(
-        body | {"messages": plan.messages},
+        body | {"messages": messages} | cached,
         request.model,
         managed=True,
         key=request.key,
@@ -185,12 +199,13 @@ def planned_turn(
         state=state,
         messages_json=state.serialized.whole if unchanged and state.serialized else None,
         lease=lease,
-        input_price=request.input_price,
+        prices=request.prices,
     )
 
 
 class Observer(Protocol):
-    """Who watches a turn go by (the request's telemetry): the moments and the usage."""
+    """Who watches a turn go by (the request's telemetry): the moments, the usage and
+    the turn's money once it is stored."""
 
     def planned(self, turn: Turn) -> None: ...
 
@@ -201,3 +216,5 @@ class Observer(Protocol):
     def first_token(self) -> None: ...
 
     def used(self, usage: dict[str, Any] | None) -> None: ...
+
+    def priced(self, cost: TurnCost | None) -> None: ...

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -98,11 +99,17 @@ def _mode(value: str | None) -> Mode:
 class Proxy:
     """Route handlers, holding what they share: settings, upstream, the engine."""
 
-    def __init__(self, settings: Settings, upstream: Upstream, store: SessionStore) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        store: SessionStore,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.engine = Engine(settings, upstream, store)
+        self.engine = Engine(settings, upstream, store, clock=clock)
         self.messages = MessagesDoor(settings.session.id_fields)
 
     def _request_context(
@@ -393,11 +400,15 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return error_response(request.url.path, error)
 
 
-def create_app(settings: Settings | None = None) -> Starlette:
+def create_app(
+    settings: Settings | None = None, *, clock: Callable[[], float] = time.time
+) -> Starlette:
+    """The proxy's app. `clock` (epoch seconds) is the engine's "now" for money and a
+    prompt cache's warmth (`Engine.clock`): the cost benchmark passes a virtual one."""
     settings = settings if settings is not None else load_settings()
     store = open_store(settings.session)
     upstream = Upstream(settings)
-    proxy = Proxy(settings, upstream, store)
+    proxy = Proxy(settings, upstream, store, clock)
     sessions = SessionApi(proxy.engine, upstream, store, settings.server)
     auth = Auth(settings.auth, tenant_secret(settings.session))
     ui = viewer.Viewer(sessions, auth)

@@ -159,7 +159,10 @@ class SessionApi:
 def session_view(
     meta: SessionMeta, messages: list[StoredMessage], checkpoints: list[Checkpoint]
 ) -> dict[str, Any]:
-    """A session as the API shows it: the whole transcript, checkpoints, token stats."""
+    """A session as the API shows it: the whole transcript, checkpoints (with what their
+    summarizer calls used), token stats, and its receipt: spent (summaries included),
+    spent on summaries, what resending the whole conversation would have cost, net
+    (`proxy.costs.receipts`; null before a priced turn)."""
     tokens: dict[str, int] = {}
     for stored in messages:
         for name, count in stored.tokens.items():
@@ -180,10 +183,13 @@ def session_view(
                 "tokens": c.tokens,
                 "model": c.model,
                 "created": c.created,
+                "stubbed": list(c.stubbed),  # tool results sent as stubs after it
+                "usage": c.usage.to_dict() if c.usage is not None else None,
             }
             for c in checkpoints
         ],
         "stats": {"messages": len(messages), "tokens": tokens},
+        "receipt": meta.receipt.shown(),
     }
 
 

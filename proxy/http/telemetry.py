@@ -1,8 +1,9 @@
 """One request's measurements: metrics and its access-log line, written once at the end.
 
 The engine marks the moments (upstream start/end, first token) and hands over what
-it learned (the planned turn, the provider's usage): this is its `Observer`. `finish`
-turns that into Prometheus samples and one log line without message content.
+it learned (the planned turn, the provider's usage, the turn's money once stored): this
+is its `Observer`. `finish` turns that into Prometheus samples and one log line without
+message content.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.engine.records import saved_usd
+from proxy.costs.receipts import TurnCost
+from proxy.costs.usage import usage_of
 from proxy.engine.types import Turn
 from proxy.observability import metrics
 
@@ -29,6 +31,7 @@ class RequestTelemetry:
     stream: bool = False
     turn: Turn | None = None
     usage: dict[str, Any] | None = None
+    cost: TurnCost | None = None
     upstream_seconds: float = 0.0
     first_token_seconds: float | None = None
     _upstream_started: float | None = None
@@ -39,6 +42,9 @@ class RequestTelemetry:
 
     def used(self, usage: dict[str, Any] | None) -> None:
         self.usage = usage
+
+    def priced(self, cost: TurnCost | None) -> None:
+        self.cost = cost
 
     def upstream_started(self) -> None:
         self._upstream_started = time.perf_counter()
@@ -71,14 +77,21 @@ class RequestTelemetry:
             metrics.TIME_TO_FIRST_TOKEN.labels(model, self.api).observe(self.first_token_seconds)
         turn = self.turn
         fitted = turn is not None and turn.managed and status < 400
-        usage = self.usage or {}
+        used = usage_of(self.usage)
         if fitted:
             assert turn is not None
-            self._record_context(turn, usage.get("prompt_tokens"))
-        if usage.get("prompt_tokens"):
-            metrics.TOKENS.labels(model, self.api, "upstream_prompt").inc(usage["prompt_tokens"])
-        if usage.get("completion_tokens"):
-            metrics.TOKENS.labels(model, self.api, "completion").inc(usage["completion_tokens"])
+            self._record_context(turn, used.prompt if used is not None else None)
+        if used is not None:
+            metrics.TOKENS.labels(model, self.api, "upstream_prompt").inc(used.prompt)
+            metrics.TOKENS.labels(model, self.api, "cached").inc(used.cache_read)
+            metrics.TOKENS.labels(model, self.api, "cache_write").inc(used.cache_write)
+            metrics.TOKENS.labels(model, self.api, "completion").inc(used.output)
+        cost = self.cost
+        if cost is not None:  # a priced turn, answered and stored: its money
+            metrics.COST.labels(model, self.api, "spent").inc(cost.spent)
+            metrics.COST.labels(model, self.api, "summaries").inc(cost.summaries)
+            metrics.COST.labels(model, self.api, "resend").inc(cost.resend)
+            metrics.NET_SAVED.labels(model, self.api).inc(cost.net)
         access_log.info(
             "%s %s %s",
             status,
@@ -93,8 +106,11 @@ class RequestTelemetry:
                 "session": turn is not None and turn.key is not None,
                 "tokens_original": turn.tokens_original if fitted and turn else None,
                 "tokens_sent": turn.tokens_sent if fitted and turn else None,
-                "prompt_tokens": usage.get("prompt_tokens"),
-                "completion_tokens": usage.get("completion_tokens"),
+                "prompt_tokens": used.prompt if used else None,
+                "cached_tokens": used.cache_read if used else None,
+                "cache_write_tokens": used.cache_write if used else None,
+                "completion_tokens": used.output if used else None,
+                "net_usd": round(cost.net, 9) if cost else None,
                 "compression": turn.compression if fitted and turn else None,
                 "latency_ms": round(total * 1000, 1),
                 "upstream_ms": round(self.upstream_seconds * 1000, 1),
@@ -114,9 +130,6 @@ class RequestTelemetry:
         metrics.TOKENS.labels(model, self.api, "client").inc(original)
         metrics.TOKENS.labels(model, self.api, "sent").inc(sent)
         metrics.TOKENS.labels(model, self.api, "saved").inc(max(0, original - sent))
-        usd = saved_usd(max(0, original - sent), turn.input_price)
-        if usd:
-            metrics.COST_SAVED.labels(model, self.api).inc(usd)
         metrics.COMPRESSIONS.labels(model, self.api, turn.compression).inc()
         if original:
             metrics.COMPRESSION_RATIO.labels(model).observe(min(1.0, sent / original))

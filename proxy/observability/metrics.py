@@ -68,14 +68,26 @@ TOKENS = Counter(
     "context_proxy_tokens",
     "Tokens by kind: client (the full context the client's request stands for), "
     "sent (what the proxy sent upstream, by its count), upstream_prompt (the provider's "
-    "usage.prompt_tokens), completion, saved (client minus sent).",
+    "input tokens, cached and written included), cached (of those, read from the "
+    "provider's prompt cache), cache_write (of those, written to it), completion, "
+    "saved (client minus sent: tokens, not money).",
     ["model", "api", "kind"],
 )
-COST_SAVED = Counter(
-    "context_proxy_cost_saved_usd",
-    "US dollars the saved tokens (client minus sent) would have cost as input, at the "
-    "model's price in LiteLLM's cost map (or its deployment's input_cost_per_token).",
+NET_SAVED = Gauge(
+    "context_proxy_net_saved_usd_total",
+    "Net saving in US dollars: what resending the client's whole conversation with the "
+    "provider's prompt cache would have cost, minus what the proxy spent (its requests at "
+    "their reported usage plus the summaries they caused). It may be negative: then the "
+    "proxy cost more than resending would have. Models with no known price add nothing.",
     ["model", "api"],
+    multiprocess_mode="sum",
+)
+COST = Counter(
+    "context_proxy_cost_usd",
+    "US dollars by kind: spent (requests at their reported usage, plus summaries), "
+    "summaries (the part of spent on the summarizer), resend (what resending the whole "
+    "conversation with the prompt cache would have cost). Priced models only.",
+    ["model", "api", "kind"],
 )
 CONTEXT_UTILIZATION = Histogram(
     "context_proxy_context_utilization_ratio",

@@ -12,6 +12,7 @@ replaced). Pure: the caller reads the segments and the messages from the store.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from collections import Counter
@@ -29,6 +30,7 @@ __all__ = [
     "Hit",
     "RecallIndex",
     "Recalled",
+    "documents",
     "later_values",
     "recall_message",
     "segment",
@@ -58,6 +60,20 @@ def segment(start: int, messages: Sequence[Message], follows: str) -> dict[str, 
             term for message in messages[first:last] for term in terms(message_text(message))
         )
         units.append([start + first, start + last, sum(counted.values())])
+        for term, count in counted.items():
+            postings.setdefault(term, []).append([number, count])
+    return {"follows": follows, "units": units, "postings": postings}
+
+
+def documents(texts: Sequence[tuple[int, str]], follows: str) -> dict[str, Any]:
+    """An index in `segment`'s form of single messages, each given by its transcript
+    position and the text to find it by (a stubbed tool result: its call and its whole
+    output, `proxy.engine.stubs`), positions ascending."""
+    units: list[list[int]] = []
+    postings: dict[str, list[list[int]]] = {}
+    for number, (position, text) in enumerate(texts):
+        counted = Counter(terms(text))
+        units.append([position, position + 1, sum(counted.values())])
         for term, count in counted.items():
             postings.setdefault(term, []).append([number, count])
     return {"follows": follows, "units": units, "postings": postings}
@@ -195,9 +211,15 @@ def recall_message(
     for hit, messages in hits:
         text, terms = f"[message {hit.start}] " + render_transcript(messages), None
         if used + counter.count_text(text) + 1 > room and len(messages) == 1:
-            text = f"[message {hit.start}, excerpt] " + _excerpt(
-                render_transcript(messages), hit.terms
-            )
+            if messages[0].get("role") == "tool":  # an output: the lines that match
+                label = f"[message {hit.start}, the lines that match] "
+                text = label + _matching_lines(
+                    render_transcript(messages), hit.terms, room - used - 16, counter
+                )
+            else:
+                text = f"[message {hit.start}, excerpt] " + _excerpt(
+                    render_transcript(messages), hit.terms
+                )
             terms = frozenset(hit.terms)
         notes = later_values(text, ledger, current, noted)
         if notes:
@@ -234,6 +256,33 @@ def _excerpt(text: str, matched: Sequence[str]) -> str:
         else:
             merged.append([start, end])
     return " … ".join(text[start:end] for start, end in merged) or text[: 2 * _EXCERPT_CHARS]
+
+
+def _matching_lines(
+    text: str, matched: Sequence[str], room: int, counter: TokenCounter, context: int = 1
+) -> str:
+    """The lines of `text` (a tool's output) that hold a matched term, each with `context`
+    lines around it, numbered, in order, within `room` tokens (at least the first)."""
+    lines = text.split("\n")
+    starts = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    alternatives = "|".join(re.escape(term) for term in matched[:8])
+    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+    wanted: list[int] = []
+    for found in pattern.finditer(text) if alternatives else ():
+        number = bisect.bisect_right(starts, found.start()) - 1
+        wanted += range(max(0, number - context), min(len(lines), number + context + 1))
+    shown: list[str] = []
+    used, last = 0, -1
+    for number in sorted(set(wanted)):
+        line = f"{number + 1}: {lines[number][: 2 * _EXCERPT_CHARS]}"
+        if number > last + 1:
+            line = "…\n" + line
+        cost = counter.count_text(line) + 1
+        if shown and used + cost > room:
+            break
+        shown.append(line)
+        used, last = used + cost, number
+    return "\n".join(shown) if shown else text[: 2 * _EXCERPT_CHARS]
 
 
 def later_values(

@@ -22,6 +22,8 @@ from typing import Any, Literal
 import orjson
 
 from proxy.conversation.identity import GENESIS, Message
+from proxy.costs.receipts import Receipt
+from proxy.costs.usage import Usage
 from proxy.facts.ledger import Fact
 from proxy.summary.message import summary_text
 
@@ -114,6 +116,14 @@ class Checkpoint:
     # `<system-reminder>`, Codex's AGENTS.md and environment blocks): sent with the
     # summary, like the system prompt.
     kept: tuple[str, ...] = ()
+    # What the summarizer's calls that made it used, as the provider reported it.
+    usage: Usage | None = None
+    # The tool results after `covers_until` sent as stubs while this summary is the
+    # latest (transcript positions, ascending; `proxy.engine.stubs`), the tokens their
+    # stubs save per tokenizer, and their recall index (part of the archive).
+    stubbed: tuple[int, ...] = ()
+    stubs_saved: dict[str, int] = field(default_factory=dict)
+    stubs_index: dict[str, Any] | None = None
     # The summary as the model reads it (segments, then pinned facts): joined once, as
     # every request of the session sends it.
     text: str = field(init=False, repr=False, compare=False)
@@ -134,6 +144,13 @@ class Checkpoint:
         }
         if self.kept:
             data["kept"] = self.kept
+        if self.usage is not None:
+            data["usage"] = self.usage.to_dict()
+        if self.stubbed:
+            data["stubbed"] = self.stubbed
+            data["stubs_saved"] = self.stubs_saved
+        if archive and self.stubs_index is not None:
+            data["stubs_index"] = self.stubs_index
         if archive and self.index is not None:
             data["index"] = self.index
         if archive and self.ledger is not None:
@@ -151,16 +168,20 @@ class Checkpoint:
             segments = [text] if text is not None else []
         pinned = data.pop("pinned", ())
         kept = data.pop("kept", ())
+        usage = data.pop("usage", None)
+        stubbed = data.pop("stubbed", ())
         return cls(
             **{"before": {}, **data},
             segments=tuple(segments),
             pinned=tuple(pinned),
             kept=tuple(kept),
+            usage=Usage(**usage) if usage else None,
+            stubbed=tuple(stubbed),
             ledger=tuple(Fact.from_list(f) for f in ledger) if ledger is not None else None,
         )
 
     def without_archive(self) -> Checkpoint:
-        return replace(self, index=None, ledger=None)
+        return replace(self, index=None, ledger=None, stubs_index=None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -278,6 +299,9 @@ class SessionMeta:
     inserts: str = ""
     created: float = 0.0
     updated: float = 0.0
+    # The session's money so far and what its next turn's counterfactual needs
+    # (`proxy.costs.receipts`): written with each turn's commit.
+    receipt: Receipt = field(default_factory=Receipt)
 
     def evolve(self, **changes: Any) -> SessionMeta:
         return replace(self, **changes)
@@ -305,6 +329,7 @@ class SessionMeta:
             "inserts": self.inserts,
             "created": self.created,
             "updated": self.updated,
+            "receipt": self.receipt.to_dict(),
         }
 
     @classmethod
@@ -332,6 +357,7 @@ class SessionMeta:
             inserts=data.get("inserts", ""),
             created=data["created"],
             updated=data["updated"],
+            receipt=Receipt.from_dict(data.get("receipt")),
         )
 
 
@@ -370,9 +396,10 @@ class ParsedMetas:
         without its summary's archive (the fold's recall index and facts ledger, which
         the record leaves to the checkpoint's own entry). A summary made here carries it,
         and each remembered record would keep a fold's index alive."""
-        checkpoint = meta.checkpoint
-        if checkpoint is not None and (checkpoint.index, checkpoint.ledger) != (None, None):
-            meta = meta.evolve(checkpoint=checkpoint.without_archive())
+        found = meta.checkpoint
+        archive = (found.index, found.ledger, found.stubs_index) if found else (None, None, None)
+        if found is not None and archive != (None, None, None):
+            meta = meta.evolve(checkpoint=found.without_archive())
         self._metas[data] = meta
         if len(self._metas) > self._size:
             self._metas.popitem(last=False)

@@ -65,15 +65,16 @@ class Upstream:
         messages: list[dict[str, Any]],
         max_tokens: int,
         api_key: str | None = None,
-    ) -> str:
-        """One plain completion's text: what the summarizer needs from a model (at
-        temperature 0 where the model takes one)."""
+    ) -> tuple[str, dict[str, Any] | None]:
+        """One plain completion's text and the provider's usage: what the summarizer
+        needs from a model (at temperature 0 where the model takes one)."""
         params: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
         if not self.models.reasons(model):
             params["temperature"] = 0
         completion = await self.complete(params, api_key=api_key)
         choices = completion.data.get("choices") or [{}]
-        return str((choices[0].get("message") or {}).get("content") or "")
+        text = str((choices[0].get("message") or {}).get("content") or "")
+        return text, completion.data.get("usage")
 
     async def close(self) -> None:
         await self._direct.close()

@@ -1,4 +1,4 @@
-"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|all|soak] [--quick]`.
+"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|cost|all|soak] [--quick]`.
 
 `soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
 all three doors (`tests/benchmarks/soak.py`).
@@ -19,9 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import context, history, overhead, scorecard, soak, stores
+from tests.benchmarks import context, cost, history, overhead, scorecard, soak, stores
 
-BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard")  # `all`; the soak runs alone
+# `all`; the soak runs alone
+BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard", "cost")
 
 
 def machine() -> str:
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 text = asyncio.run(soak.benchmark(Path(directory), seconds))
             elif name == "scorecard":
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
+            elif name == "cost":
+                text = cost.benchmark(Path(directory), quick=args.quick)
             else:
                 text = context.benchmark(Path(directory), 40 if args.quick else context.TURNS)
             print(text, flush=True)

@@ -32,7 +32,7 @@ def test_every_benchmark_prints_its_table() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     sections = dict(re.findall(r"== (\w+) ==\n(.*?)(?=\n== |\Z)", out, re.DOTALL))
-    assert set(sections) == {"overhead", "history", "stores", "context", "scorecard"}, out
+    assert set(sections) == {"overhead", "history", "stores", "context", "scorecard", "cost"}, out
 
     rows = re.findall(
         rf"^(no|yes)\s+(1|32)\s+(direct|context-proxy \+ session|context-proxy|litellm proxy)"
@@ -115,6 +115,34 @@ def test_every_benchmark_prints_its_table() -> None:
     for rewritten, appended in itertools.pairwise(segments):
         if rewritten[1] == "one rewritten":
             assert int(appended[5]) < int(rewritten[5]), (rewritten, appended)
+
+    _check_cost(sections["cost"])
+
+
+def _check_cost(section: str) -> None:
+    """Both sessions priced for every strategy from the upstream's usage, and the issue's
+    targets printed with their verdicts (which the full run's numbers decide)."""
+    tables = re.findall(r"^(agent|chat): \d+ turns.*?\n((?:\|.*\|\n?)+)", section, re.M)
+    assert [kind for kind, _ in tables] == ["agent", "chat"], section
+    for _, text in tables:
+        rows = re.findall(
+            rf"^\| ([^|]+?) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER})x \| ({NUMBER})% \|"
+            rf" (\d+)% \| (\d+) \| (\d+) \| ({NUMBER}) \| ([^|]+) \|$",
+            text,
+            re.M,
+        )
+        assert [row[0] for row in rows] == [
+            "(a) resend, own compaction",
+            "(b) proxy as on main",
+            "(c) proxy, items 3+4",
+            "resend, never compacting",
+        ], text
+        for _, spent, summaries, _ratio, share, recall, *_ in rows:
+            assert float(spent) > 0 and 0 <= float(summaries) <= float(spent)
+            assert 0 <= float(share) <= 100 and 0 <= int(recall) <= 100
+        assert rows[0][3] == "1.00"
+    targets = re.findall(r"^target: .*  (PASS|MISS)$", section, re.M)
+    assert len(targets) == 4, section
 
 
 def _finite(text: str) -> bool:

@@ -7,6 +7,7 @@ proxies, or one configured by the test itself, calls `start_proxy`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -39,6 +40,8 @@ def _reset(upstream: FakeUpstream) -> None:
     upstream.default = Reply()
     upstream.require_key = False
     upstream.hung_up = 0
+    upstream.clock = time.time
+    upstream.forget()  # every test's first request finds the prompt caches empty
 
 
 @pytest.fixture

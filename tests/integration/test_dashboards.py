@@ -56,11 +56,16 @@ CORE_PANELS: dict[tuple[str, str], list[dict[str, str]]] = {
         {"model": MODEL, "api": "responses"},
     ],
     ("overview", "Request latency p50 / p95 / p99"): [{"model": MODEL}],
-    ("context", "Tokens per second: client vs sent vs saved"): [
+    ("context", "Tokens per second: client vs sent vs not sent"): [
         {"model": MODEL, "kind": "client"},
         {"model": MODEL, "kind": "sent"},
     ],
     ("context", "Compressions by method"): [{"model": MODEL, "method": "summary"}],
+    ("context", "Net saving (US$)"): [{"model": MODEL}],
+    ("context", "Spent vs resending, per hour (US$)"): [
+        {"model": MODEL, "kind": "spent"},
+        {"model": MODEL, "kind": "resend"},
+    ],
     ("context", "Summarizations by outcome and mode"): [{"model": MODEL, "outcome": "success"}],
 }
 

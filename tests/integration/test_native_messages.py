@@ -119,8 +119,11 @@ def test_native_api_false_keeps_the_chat_translation(upstream: FakeUpstream, sta
         model=CLAUDE, max_tokens=50, messages=[{"role": "user", "content": "hello"}]
     )
     sent = upstream.messages_requests()[-1].body
-    # LiteLLM's chat translation writes a user message's text as blocks.
-    assert sent["messages"][0]["content"] == [{"type": "text", "text": "hello"}]
+    # LiteLLM's chat translation writes a user message's text as blocks; a session's
+    # turn that sets no cache marks gets the proxy's (`proxy.engine.caching`).
+    assert sent["messages"][0]["content"] == [
+        {"type": "text", "text": "hello", "cache_control": EPHEMERAL}
+    ]
 
 
 SEARCH_CALL = {

@@ -1,7 +1,8 @@
 """The session viewer at `/ui`, in a real headless Chromium (Debian's, driven by
 Playwright): behind the keys, one tenant's sessions only (an admin's: every tenant's),
-searchable, each turn's parts drawn as a token bar with what was sent, the tokens and
-money saved, and delete. Screenshots are checked for the bar's colours.
+searchable, each turn's parts drawn as a token bar with what was sent, the tokens not
+sent and the money (the session's receipt, net of the prompt cache), and delete.
+Screenshots are checked for the bar's colours.
 
 Its login, over HTTP: the key is exchanged for a token of the proxy's making, in an
 HttpOnly, SameSite=Strict cookie on `/ui` named for the port, which expires, is revoked
@@ -108,6 +109,11 @@ def test_the_page_needs_a_key_and_its_assets_hold_no_data(demo_url: str) -> None
         )
 
 
+def dollars(value: float) -> str:
+    """A figure as the viewer writes it."""
+    return f"{'-' if value < 0 else ''}${abs(value):.6f}"
+
+
 def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     demo_url: str, browser: Browser, tmp_path: Any
 ) -> None:
@@ -133,8 +139,14 @@ def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     expect(newest).to_contain_text(f"{latest['tokens_sent']:,} of {latest['tokens_original']:,}")
     saved = sum(record["tokens_saved"] for record in plans)
     expect(page.locator("#tokens-saved")).to_have_text(f"{saved:,}")
-    usd = sum(record["saved_usd"] for record in plans)
-    expect(page.locator("#money-saved")).to_have_text(f"${usd:.6f}")
+    # The session's receipt, net of the prompt cache, and how it is computed.
+    receipt = httpx.get(
+        f"{demo_url}/v1/sessions/{SESSION}", headers={"Authorization": f"Bearer {KEY_A}"}
+    ).json()["receipt"]
+    for kind in ("spent", "summaries", "resend", "net"):
+        expect(page.locator(f"#receipt-{kind}")).to_have_text(dollars(receipt[kind]))
+    expect(page.locator("#receipt-note")).to_contain_text("How this is computed")
+    expect(newest).to_contain_text(f"net {dollars(latest['cost']['net'])}")
     # One bar segment per part sent, and the parts drawn, with their messages.
     kinds = [part["kind"] for part in latest["parts"]]
     expect(newest.locator(".tokens span")).to_have_count(len(kinds))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config.settings import Settings
+from proxy.costs.receipts import TurnCost
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext, Turn
 from proxy.sessions.records import Mode
@@ -41,9 +42,10 @@ def settings(window: int | None = None, **sections: Any) -> Settings:
     return Settings.model_validate({"model_list": [entry], **sections})
 
 
-def completion(text: str) -> Completion:
+def completion(text: str, usage: dict[str, Any] | None = None) -> Completion:
     message = {"role": "assistant", "content": text}
-    return Completion({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+    data = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    return Completion(data | ({"usage": usage} if usage is not None else {}))
 
 
 def is_summarizer(messages: list[Message]) -> bool:
@@ -53,7 +55,8 @@ def is_summarizer(messages: list[Message]) -> bool:
 class ScriptedUpstream(Upstream):
     """The real Upstream with its call scripted: a turn is answered `reply(body)` (by
     default "echo: " and the last user message) and recorded in `sent`; the summarizer
-    answers SUMMARY, or fails while `summarizer_down`, and is recorded in `summaries`."""
+    answers SUMMARY, or fails while `summarizer_down`, and is recorded in `summaries`.
+    Each answer reports `usage(params)` as its usage (None by default: none)."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -61,6 +64,7 @@ class ScriptedUpstream(Upstream):
         self.summaries: list[list[Message]] = []
         self.summarizer_down = False
         self.reply: Callable[[dict[str, Any]], str] = _echo
+        self.usage: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda params: None
 
     async def complete(
         self,
@@ -73,9 +77,9 @@ class ScriptedUpstream(Upstream):
             self.summaries.append(params["messages"])
             if self.summarizer_down:
                 raise self.error(RuntimeError("the summarizer is down"))
-            return completion(SUMMARY)
+            return completion(SUMMARY, self.usage(params))
         self.sent.append(params)
-        return completion(self.reply(params))
+        return completion(self.reply(params), self.usage(params))
 
 
 def _echo(body: dict[str, Any]) -> str:
@@ -95,6 +99,8 @@ class Observed:
     def first_token(self) -> None: ...
 
     def used(self, usage: dict[str, Any] | None) -> None: ...
+
+    def priced(self, cost: TurnCost | None) -> None: ...
 
 
 @dataclass
@@ -151,7 +157,7 @@ def build(directory: str, config: Settings) -> Parts:
     upstream = ScriptedUpstream(config)
     store = DiskSessionStore(directory)
     clock, wall_clock = Clock(), Clock(1_700_000_000.0)
-    engine = Engine(config, upstream, store, clock=clock, wall_clock=wall_clock)
+    engine = Engine(config, upstream, store, clock=wall_clock, monotonic=clock)
     return Parts(engine, upstream, store, clock, wall_clock)
 
 

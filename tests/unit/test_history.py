@@ -111,7 +111,7 @@ async def test_after_the_reply_the_meta_counts_the_turn(parts: Parts) -> None:
     reply = await reply_entry(
         echo("two"), state.new[-1].chain, asked.counter, state.totals, 1 << 20
     )
-    meta, checkpoints = stored_meta(asked, state, reply, {}, "")
+    meta, checkpoints = stored_meta(asked, state, reply, {}, "", 1_700_000_000.0)
     assert (meta.version, meta.length, meta.head) == (2, 4, reply.chain)
     assert meta.totals == {name: state.totals[name] + reply.tokens[name]}
     assert checkpoints == ()

@@ -22,6 +22,7 @@ LAYERS = (
     "proxy.errors",
     "proxy.config",
     "proxy.conversation",
+    "proxy.costs",
     "proxy.observability",
     "proxy.facts",
     "proxy.summary",
@@ -37,6 +38,7 @@ LAYERS = (
 # The pure core: no I/O framework, no LiteLLM, no store client.
 PURE = (
     "proxy.conversation",
+    "proxy.costs",
     "proxy.facts",
     "proxy.summary",
     "proxy.recall",
@@ -46,6 +48,9 @@ PURE = (
     "proxy.engine.agent_compaction",
     "proxy.engine.budget",
     "proxy.engine.calibration",
+    "proxy.engine.payoff",
+    "proxy.engine.caching",
+    "proxy.engine.stubs",
 )
 FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
 

@@ -141,14 +141,26 @@ def test_a_responses_reply_keeps_what_chat_cannot_hold() -> None:
             REASONING,
             {"type": "function_call", "call_id": "c9", "name": "ls", "arguments": "{}"},
         ],
-        "usage": {"input_tokens": 7, "output_tokens": 3},
+        "usage": {
+            "input_tokens": 7,
+            "input_tokens_details": {"cached_tokens": 4},
+            "output_tokens": 3,
+        },
     }
     completion = ResponsesNative({"model": "gpt"}).completion(reply)
     message = completion["choices"][0]["message"]
     assert message["tool_calls"][0]["id"] == "c9"
     assert message["responses_output"] == reply["output"]
     assert completion["choices"][0]["finish_reason"] == "tool_calls"
-    assert completion["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    # The usage in chat terms, the cached share kept (it is priced apart).
+    assert completion["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "cache_read_input_tokens": 4,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def test_native_routes_go_only_where_the_api_is_spoken(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from proxy.config.settings import load_settings
 from proxy.conversation.tokens import CountCache, counter_for
+from proxy.engine.ahead import Ahead
 from proxy.engine.planning import Planning
 from proxy.engine.reconcile import Match
+from proxy.engine.summarizer import Bill
 from proxy.engine.types import Request, State
 from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint
@@ -101,7 +103,7 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
     )
     request = planned_request(budget=1000, system_tokens=3)
     read_before = state(1, None)  # version 1: before the background summary was stored
-    after, plan = await planning.summarized(request, read_before, (0, 4))
+    after, plan = await planning.summarized(request, read_before, (0, 4), Bill())
     assert history.reads == 1 and after.checkpoint == landed
     assert plan.compression == "summary" and plan.summarize is None
     assert plan.messages[0]["content"].endswith("They said hello.")
@@ -130,17 +132,20 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
     """No plan fits (the request's last turn alone is over the trigger): the summary
     fails before its model is called, and `summarizations_total{outcome="error"}` says so."""
     summaries = CountingSummaries()
+    settings = load_settings(None, environ={})
+    store, history = FailingPlanStore(version=1), FilledHistory(state(1, None))
     planning = Planning(
-        load_settings(None, environ={}),
-        FailingPlanStore(version=1),  # type: ignore[arg-type]
-        FilledHistory(state(1, None)),  # type: ignore[arg-type]
+        settings,
+        store,  # type: ignore[arg-type]
+        history,  # type: ignore[arg-type]
         summaries,  # type: ignore[arg-type]
         CountCache(),
         None,  # type: ignore[arg-type]
     )
+    ahead = Ahead(settings, store, history, summaries, None, planning)  # type: ignore[arg-type]
     request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
     with pytest.raises(ContextOverflow):
-        await planning._background(request, 30)
+        await ahead._made(request, 30)
     assert summaries.failures == [("gpt-4o-mini", "background")]
 
 

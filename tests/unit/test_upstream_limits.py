@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.config.settings import Settings
+from proxy.costs import Prices
 from proxy.upstream.client import Upstream
+from proxy.upstream.limits import model_prices
 
 _OPEN: list[Upstream] = []
 
@@ -27,7 +29,7 @@ def upstream_for(*entries: dict) -> Upstream:
     return _OPEN[-1]
 
 
-def entry(name: str, model: str, **model_info: int) -> dict:
+def entry(name: str, model: str, **model_info: float) -> dict:
     return {
         "model_name": name,
         "litellm_params": {"model": model, "api_base": "http://127.0.0.1:9/", "api_key": "k"},
@@ -95,3 +97,37 @@ def test_several_deployments_get_the_smallest_limit() -> None:
         entry("pool", "openai/gpt-4o-mini", max_input_tokens=20000),
     )
     assert upstream.models.limits("pool").max_input_tokens == 20000
+
+
+def test_prices_come_from_the_cost_map_with_each_providers_cache() -> None:
+    """LiteLLM's map: Claude Sonnet 4.5 at $3/$15 per million, a cache read $0.30 and a
+    write $3.75 (1.25x, 5 minutes), at breakpoints; GPT-4.1 at $2/$8, a read $0.50 and no
+    write price (a write costs the input price), cached automatically."""
+    settings = Settings.model_validate(
+        {
+            "model_list": [
+                entry("claude", "anthropic/claude-sonnet-4-5"),
+                entry("gpt", "openai/gpt-4.1"),
+            ],
+            "context": {"cache_ttl_seconds": 600},
+        }
+    )
+    claude, gpt = model_prices(settings, "claude"), model_prices(settings, "gpt")
+    assert claude == Prices(3e-06, 1.5e-05, 3e-07, 3.75e-06, "breakpoints", 600.0)
+    assert gpt == Prices(2e-06, 8e-06, 5e-07, 2e-06, "automatic", 600.0)
+
+
+def test_a_deployments_own_prices_win_and_several_deployments_give_the_cheapest() -> None:
+    own = entry("m", "openai/gpt-4.1", cache_ttl_seconds=3600)
+    own["litellm_params"] |= {"input_cost_per_token": 1e-06, "output_cost_per_token": 4e-06}
+    dear = entry("m", "openai/gpt-4.1")
+    settings = Settings.model_validate({"model_list": [dear, own]})
+    # The map's cache read price stays: the deployment named none of its own.
+    assert model_prices(settings, "m") == Prices(1e-06, 4e-06, 5e-07, 1e-06, "automatic", 3600.0)
+
+
+def test_a_model_with_no_known_price_is_unpriced() -> None:
+    settings = Settings.model_validate({"model_list": [entry("local", "openai/my-own-model")]})
+    assert model_prices(settings, "local") is None
+    limits = upstream_for(entry("local", "openai/my-own-model")).models.limits("local")
+    assert limits.prices is None

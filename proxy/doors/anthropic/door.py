@@ -25,7 +25,13 @@ from starlette.responses import Response
 
 from proxy.conversation.validation import check_ranges, check_types, invalid
 from proxy.doors.anthropic.native import MessagesNative, arguments, native_content
-from proxy.doors.anthropic.stream import MessagesFramer, error_body, message_id, stop_reason
+from proxy.doors.anthropic.stream import (
+    MessagesFramer,
+    error_body,
+    message_id,
+    messages_usage,
+    stop_reason,
+)
 from proxy.doors.base import (
     Api,
     ErrorReply,
@@ -410,7 +416,6 @@ def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
     """A chat completion as a Messages API message."""
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
-    usage = completion.get("usage") or {}
     return {
         "id": message_id(completion.get("id")),
         "type": "message",
@@ -419,10 +424,7 @@ def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
         "content": content_blocks(message),
         "stop_reason": stop_reason(choice.get("finish_reason")),
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": usage.get("prompt_tokens") or 0,
-            "output_tokens": usage.get("completion_tokens") or 0,
-        },
+        "usage": messages_usage(completion.get("usage") or {}),
     }
 
 

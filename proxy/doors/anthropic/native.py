@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT
+from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import event
 from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi
@@ -152,7 +153,8 @@ class MessagesEvents:
             delta = _delta(change, self._calls - 1)
         elif kind == "message_delta":
             self._stop = (data.get("delta") or {}).get("stop_reason")
-            used = usage(self._input | (data.get("usage") or {}))
+            given = {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
+            used = usage(self._input | given)
             chunks.append({"choices": [], "usage": used})
         elif kind == "message_stop":
             finish = _FINISH.get(str(self._stop), "stop")
@@ -209,20 +211,11 @@ def _delta(delta: dict[str, Any], call: int) -> dict[str, Any]:
     return {}
 
 
-def usage(used: Any) -> dict[str, int]:
+def usage(used: Any) -> dict[str, Any]:
     """Anthropic's usage in chat terms: every input token, cached or not, is a prompt
-    token (Anthropic counts cache reads and writes apart from `input_tokens`)."""
-    used = used if isinstance(used, dict) else {}
-    prompt = sum(
-        int(used.get(name) or 0)
-        for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    )
-    completion = int(used.get("output_tokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+    token (Anthropic counts cache reads and writes apart from `input_tokens`); the reads
+    and writes are kept beside it (`proxy.costs.usage.chat_usage`)."""
+    return chat_usage(used if isinstance(used, dict) else None)
 
 
 def _finish(reply: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from proxy.costs.usage import usage_of
 from proxy.doors.base import ErrorReply
 
 __all__ = ["MessagesFramer", "error_body", "message_id", "stop_reason"]
@@ -90,9 +91,9 @@ class MessagesFramer:
 
     def end(self) -> bytes:
         out = [self._close()]
-        usage = {"output_tokens": self._usage.get("completion_tokens") or 0}
-        if self._usage.get("prompt_tokens"):
-            usage["input_tokens"] = self._usage["prompt_tokens"]
+        usage = messages_usage(self._usage)
+        if not self._usage.get("prompt_tokens"):
+            usage = {"output_tokens": usage["output_tokens"]}
         delta = {"stop_reason": self._stop or "end_turn", "stop_sequence": None}
         out.append(event("message_delta", {"delta": delta, "usage": usage}))
         out.append(event("message_stop", {}))
@@ -172,3 +173,17 @@ class MessagesFramer:
             return b""
         self._open = None
         return event("content_block_stop", {"index": self._index})
+
+
+def messages_usage(usage: dict[str, Any]) -> dict[str, int]:
+    """A chat usage in the Messages API's terms: `input_tokens` leaves out the tokens read
+    from and written to the provider's prompt cache, which are counted beside it."""
+    used = usage_of(usage)
+    if used is None:
+        return {"input_tokens": 0, "output_tokens": int(usage.get("completion_tokens") or 0)}
+    return {
+        "input_tokens": used.prompt - used.cache_read - used.cache_write,
+        "cache_read_input_tokens": used.cache_read,
+        "cache_creation_input_tokens": used.cache_write,
+        "output_tokens": used.output,
+    }

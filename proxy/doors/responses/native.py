@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
+from proxy.costs.usage import chat_usage
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
 from proxy.errors import UpstreamFailure
@@ -65,7 +66,7 @@ class ResponsesNative:
 
     def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
         """The window as a Responses call (OpenAI caches prompt prefixes by itself: a
-        summary needs no mark)."""
+        summary needs no mark; the session's `prompt_cache_key` keeps its turns together)."""
         messages = chat["messages"]
         out: dict[str, Any] = {"model": chat["model"]}
         instructions = self._body.get("instructions")
@@ -77,6 +78,8 @@ class ResponsesNative:
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
             out["max_output_tokens"] = chat["max_tokens"]
+        if "prompt_cache_key" not in out and chat.get("prompt_cache_key"):
+            out["prompt_cache_key"] = chat["prompt_cache_key"]  # the session's own
         carried = {name: self._body[name] for name in CARRIED if name in self._body}
         if carried:
             out["extra_body"] = carried
@@ -154,16 +157,10 @@ def chat_item(item: dict[str, Any]) -> bool:
     return kind == "function_call"
 
 
-def usage(used: Any) -> dict[str, int]:
-    """A response's usage in chat terms (LiteLLM may hand over either)."""
-    used = used if isinstance(used, dict) else {}
-    prompt = int(used.get("input_tokens") or used.get("prompt_tokens") or 0)
-    completion = int(used.get("output_tokens") or used.get("completion_tokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+def usage(used: Any) -> dict[str, Any]:
+    """A response's usage in chat terms (LiteLLM may hand over either), its cached
+    tokens kept (`proxy.costs.usage.chat_usage`)."""
+    return chat_usage(used if isinstance(used, dict) else None)
 
 
 def _text(part: Any) -> str:

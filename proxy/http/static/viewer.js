@@ -102,7 +102,16 @@ function fail(error) {
 
 const when = (seconds) => new Date(seconds * 1000).toLocaleString();
 const number = (value) => Number(value || 0).toLocaleString();
-const dollars = (value) => (value === null || value === undefined ? "unknown" : `$${value.toFixed(6)}`);
+const dollars = (value) =>
+  value === null || value === undefined
+    ? "unknown"
+    : `${value < 0 ? "-" : ""}$${Math.abs(value).toFixed(6)}`;
+// A turn's money from its plan record: what it spent, what resending would have cost,
+// the net; nothing where no price or usage was known.
+const money = (record) =>
+  record.cost
+    ? `spent ${dollars(record.cost.spent)} (summaries ${dollars(record.cost.summaries)}) · resend ${dollars(record.cost.resend)} · net ${dollars(record.cost.net)}`
+    : "no price known";
 
 // -- the sessions list ------------------------------------------------------------------
 
@@ -163,6 +172,7 @@ async function loadSession(tenant, id) {
   $("find").onchange = () => findIn(`${base}/search`, query, session);
   $("matches").replaceChildren();
   drawTotals(session, plans.data);
+  drawReceipt(session.receipt);
   drawLegend();
   const turns = $("turns");
   turns.replaceChildren();
@@ -172,21 +182,37 @@ async function loadSession(tenant, id) {
 
 function drawTotals(session, records) {
   const saved = records.reduce((sum, r) => sum + r.tokens_saved, 0);
-  const priced = records.filter((r) => r.saved_usd !== null);
-  const usd = priced.length ? priced.reduce((sum, r) => sum + r.saved_usd, 0) : null;
   const pairs = [
     ["Messages", number(session.messages.length)],
     ["Summaries", number(session.checkpoints.length)],
     ["Turns recorded", number(records.length)],
-    ["Tokens saved", number(saved)],
-    ["Money saved", dollars(usd)],
+    ["Tokens not sent", number(saved)],
     ["Updated", when(session.updated)],
   ];
   const totals = $("totals");
   totals.replaceChildren();
   for (const [name, value] of pairs) totals.append(el("dt", name), el("dd", value));
   totals.querySelector("dd:nth-of-type(4)").id = "tokens-saved";
-  totals.querySelector("dd:nth-of-type(5)").id = "money-saved";
+}
+
+// The session's receipt (`receipt` of GET /v1/sessions/{id}): null before a priced turn.
+function drawReceipt(receipt) {
+  const shown = receipt
+    ? [
+        ["Spent", dollars(receipt.spent), "spent"],
+        ["Spent on summaries", dollars(receipt.summaries), "summaries"],
+        ["Resending would have cost", dollars(receipt.resend), "resend"],
+        ["Net saving", dollars(receipt.net), "net"],
+        ["Turns priced", number(receipt.turns), "turns-priced"],
+      ]
+    : [["Money", "no price known for this session's model", "spent"]];
+  const list = $("receipt");
+  list.replaceChildren();
+  for (const [name, value, id] of shown) {
+    const dd = el("dd", value);
+    dd.id = `receipt-${id}`;
+    list.append(el("dt", name), dd);
+  }
 }
 
 function drawLegend() {
@@ -207,7 +233,7 @@ function drawTurn(record, session) {
     el("h3", `Turn v${record.version} · ${when(record.at)} · ${record.model} · ${record.compression} · ${sent}`),
     el(
       "div",
-      `Budget ${number(record.budget)} · saved ${number(record.tokens_saved)} tokens (${dollars(record.saved_usd)})`,
+      `Budget ${number(record.budget)} · ${number(record.tokens_saved)} tokens not sent · ${money(record)}`,
       "muted",
     ),
   );

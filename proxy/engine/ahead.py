@@ -1,0 +1,121 @@
+"""Summaries made ahead: after a reply, the session's next fold is made in the
+background when it is due, so the request that needs it finds it ready.
+
+When a fold is due is the prompt cache's question (`proxy.engine.payoff`): past
+`summarize_at`, once the budget would force one within two turns, or earlier where it
+pays for the rewrite it causes; with `context.cache_aware: false`, at `summarize_at`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from proxy.config.settings import Settings
+from proxy.engine.archive import Archive
+from proxy.engine.history import History
+from proxy.engine.payoff import Prompt, fold_due, rates
+from proxy.engine.planning import Planning, fold_trigger
+from proxy.engine.summarizer import Bill, Summaries
+from proxy.engine.types import Request
+from proxy.errors import ProxyError
+from proxy.facts.ledger import recent_text
+from proxy.sessions.records import SessionMeta
+from proxy.sessions.store import SessionStore
+
+__all__ = ["Ahead"]
+
+
+class Ahead:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        history: History,
+        summaries: Summaries,
+        archive: Archive,
+        planning: Planning,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._history = history
+        self._summaries = summaries
+        self._archive = archive
+        self._planning = planning
+
+    def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
+        """After a reply (the turn added `growth` tokens): make the next summary in the
+        background when it is due, so the next request finds it ready.
+
+        Only what can be compressed counts: the trigger is `summarize_at` of what system
+        messages and tools leave of the budget. The plan is made as if the budget ended
+        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
+        summary plus what stays verbatim lands well under the trigger and the next fold
+        is several turns away. Past the trigger a fold is due once the budget would force
+        one within two turns, or earlier where it pays for the prompt-cache rewrite it
+        causes (`proxy.engine.payoff`); with `cache_aware: false`, at the trigger."""
+        assert request.key is not None
+        name, checkpoint = request.counter.name, meta.checkpoint
+        head = self._planning.summary_tokens(request.counter, checkpoint)
+        window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
+        window -= self._planning.stubs.saved(checkpoint, name)
+        base = request.system_tokens + request.tools_tokens
+        trigger = fold_trigger(request, self._settings.context.summarize_at)
+        prompt = base + head + window
+        if prompt <= trigger or self._summaries.breaker(request.model).open:
+            return
+        if self._settings.context.cache_aware:
+            keep = min(window, int(self._settings.context.keep_recent_ratio * (trigger - base)))
+            summary = self._settings.context.max_summary_tokens
+            folded = base + head + summary + keep
+            shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
+            if not fold_due(shape, rates(request.prices)):
+                return
+        job = functools.partial(self._made, request, trigger)
+        self._summaries.schedule(request.key, job, request.secrets)
+
+    async def _made(self, request: Request, budget: int) -> None:
+        """The fold planned as if the budget ended at `budget`, made and stored, with the
+        stubs it freezes; its summarizer calls owed by the session's next turn."""
+        assert request.key is not None
+        meta = await self._store.load(*request.key)
+        name = request.counter.name
+        if meta is None or name not in meta.totals:
+            return
+        checkpoint = meta.checkpoint
+        covers = checkpoint.covers_until if checkpoint else 0
+        entries = await self._store.messages(*request.key, covers, meta.length)
+        entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
+        try:
+            plan = await self._planning.fitted(
+                request,
+                self._planning.stubs.counted(entries, checkpoint, request.counter),
+                checkpoint,
+                allow_summary=True,
+                budget=budget,
+            )
+        except ProxyError:  # no plan at all: a summary that failed before it began
+            self._summaries.failed(request.model, "background")
+            raise
+        if plan.summarize is None:
+            return
+        start, end = plan.summarize
+        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
+        bill = Bill()
+        made = None
+        try:
+            made = await self._summaries.make(
+                entries[start:end],
+                covers + end,
+                checkpoint,
+                request.model,
+                request.budget - request.system_tokens - request.tools_tokens,
+                "background",
+                request.provider_key,
+                archived.ledger,
+                recent_text([s.message for s in entries]),
+                bill,
+            )
+            made = await self._planning.frozen(request, made, checkpoint, entries[end:])
+        finally:
+            # Owed by the session's next turn, made or failed: its calls were paid for.
+            await self._summaries.store(request.key, made, bill.charge)

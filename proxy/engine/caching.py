@@ -1,0 +1,114 @@
+"""What a turn adds so the provider's prompt cache keeps what did not change: pure.
+
+Between folds the head of the prompt (tools, system messages, the summary, the window's
+oldest messages) is byte-stable, and the window grows at its end. Anthropic caches a
+prefix only where a request marks it (`cache_control`, four marks at most, reads found
+up to 20 blocks back): a turn whose client set no marks of its own is marked at the end
+of its leading system messages (tools, system, summary and remembered facts: stable
+until the next fold) and on its last message (the next turn reads all of this one from
+there). Recalled history inserted ahead of the newest message changes every turn, so the
+window's stable end before it is marked too, for every client, where the four leave room
+(Claude Code marks its own system prompt and last message); the summary's mark comes
+after that, where room is left (`proxy.doors.anthropic.native`).
+OpenAI caches every prefix by itself and routes a request by its `prompt_cache_key`: a
+session's turns share one, derived from the session, when the client sets none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
+
+__all__ = ["cache_key", "marked", "marks_in"]
+
+BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def cache_key(tenant: str, session_id: str) -> str:
+    """A session's `prompt_cache_key`: stable for the session, and naming neither it nor
+    its tenant."""
+    digest = hashlib.sha256(f"{tenant}\0{session_id}".encode()).hexdigest()
+    return f"ctx-{digest[:32]}"
+
+
+def marked(messages: list[Message], taken: int) -> list[Message]:
+    """`messages` with the turn's cache marks, beside the `taken` ones the client set:
+
+    - the end of the window's stable part, where blocks the proxy inserts ahead of the
+      newest unit (recalled history) follow it: they change every turn, so the mark the
+      client puts on the last message never reads back past them;
+    - for a client that sets none of its own, the end of the leading system messages and
+      the last message as well.
+
+    Anthropic's four marks are never exceeded. Only the marked messages are copied."""
+    lead = 0
+    while lead < len(messages) and messages[lead].get("role") == "system":
+        lead += 1
+    wanted = [_stable_end(messages, lead)]
+    if taken == 0:
+        wanted += [lead - 1, len(messages) - 1]
+    out = list(messages)
+    room = BREAKPOINTS - taken
+    for position in dict.fromkeys(p for p in wanted if p is not None and p >= 0):
+        if room <= 0:
+            break
+        if not _is_marked(out[position]):  # a client's mark (its TTL) stays as it is
+            out[position] = _mark(out[position])
+            room -= 1
+    return out
+
+
+def _stable_end(messages: list[Message], lead: int) -> int | None:
+    """The last message before the system messages inserted ahead of the newest unit (a
+    message and the tool results after it), if any are."""
+    newest = len(messages) - 1
+    while newest > lead and messages[newest].get("role") == "tool":
+        newest -= 1
+    end = newest - 1
+    while end >= lead and messages[end].get("role") == "system":
+        end -= 1
+    return end if lead <= end < newest - 1 else None
+
+
+def marks_in(body: bytes) -> int:
+    """The cache marks a request's body sets, at most: its `cache_control` keys, found
+    at C speed."""
+    return body.count(b'"cache_control"')
+
+
+def _mark(message: Message) -> Message:
+    """The message with a cache mark on its last content block, where LiteLLM and the
+    Messages door both read it: a text content becomes that one block (the same prompt to
+    the provider); a tool result is marked as a whole; an assistant message on its
+    provider's own blocks, or on its last tool call."""
+    content = message.get("content")
+    native = message.get(ANTHROPIC_CONTENT)
+    if isinstance(native, list) and native and isinstance(native[-1], dict):
+        blocks = [*native[:-1], native[-1] | {"cache_control": EPHEMERAL}]
+        message = message | {ANTHROPIC_CONTENT: blocks}
+    calls = message.get("tool_calls")
+    if not content and isinstance(calls, list) and calls and isinstance(calls[-1], dict):
+        return message | {"tool_calls": [*calls[:-1], calls[-1] | {"cache_control": EPHEMERAL}]}
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        return message | {"content": [*content[:-1], content[-1] | {"cache_control": EPHEMERAL}]}
+    if isinstance(content, str) and content and message.get("role") != "tool":
+        return message | {
+            "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]
+        }
+    return message | {"cache_control": EPHEMERAL}
+
+
+def _is_marked(message: Message) -> bool:
+    """Whether the message already carries a mark where `_mark` would put one."""
+    if message.get("cache_control") is not None:
+        return True
+    lasts = [message.get(key) for key in ("content", ANTHROPIC_CONTENT, "tool_calls")]
+    return any(
+        isinstance(value, list)
+        and bool(value)
+        and isinstance(value[-1], dict)
+        and value[-1].get("cache_control") is not None
+        for value in lasts
+    )

@@ -1,0 +1,233 @@
+"""Compaction that pays, seen from the provider: between folds the prompt's head is
+byte-stable; a session's turns mark Anthropic's cache where the client's marks leave
+room and share one OpenAI `prompt_cache_key`; a fold waits while the cache is warm and
+the budget does not force it, and comes early once the cache went cold. Through the real
+SDKs to the loopback upstream, whose prompt caches report what they kept."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+
+from proxy.summary.fold import SYSTEM_PROMPT
+from proxy.summary.message import SUMMARY_PREFIX
+from tests.clock import Clock
+from tests.integration.test_messages import CLAUDE, claude_config
+from tests.integration.test_native_responses import NATIVE, native_config
+from tests.integration.test_responses import sdk
+from tests.proxies import UPSTREAM_KEY, proxy_config, serving
+from tests.upstream import FakeUpstream, running_upstream
+
+EPHEMERAL = {"type": "ephemeral"}
+KEY = "client-key"
+
+
+def marks(body: dict[str, Any]) -> list[str]:
+    """Where a Messages request sets cache marks: "tools", "system", or the index of the
+    message whose last block is marked."""
+    found = ["tools" for tool in body.get("tools") or () if "cache_control" in tool]
+    found += ["system" for block in body.get("system") or () if "cache_control" in block]
+    for index, message in enumerate(body["messages"]):
+        content = message["content"]
+        for block in content if isinstance(content, list) else ():
+            found += [str(index)] if "cache_control" in block else []
+            for inner in block.get("content") if isinstance(block.get("content"), list) else ():
+                found += [str(index)] if "cache_control" in inner else []
+    return found
+
+
+def is_summarizer(body: dict[str, Any]) -> bool:
+    system = body.get("system")
+    text = system if isinstance(system, str) else "".join(b.get("text", "") for b in system or ())
+    first = (body.get("messages") or [{}])[0]
+    return text == SYSTEM_PROMPT or first.get("content") == SYSTEM_PROMPT
+
+
+def turns(upstream: FakeUpstream) -> list[dict[str, Any]]:
+    """The Messages requests that were turns (the summarizer's calls left out)."""
+    return [r.body for r in upstream.messages_requests() if not is_summarizer(r.body)]
+
+
+def summaries(upstream: FakeUpstream) -> int:
+    return sum(is_summarizer(r.body) for r in upstream.messages_requests())
+
+
+def chat(url: str, session: str | None) -> openai.OpenAI:
+    headers = {"X-Session-Id": session} if session else {}
+    return openai.OpenAI(
+        base_url=f"{url}/v1", api_key=KEY, max_retries=0, default_headers=headers, timeout=30
+    )
+
+
+def said(turn: int, words: int = 120) -> str:
+    return f"Turn {turn}: " + " ".join(f"note{turn}x{i}" for i in range(words))
+
+
+def talk(
+    sdk: openai.OpenAI, model: str, count: int, history: list[dict[str, Any]], words: int = 120
+) -> None:
+    """`count` more turns of a full-resend chat client (its whole history every time)."""
+    for _ in range(count):
+        history.append({"role": "user", "content": said(len(history) // 2, words)})
+        reply = sdk.chat.completions.create(model=model, messages=history, max_tokens=50)
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+
+
+def test_a_chat_session_marks_claudes_cache_and_reads_it_back(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """A chat client that sets no marks: each turn to Claude marks the end of the system
+    messages and its last message; the next turn reads all of the one before from the
+    cache, and the proxy's own usage record says so."""
+    url = start_proxy(claude_config(upstream))
+    sdk = chat(url, "claude-marks")
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Rules. " * 400}]
+    talk(sdk, CLAUDE, 3, history)
+    sent = turns(upstream)
+    for body in sent:
+        assert marks(body) == ["system", str(len(body["messages"]) - 1)]
+    usage = [r.usage for r in upstream.messages_requests()]
+    assert usage[0]["cache_read_input_tokens"] == 0 and usage[0]["cache_creation_input_tokens"] > 0
+    for before, after in itertools.pairwise(usage):
+        written = before["cache_read_input_tokens"] + before["cache_creation_input_tokens"]
+        assert after["cache_read_input_tokens"] == written  # all of the turn before
+
+
+def test_a_client_that_marks_its_own_keeps_its_caching(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """Claude Code marks its system prompt and its last message itself: the request goes
+    as it came, with no mark of the proxy's; one that marks nothing gets the proxy's."""
+    url = start_proxy(claude_config(upstream))
+    sdk = anthropic.Anthropic(
+        base_url=url, api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "cc"}
+    )
+    system = [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}]
+    last = {"type": "text", "text": "What now?", "cache_control": EPHEMERAL}
+    messages: list[Any] = [{"role": "user", "content": [last]}]
+    sdk.messages.create(model=CLAUDE, max_tokens=50, system=system, messages=messages)
+    body = turns(upstream)[-1]
+    assert body["system"] == system and body["messages"] == messages
+
+    sdk = anthropic.Anthropic(
+        base_url=url, api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "plain"}
+    )
+    messages = [{"role": "user", "content": "What now?"}]
+    sdk.messages.create(model=CLAUDE, max_tokens=50, system="Rules.", messages=messages)
+    body = turns(upstream)[-1]
+    assert body["system"] == [{"type": "text", "text": "Rules.", "cache_control": EPHEMERAL}]
+    assert body["messages"] == [{"role": "user", "content": [last]}]
+
+
+def test_a_sessions_turns_share_one_prompt_cache_key(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """OpenAI routes a request to its cache by `prompt_cache_key`: a session's turns get
+    one of their own (naming neither session nor tenant); a client's own key goes as it
+    is; a request of no session gets none."""
+    url = start_proxy(proxy_config(upstream, model_list=[_gpt(upstream)]))
+    talk(chat(url, "keyed"), "gpt-4.1", 2, [])
+    keys = [r.body.get("prompt_cache_key") for r in upstream.chat_requests()]
+    assert keys[0] == keys[1] and keys[0] is not None and "keyed" not in keys[0]
+    chat(url, "other").chat.completions.create(
+        model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], prompt_cache_key="mine"
+    )
+    assert upstream.chat_requests()[-1].body["prompt_cache_key"] == "mine"
+    chat(url, None).chat.completions.create(
+        model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert "prompt_cache_key" not in upstream.chat_requests()[-1].body
+
+
+def test_a_responses_session_gets_its_key_on_the_providers_own_api(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """The Responses door to OpenAI's own Responses API: the session's turns carry its
+    key; Codex, which sets `prompt_cache_key` itself, keeps its own."""
+    url = start_proxy(native_config(upstream))
+    client = sdk(url, **{"X-Session-Id": "responses-keyed"})
+    first = client.responses.create(model=NATIVE, input="Hello.")
+    client.responses.create(model=NATIVE, input="And again.", previous_response_id=first.id)
+    keys = [r.body.get("prompt_cache_key") for r in upstream.responses_requests()]
+    assert len(keys) == 2 and keys[0] == keys[1] and str(keys[0]).startswith("ctx-")
+    sdk(url).responses.create(model=NATIVE, input="Hi.", prompt_cache_key="codex-thread-1")
+    assert upstream.responses_requests()[-1].body["prompt_cache_key"] == "codex-thread-1"
+
+
+def test_a_warm_claude_prefix_is_folded_only_when_the_budget_forces_it(tmp_path: Path) -> None:
+    """Cache reads at a tenth of the input price never pay for rewriting a warm prefix:
+    past `summarize_at` the turns keep appending to the same cached head until the
+    budget is two turns away, where `cache_aware: false` folds at `summarize_at`."""
+    window = 8192
+    first_fold = {}
+    for aware in (True, False):
+        with running_upstream() as fake:
+            config = claude_config(fake, window=window, context={"cache_aware": aware})
+            directory = tmp_path / str(aware)
+            directory.mkdir()
+            with serving(config, directory) as url:
+                history: list[dict[str, Any]] = []
+                for count in range(1, 80):  # short turns: ~190 tokens each
+                    talk(chat(url, "fold"), CLAUDE, 1, history, words=20)
+                    if summaries(fake):
+                        first_fold[aware] = count
+                        break
+                heads = [_head(body) for body in turns(fake)]
+                # Until the fold, every turn's head (system and summary) is the same bytes.
+                assert len(set(heads[:-1])) <= 1
+    # summarize_at (0.7) is ~10 turns before the budget's last two: the warm prefix was
+    # kept for most of them (a background fold may land a turn late: +-1).
+    assert first_fold[True] >= first_fold[False] + 6, first_fold
+
+
+def test_a_cold_cache_folds_before_the_turn(tmp_path: Path) -> None:
+    """Idle longer than the cache lives, the next request would write its whole prompt
+    anyway: past `summarize_at` the proxy folds first, so it writes a short one."""
+    clock = Clock(1_800_000_000.0)
+    with running_upstream() as fake:
+        fake.clock = clock
+        with serving(claude_config(fake, window=8192), tmp_path, clock=clock) as url:
+            sdk = chat(url, "cold")
+            history: list[dict[str, Any]] = []
+            sent = 0
+            while sent < 0.76 * 0.8 * 8192:  # past summarize_at, two turns short of the budget
+                history.append({"role": "user", "content": said(len(history) // 2, 20)})
+                raw = sdk.chat.completions.with_raw_response.create(
+                    model=CLAUDE, messages=history, max_tokens=50
+                )
+                sent = int(raw.headers["x-context-tokens-sent"])
+                history.append(
+                    {"role": "assistant", "content": raw.parse().choices[0].message.content}
+                )
+                clock.advance(30)
+            assert summaries(fake) == 0  # warm: nothing folded yet
+            before = turns(fake)[-1]
+            clock.advance(301)
+            talk(sdk, CLAUDE, 1, history, words=20)
+            assert summaries(fake) == 1
+            after = turns(fake)[-1]
+            assert any(
+                block["text"].startswith(SUMMARY_PREFIX) for block in after.get("system") or ()
+            )
+            assert len(after["messages"]) < len(before["messages"])
+            usage = fake.messages_requests()[-1].usage
+            assert usage["cache_read_input_tokens"] == 0  # cold: written anew, but shorter
+
+
+def _gpt(upstream: FakeUpstream) -> dict[str, Any]:
+    return {
+        "model_name": "gpt-4.1",
+        "litellm_params": {
+            "model": "openai/gpt-4.1",
+            "api_base": upstream.base_url,
+            "api_key": UPSTREAM_KEY,
+        },
+    }
+
+
+def _head(body: dict[str, Any]) -> str:
+    return str(body.get("system"))

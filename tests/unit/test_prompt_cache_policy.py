@@ -1,0 +1,150 @@
+"""When a fold pays for the cache rewrite it causes, and the marks a turn adds so the
+provider's prompt cache keeps the stable prefix (`proxy.engine.payoff`, `caching`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.engine.caching import cache_key, marked, marks_in
+from proxy.engine.payoff import CacheRates, Prompt, fold_due, fold_pays
+
+ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
+EPHEMERAL = {"type": "ephemeral"}
+OPENAI = CacheRates(read=0.25, write=1.0, output=4.0)  # GPT-4.1: cached input 0.25x
+
+
+def prompt(now: int, folded: int = 80_000, growth: int = 3_000) -> Prompt:
+    """An agent's session: 35k of system and tools, a 160k budget; a fold leaves 80k,
+    40k of it byte-identical, and writes a 1k summary."""
+    return Prompt(now, folded, 40_000, 160_000, growth, 1_000)
+
+
+def test_a_fold_pays_once_the_grown_part_was_read_again_for_what_a_fold_costs() -> None:
+    """Claude (reads 0.1x, writes 1.25x): a fold costs 40k x 1.15 + 1k x 5 = 51k; a window
+    growing 3k a turn has read its grown part for that much once it grew
+    sqrt(2 x 3k x 51k / 0.1) = 55.3k: at 135.3k, not at 135k."""
+    assert not fold_pays(prompt(135_000), ANTHROPIC, cold=False)
+    assert fold_pays(prompt(135_400), ANTHROPIC, cold=False)
+    # GPT-4.1 (cached input 0.25x, writes as input): a fold costs 40k x 0.75 + 4k = 34k,
+    # paid once the window grew sqrt(2 x 3k x 34k / 0.25) = 28.6k.
+    assert not fold_pays(prompt(108_500), OPENAI, cold=False)
+    assert fold_pays(prompt(108_600), OPENAI, cold=False)
+
+
+def test_a_faster_growing_window_folds_later() -> None:
+    """A window that grows in big steps reads its grown part again fewer times on the way:
+    it grows further before a fold pays."""
+    assert fold_pays(prompt(136_000, growth=3_000), ANTHROPIC, cold=False)
+    assert not fold_pays(prompt(136_000, growth=6_000), ANTHROPIC, cold=False)
+
+
+def test_a_fold_is_due_when_the_budget_forces_one_within_two_turns() -> None:
+    assert fold_due(prompt(154_001), ANTHROPIC)
+    assert not fold_due(prompt(120_000), ANTHROPIC)
+
+
+def test_cold_cache_folds_whenever_the_prompt_shrinks() -> None:
+    assert fold_pays(prompt(100_000), ANTHROPIC, cold=True)
+    assert not fold_pays(prompt(80_000), ANTHROPIC, cold=True)  # nothing to gain
+
+
+def test_a_session_cache_key_is_stable_and_names_no_session() -> None:
+    key = cache_key("tenant-a", "session-1")
+    assert key == cache_key("tenant-a", "session-1")
+    assert key != cache_key("tenant-b", "session-1")
+    assert "session-1" not in key and "tenant-a" not in key
+
+
+def conversation() -> list[dict]:
+    return [
+        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": "Summary of the conversation so far: …"},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "file contents"},
+    ]
+
+
+def test_marks_go_after_the_system_messages_and_on_the_last_message() -> None:
+    messages = conversation()
+    before = orjson.dumps(messages)
+    out = marked(messages, 0)
+    assert orjson.dumps(messages) == before  # nothing changed in place
+    assert out[1]["content"] == [
+        {"type": "text", "text": messages[1]["content"], "cache_control": EPHEMERAL}
+    ]
+    assert out[4]["cache_control"] == EPHEMERAL  # a tool result: as a whole
+    assert out[0] is messages[0] and out[2] is messages[2] and out[3] is messages[3]
+
+
+def test_a_list_content_is_marked_on_its_last_block() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    text = {"type": "text", "text": "what is this?"}
+    out = marked([{"role": "user", "content": [image, text]}], 0)
+    assert out[0]["content"] == [image, text | {"cache_control": EPHEMERAL}]
+
+
+def test_the_marks_a_body_sets_are_counted_from_its_bytes() -> None:
+    assert marks_in(orjson.dumps({"messages": conversation()})) == 0
+    assert marks_in(orjson.dumps({"messages": marked(conversation(), 0)})) == 2
+
+
+def recalled() -> list[dict]:
+    """A window with a recall block inserted ahead of its newest unit."""
+    return [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+        {
+            "role": "assistant",
+            "content": "hi",
+            "anthropic_content": [{"type": "text", "text": "hi"}],
+        },
+        {"role": "system", "content": "Recalled from earlier: …"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "out"},
+    ]
+
+
+def test_the_stable_end_before_recalled_history_is_marked_for_every_client() -> None:
+    """The recall block changes every turn: the message before it is marked, on the
+    provider's own blocks where it has them, even for a client that marks its own."""
+    messages = recalled()
+    out = marked(messages, 2)  # Claude Code's two: its system prompt and last message
+    assert out[2]["anthropic_content"] == [
+        {"type": "text", "text": "hi", "cache_control": EPHEMERAL}
+    ]
+    assert [i for i, m in enumerate(out) if m is not messages[i]] == [2]
+    everything = marked(messages, 0)
+    assert [i for i, m in enumerate(everything) if m is not messages[i]] == [0, 2, 5]
+    assert marked(messages, 4) == messages  # no room left
+
+
+def test_a_clients_mark_is_never_replaced() -> None:
+    """A mark the client set (its own TTL) stays as it is, and takes no room."""
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    messages = recalled()
+    messages[1] = {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello", "cache_control": hour}],
+    }
+    messages[2] = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi", "cache_control": hour}],
+    }
+    assert marked(messages, 1)[2] is messages[2]
+
+
+def test_a_tool_result_before_the_recall_block_is_marked_as_a_whole() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+        {"role": "system", "content": "Recalled: …"},
+        {"role": "user", "content": "next"},
+    ]
+    out = marked(messages, 3)
+    assert out[2]["cache_control"] == EPHEMERAL
+    assert [i for i, m in enumerate(out) if m is not messages[i]] == [2]
