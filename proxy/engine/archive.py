@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from proxy.config.settings import Settings
 from proxy.conversation.identity import GENESIS, Message
 from proxy.engine.history import off_loop
+from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
@@ -125,20 +126,37 @@ class Archive:
     async def recalled(
         self, request: Request, state: State, plan: Plan, inserts: Inserts
     ) -> tuple[Plan, Inserts]:
-        """`plan` with a recall block: the summarized units most relevant to the latest
-        turns, within `context.recall_ratio` of the budget and what the plan leaves of it.
-        A new block goes before the newest unit, so everything before it (system,
-        summary, the verbatim turns but the newest) keeps the last request's bytes; the
-        session's last block (`inserts`, as its latest turn left them) stays where it
-        was, bytes and all, while it shows the best hits. With the inserts as this plan
-        leaves them."""
+        """`plan` with a recall block: the summarized units most relevant to the user's
+        latest message, within `context.recall_ratio` of the budget and what the plan
+        leaves of it. A new block goes just before that message, so everything before it
+        (system, summary, the verbatim turns before) keeps the last request's bytes. The
+        session's last block (`inserts`, as its latest request left them) stays where it
+        was, bytes and all, while it shows the best hits, and through an agent's tool loop
+        (the requests that answer that message's tool calls) without a search: each of
+        those requests then only adds to the prompt the provider has cached. With the
+        inserts as this plan leaves them."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(int(context.recall_ratio * request.budget), request.budget - plan.tokens)
         if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
             return plan, inserts
         archived = await self.of(request.key, state.checkpoints, checkpoint)
-        conversation = request.conversation
+        asking = last_user(plan.messages)  # where the user's latest message is
+        if plan.messages[asking].get("role") != "user":
+            return plan, inserts
+        offset = state.length - len(plan.messages)  # transcript index - position, verbatim
+        first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
+        shown = _shown(inserts, archived)
+        before = inserts.recall_before
+        placed = shown is not None and len(plan.messages) - first <= before - offset <= asking
+        looping = before - offset == asking < last_unit(plan.messages)
+        if placed and shown is not None and looping and inserts.recall_tokens <= room:
+            # The tool loop of the turn the block was chosen for: it stays as it was.
+            return plan.with_message(
+                asking, shown.message, inserts.recall_tokens, "recall", shown.shown
+            ), inserts
+        back = len(plan.messages) - asking  # the user's message, counted from the end
+        conversation = request.conversation[: len(request.conversation) - back + 1]
         asked = recent_text(conversation, messages=1)
         hits = archived.index.search(
             asked,
@@ -146,26 +164,23 @@ class Archive:
             context.recall_relevance_weight,
             context.recall_recency_weight,
             _FLOOR,
-            earlier=recent_text(conversation[-3:-1], messages=2),
+            # The words said before it, not a tool's output: numbers and names by the
+            # hundred that would outrank what the message asks.
+            earlier=recent_text([m for m in conversation[-3:-1] if m.get("role") != "tool"]),
         )
-        if context.cache_aware and conversation and conversation[-1].get("role") == "user":
+        whole: set[int] = set()  # stubbed outputs the message asks about: recalled whole
+        if context.cache_aware:
             # A stubbed output comes back when the user's newest message asks about it
             # (not when the turns before mention it: it was stubbed after them).
             weights = (context.recall_relevance_weight, context.recall_recency_weight)
             stubbed = set(checkpoint.stubbed)  # an edit of history may have cut some
             searched = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
             asked_about = [hit for hit in searched if hit.start in stubbed]
-            starts = {hit.start for hit in asked_about}
-            hits = [*asked_about, *(hit for hit in hits if hit.start not in starts)][:_HITS]
+            whole = {hit.start for hit in asked_about}
+            hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
         hits = archived.named(asked, hits)
         if not hits:
             return plan, inserts
-        newest = last_unit(plan.messages)
-        offset = state.length - len(plan.messages)  # transcript index - position, verbatim
-        first = state.length - checkpoint.covers_until - plan.dropped  # verbatim messages
-        shown = _shown(inserts, archived)
-        before = inserts.recall_before
-        placed = shown is not None and len(plan.messages) - first <= before - offset <= newest
         if (
             placed
             and shown is not None
@@ -177,6 +192,12 @@ class Archive:
                 at, shown.message, inserts.recall_tokens, "recall", shown.shown
             ), inserts
         found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
+        if context.cache_aware and context.stub_tool_results_over:  # outputs as stubs
+            over = context.stub_tool_results_over
+            found = [
+                (hit, unit if hit.start in whole else briefed(unit, hit.terms, over))
+                for hit, unit in found
+            ]
         ledger = await off_loop(
             plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
         )
@@ -192,7 +213,7 @@ class Archive:
         chosen = replace(
             inserts,
             recall=block.message,
-            recall_before=offset + newest,
+            recall_before=offset + asking,
             recall_tokens=tokens,
             recall_shown={
                 start: tuple(sorted(terms)) if terms is not None else None
@@ -200,7 +221,7 @@ class Archive:
             },
             recall_archive=(archived.count, archived.head),
         )
-        return plan.with_message(newest, block.message, tokens, "recall", block.shown), chosen
+        return plan.with_message(asking, block.message, tokens, "recall", block.shown), chosen
 
     async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
         """The units of the whole session that best match `query`: the summarized part

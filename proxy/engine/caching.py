@@ -6,8 +6,9 @@ prefix only where a request marks it (`cache_control`, four marks at most, reads
 up to 20 blocks back): a turn whose client set no marks of its own is marked at the end
 of its leading system messages (tools, system, summary and remembered facts: stable
 until the next fold) and on its last message (the next turn reads all of this one from
-there). Recalled history inserted ahead of the newest message changes every turn, so the
-window's stable end before it is marked too, for every client, where the four leave room
+there). Recalled history inserted ahead of the user's latest message changes every turn (and
+stays through the tool loop that answers it), so the window's stable end before it is
+marked too, for every client, where the four leave room
 (Claude Code marks its own system prompt and last message); the summary's mark comes
 after that, where room is left (`proxy.doors.anthropic.native`).
 OpenAI caches every prefix by itself and routes a request by its `prompt_cache_key`: a
@@ -37,18 +38,25 @@ def marked(messages: list[Message], taken: int) -> list[Message]:
     """`messages` with the turn's cache marks, beside the `taken` ones the client set:
 
     - the end of the window's stable part, where blocks the proxy inserts ahead of the
-      newest unit (recalled history) follow it: they change every turn, so the mark the
-      client puts on the last message never reads back past them;
+      user's latest message (recalled history) follow it: they change every turn, so
+      the mark the client puts on the last message never reads back past them;
     - for a client that sets none of its own, the end of the leading system messages and
-      the last message as well.
+      the last message as well;
+    - the end of the turn before the previous user message, where the previous turn's
+      block began and its requests wrote the prefix this one reads (Anthropic looks
+      only 20 blocks back from a mark, and an agent's tool loop is longer).
 
     Anthropic's four marks are never exceeded. Only the marked messages are copied."""
     lead = 0
     while lead < len(messages) and messages[lead].get("role") == "system":
         lead += 1
-    wanted = [_stable_end(messages, lead)]
+    asking = _user_before(messages, len(messages), lead)
+    end = _stable_end(messages, asking, lead)
+    wanted = [end]
     if taken == 0:
         wanted += [lead - 1, len(messages) - 1]
+    if end is not None:  # where the previous turn's block began: its write is read there
+        wanted.append(_before_systems(messages, _user_before(messages, asking, lead), lead))
     out = list(messages)
     room = BREAKPOINTS - taken
     for position in dict.fromkeys(p for p in wanted if p is not None and p >= 0):
@@ -60,16 +68,29 @@ def marked(messages: list[Message], taken: int) -> list[Message]:
     return out
 
 
-def _stable_end(messages: list[Message], lead: int) -> int | None:
-    """The last message before the system messages inserted ahead of the newest unit (a
-    message and the tool results after it), if any are."""
-    newest = len(messages) - 1
-    while newest > lead and messages[newest].get("role") == "tool":
-        newest -= 1
-    end = newest - 1
-    while end >= lead and messages[end].get("role") == "system":
-        end -= 1
-    return end if lead <= end < newest - 1 else None
+def _user_before(messages: list[Message], at: int, lead: int) -> int:
+    """The last user message before position `at` (`lead` when there is none): only the
+    turn after it is walked over, never the whole window."""
+    at -= 1
+    while at > lead and messages[at].get("role") != "user":
+        at -= 1
+    return at
+
+
+def _before_systems(messages: list[Message], at: int, lead: int) -> int | None:
+    """The last message before `at` that is not a system message the proxy inserted."""
+    at -= 1
+    while at >= lead and messages[at].get("role") == "system":
+        at -= 1
+    return at if at >= lead else None
+
+
+def _stable_end(messages: list[Message], asking: int, lead: int) -> int | None:
+    """The last message before the system messages inserted ahead of the user's latest
+    message (`asking`: recalled history), if any are: they stay through the tool loop
+    that answers it."""
+    end = _before_systems(messages, asking, lead)
+    return end if end is not None and end < asking - 1 else None
 
 
 def marks_in(body: bytes) -> int:

@@ -9,6 +9,7 @@ brings it back when a later message asks about it (`proxy.engine.archive`).
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ __all__ = [
     "STUB_PREFIX",
     "Stubber",
     "Stubs",
+    "briefed",
     "call_for",
     "frozen",
     "indexed_text",
@@ -79,24 +81,29 @@ def stubbable(result: Message) -> bool:
     )
 
 
-def stub(result: Message, call: dict[str, Any] | None) -> Message:
+def stub(result: Message, call: dict[str, Any] | None, matched: Sequence[str] = ()) -> Message:
     """`result` with its content replaced by a description of it: the tool's name and
     arguments (from `call`, the tool call it answers), its size in characters and lines,
-    its first and last lines, and the lines between that report an error, each kept
-    line numbered. Every other field of the message but a cache breakpoint stays as it
-    was. Work is a few C-speed passes over the output: no list of its lines is made."""
+    its first and last lines, and the lines between that report an error (or hold one of
+    the words `matched`, for a recalled output), each kept line numbered. Every other
+    field of the message but a cache breakpoint stays as it was. Work is a few C-speed
+    passes over the output: no list of its lines is made."""
     text = _text(result.get("content"))
     count = text.count("\n") + 1
     head = _head(text, min(_HEAD, count))
     tail = _tail(text, min(_TAIL, count - len(head)))
     errors = _error_lines(text, len(head), count - len(tail))
+    matching = _matching(text, matched, len(head), count - len(tail), {n for n, _ in errors})
     name, arguments = _called(call)
     described = f"{STUB_PREFIX}: {name}({arguments}) returned {len(text)} characters in"
     described += f" {count} lines. Shown: its first {len(head)} and last {len(tail)} lines"
     if errors:
         described += f", and {len(errors)} lines between that report errors"
+    if matching:
+        described += f", and {len(matching)} lines between that match the question"
     described += ". The whole output is kept: a question about it brings it back.]"
-    kept = [*enumerate(head), *errors, *zip(range(count - len(tail), count), tail, strict=True)]
+    between = sorted([*errors, *matching])
+    kept = [*enumerate(head), *between, *zip(range(count - len(tail), count), tail, strict=True)]
     shown, last = [described], -1
     for number, line in kept:
         if number > last + 1:
@@ -213,6 +220,25 @@ def with_stubs(
     for at in found:
         replaced[at] = make(messages[at], call_for(messages, at))
     return replaced
+
+
+def briefed(messages: list[Message], matched: Sequence[str], over: int) -> list[Message]:
+    """A recalled unit (`messages`) with each text tool result over about `over` tokens
+    (four characters a token: no tokenizer runs) as its stub, with the lines that hold
+    the words `matched`: a recall block shows what an output was and the lines the
+    question is about; a question about the output itself brings it back whole."""
+    briefed = messages
+    for at, message in enumerate(messages):
+        if message.get("role") != "tool" or not stubbable(message):
+            continue
+        size = len(_text(message.get("content")))
+        if size <= 4 * over:
+            continue
+        described = stub(message, call_for(messages, at), matched)
+        if 2 * len(described["content"]) <= size:
+            briefed = briefed if briefed is not messages else list(messages)
+            briefed[at] = described
+    return briefed
 
 
 class Stubs:
@@ -368,6 +394,30 @@ def _error_lines(text: str, start: int, end: int) -> list[tuple[int, str]]:
         if ends < 0:
             break
         position, line = ends + 1, line + 1
+    return found
+
+
+def _matching(
+    text: str, words: Sequence[str], start: int, end: int, taken: set[int]
+) -> list[tuple[int, str]]:
+    """The first `_ERRORS` lines in [start, end) not in `taken` that hold one of `words`
+    (whole words, any case), numbered: one regular-expression pass over the text."""
+    if not words:
+        return []
+    alternatives = "|".join(re.escape(word) for word in words[:8])
+    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+    found: list[tuple[int, str]] = []
+    line, counted = 0, 0
+    for match in pattern.finditer(text):
+        at = match.start()
+        line += text.count("\n", counted, at)
+        counted = at
+        if line >= end or len(found) >= _ERRORS:
+            break
+        if line >= start and line not in taken and (not found or found[-1][0] != line):
+            begins = text.rfind("\n", 0, at) + 1
+            ends = text.find("\n", at)
+            found.append((line, text[begins : ends if ends >= 0 else len(text)]))
     return found
 
 

@@ -240,3 +240,82 @@ def test_large_tool_outputs_are_stubbed_frozen_and_recalled_on_the_messages_door
     stored = stored_session(url, "/v1/sessions/m").json()["messages"]
     outputs = {m["tool_call_id"]: m["content"] for m in stored if m["role"] == "tool"}
     assert outputs == {f"call_{n}": contents(n) for n in range(FILES)}
+
+
+# -- An agent's tool loop, through the openai SDK ---------------------------------------
+
+LOOP = (21, 22, 23)  # the files one turn reads, one request after another
+NAMED = "def rotate_signing_key(): return 'kms-eu-2'"  # in module 2, read early
+
+
+def loop_contents(number: int) -> str:
+    return contents(number) + ("\n" + NAMED if number == 2 else "")
+
+
+def loop_respond(body: dict[str, Any]) -> str | Reply:
+    """`chat_respond`, and for a question about a function: read the files of `LOOP`, one
+    tool call a request, then answer."""
+    last = body["messages"][-1]
+    if last["role"] == "user" and str(last["content"]).startswith("Where is"):
+        return Reply(tool_calls=[call(LOOP[0])])
+    if last["role"] == "tool" and last["tool_call_id"] in [f"call_{n}" for n in LOOP[:-1]]:
+        number = int(last["tool_call_id"].removeprefix("call_"))
+        return Reply(tool_calls=[call(number + 1)])
+    return chat_respond(body)
+
+
+def test_an_agents_tool_loop_only_adds_to_the_prompt_its_recall_block_began(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """A turn's recall block is chosen for the user's message and placed just before it;
+    the requests of the tool loop that answers it send it again, as it was, where it was,
+    so each of them is the request before plus what the loop added (what a provider reads
+    from its cache). A large output it recalls, which the question is not about, comes as
+    its stub with the lines the question names."""
+    config = proxy_config(upstream, context=CONTEXT)
+    config["model_list"][0]["model_info"] = {"max_input_tokens": WINDOW}
+    url = start_proxy(config)
+    upstream.default = Reply(respond=loop_respond)
+    sdk = openai.OpenAI(
+        base_url=url + "/v1", api_key=KEY, max_retries=0, default_headers={"X-Session-Id": "loop"}
+    )
+    tools = [{"type": "function", "function": READ_FILE}]
+    history: list[dict[str, Any]] = []
+
+    def send(message: dict[str, Any]) -> Any:
+        history.append(message)
+        reply = sdk.chat.completions.create(model=MODEL, messages=[SYSTEM, *history], tools=tools)
+        answer = reply.choices[0].message
+        said = {"role": "assistant", "content": answer.content}
+        if answer.tool_calls:
+            said["tool_calls"] = [c.model_dump() for c in answer.tool_calls]
+        history.append(said)
+        return answer
+
+    for number in range(FILES):
+        send({"role": "user", "content": f"Please read {path(number)}"})
+        send({"role": "tool", "tool_call_id": f"call_{number}", "content": loop_contents(number)})
+    asked = len(upstream.chat_requests())
+    question = "Where is rotate_signing_key defined now?"
+    answer = send({"role": "user", "content": question})
+    while answer.tool_calls:
+        [called] = answer.tool_calls
+        number = int(called.id.removeprefix("call_"))
+        answer = send({"role": "tool", "tool_call_id": called.id, "content": contents(number)})
+
+    turn = [
+        r.body["messages"]
+        for r in upstream.chat_requests()[asked:]
+        if r.body["messages"][0].get("content") != SYSTEM_PROMPT
+    ]
+    assert len(turn) == len(LOOP) + 1
+    blocks = {recall_text(body) for body in turn}
+    assert len(blocks) == 1 and blocks != {""}  # one block, the same bytes every request
+    for body in turn:
+        at = next(i for i, m in enumerate(body) if recall_text([m]))
+        assert body[at + 1] == {"role": "user", "content": question}
+    for before, after in itertools.pairwise(turn):
+        assert orjson.dumps(after[: len(before)]) == orjson.dumps(before)
+    [block] = blocks
+    assert STUB_PREFIX + ': read_file({"path": "src/module_2.py"})' in block
+    assert NAMED in block and loop_contents(2) not in block

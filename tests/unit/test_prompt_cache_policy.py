@@ -92,7 +92,8 @@ def test_the_marks_a_body_sets_are_counted_from_its_bytes() -> None:
 
 
 def recalled() -> list[dict]:
-    """A window with a recall block inserted ahead of its newest unit."""
+    """A window with a recall block inserted ahead of the user's latest message, and the
+    tool loop that answers it."""
     return [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "hello"},
@@ -102,6 +103,7 @@ def recalled() -> list[dict]:
             "anthropic_content": [{"type": "text", "text": "hi"}],
         },
         {"role": "system", "content": "Recalled from earlier: …"},
+        {"role": "user", "content": "and the logs?"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
         {"role": "tool", "tool_call_id": "c1", "content": "out"},
     ]
@@ -117,8 +119,31 @@ def test_the_stable_end_before_recalled_history_is_marked_for_every_client() -> 
     ]
     assert [i for i, m in enumerate(out) if m is not messages[i]] == [2]
     everything = marked(messages, 0)
-    assert [i for i, m in enumerate(everything) if m is not messages[i]] == [0, 2, 5]
+    assert [i for i, m in enumerate(everything) if m is not messages[i]] == [0, 2, 6]
     assert marked(messages, 4) == messages  # no room left
+
+
+def test_where_the_previous_turns_block_began_is_marked_too() -> None:
+    """The previous turn's requests wrote the prefix up to its block; a tool loop longer
+    than Anthropic's 20-block look-back would lose it, so it is marked where it is."""
+    loop = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}"}]}
+        if n % 2 == 0
+        else {"role": "tool", "tool_call_id": f"c{n - 1}", "content": "out"}
+        for n in range(40)
+    ]
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "hi"},
+        {"role": "user", "content": "read the files"},
+        *loop,
+        {"role": "assistant", "content": "done"},
+        {"role": "system", "content": "Recalled from earlier: …"},
+        {"role": "user", "content": "and the logs?"},
+    ]
+    out = marked(messages, 2)  # Claude Code's own two
+    assert [i for i, m in enumerate(out) if m is not messages[i]] == [2, 44]
 
 
 def test_a_clients_mark_is_never_replaced() -> None:
