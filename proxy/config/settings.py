@@ -109,6 +109,10 @@ class ContextSettings(_Section):
     # Recall: up to this share of the budget brings back messages the summary covers,
     # ranked by relevance to the latest turns blended with recency; 0 turns it off.
     recall_ratio: float = Field(0.1, ge=0, le=0.5)
+    # ... and at most this many tokens: a turn's block is written to the provider's
+    # prompt cache again each turn (1.25x the input price on Claude), so a big window's
+    # tenth (16k tokens on a 200k model) costs more than the few units it needs.
+    recall_max_tokens: int = Field(4096, ge=0)
     recall_relevance_weight: float = Field(0.8, ge=0)
     recall_recency_weight: float = Field(0.2, ge=0)
     # How long a provider's prompt cache keeps a prefix after its last use (a model's

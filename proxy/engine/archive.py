@@ -137,7 +137,11 @@ class Archive:
         inserts as this plan leaves them."""
         context = self._settings.context
         checkpoint = state.checkpoint
-        room = min(int(context.recall_ratio * request.budget), request.budget - plan.tokens)
+        room = min(
+            int(context.recall_ratio * request.budget),
+            context.recall_max_tokens,
+            request.budget - plan.tokens,
+        )
         if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
             return plan, inserts
         archived = await self.of(request.key, state.checkpoints, checkpoint)

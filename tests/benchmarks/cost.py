@@ -386,6 +386,11 @@ STRATEGIES = [
     Strategy("(a) resend, own compaction", proxy=False),
     Strategy("(b) proxy as on main", proxy=True, context={"cache_aware": False}),
     Strategy("(c) proxy, items 3+4", proxy=True),
+    # The same proxy set to keep a small verbatim window: folds early, keeps 10% of the
+    # room verbatim (what a user trades for cost; recall brings the rest back).
+    Strategy(
+        "(d) (c), lean window", proxy=True, context={"summarize_at": 0.35, "keep_recent_ratio": 0.1}
+    ),
     Strategy("resend, never compacting", proxy=False, compacts=False),
 ]
 
@@ -525,26 +530,30 @@ def table(outcomes: list[Outcome], rates: Rates) -> list[str]:
 
 
 def verdict(outcomes: list[Outcome], rates: Rates) -> list[str]:
-    """The issue's targets on the agent session, printed (never asserted)."""
-    a, b, c = outcomes[0], outcomes[1], outcomes[2]
-    ratio = c.spend.total(rates) / a.spend.total(rates)
-    worst = max(range(len(a.cumulative)), key=lambda t: c.cumulative[t] - a.cumulative[t])
-    above = c.cumulative[worst] - a.cumulative[worst]
-    prompt, read = c.spend.prompt()
-    share = read / max(prompt, 1)
+    """The issue's targets on the agent session for (c) and (d), printed (never asserted)."""
+    a, b = outcomes[0], outcomes[1]
 
     def mark(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
-    return [
-        f"target: (c) costs <= 0.6x (a): {ratio:.2f}x  {mark(ratio <= 0.6)}",
-        f"target: (c) never costs more than (a), turn by turn (cumulative): worst turn {worst},"
-        f" (c) - (a) = ${above:+.4f}  {mark(above <= 0)}",
-        f"target: >= 95% of (c)'s prompt tokens read from the cache: {share:.1%}"
-        f"  {mark(share >= 0.95)}",
-        f"target: (c)'s probe recall unchanged vs (b): {c.recall:.0%} vs {b.recall:.0%}"
-        f"  {mark(c.recall >= b.recall)}",
-    ]
+    lines = []
+    for c in (o for o in outcomes[2:] if o.strategy.proxy):
+        name = c.strategy.name.split()[0]
+        ratio = c.spend.total(rates) / a.spend.total(rates)
+        worst = max(range(len(a.cumulative)), key=lambda t: c.cumulative[t] - a.cumulative[t])
+        above = c.cumulative[worst] - a.cumulative[worst]
+        prompt, read = c.spend.prompt()
+        share = read / max(prompt, 1)
+        lines += [
+            f"target: {name} costs <= 0.6x (a): {ratio:.2f}x  {mark(ratio <= 0.6)}",
+            f"target: {name} never costs more than (a), turn by turn (cumulative): worst turn"
+            f" {worst}, {name} - (a) = ${above:+.4f}  {mark(above <= 0)}",
+            f"target: >= 95% of {name}'s prompt tokens read from the cache: {share:.1%}"
+            f"  {mark(share >= 0.95)}",
+            f"target: {name}'s probe recall unchanged vs (b): {c.recall:.0%} vs {b.recall:.0%}"
+            f"  {mark(c.recall >= b.recall)}",
+        ]
+    return lines
 
 
 def describe(kind: str, session: Session, rates: Rates) -> str:
