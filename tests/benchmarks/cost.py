@@ -1,5 +1,5 @@
 """What a session costs with the provider's prompt cache counted: resending everything,
-the proxy as on main, and the proxy with issue 38's compaction and tool stubs.
+the proxy without and with issue 38's compaction and tool stubs, and with a lean window.
 
 Two seeded sessions (`tests/benchmarks/workloads.py`) on one virtual clock, shared by
 the client, the proxy (in this process, `create_app(settings, clock=...)`) and the test
@@ -384,7 +384,7 @@ class Strategy:
 
 STRATEGIES = [
     Strategy("(a) resend, own compaction", proxy=False),
-    Strategy("(b) proxy as on main", proxy=True, context={"cache_aware": False}),
+    Strategy("(b) proxy, cache_aware off", proxy=True, context={"cache_aware": False}),
     Strategy("(c) proxy, items 3+4", proxy=True),
     # The same proxy set to keep a small verbatim window: folds early, keeps 10% of the
     # room verbatim (what a user trades for cost; recall brings the rest back).

@@ -133,7 +133,7 @@ def _check_cost(section: str) -> None:
         )
         assert [row[0] for row in rows] == [
             "(a) resend, own compaction",
-            "(b) proxy as on main",
+            "(b) proxy, cache_aware off",
             "(c) proxy, items 3+4",
             "(d) (c), lean window",
             "resend, never compacting",
