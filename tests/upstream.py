@@ -143,6 +143,10 @@ class FakeUpstream:
         received = Received(request.url.path, dict(request.headers), body)
         if self.record:
             self.requests.append(received)
+        refused = messages_api.misplaced_system(body)
+        if refused is not None:
+            error = {"type": "invalid_request_error", "message": refused}
+            return JSONResponse({"type": "error", "error": error}, status_code=400)
         blocks = messages_api.prompt_blocks(body, memo_tokens)
         marks = sum(block.ttl is not None for block in blocks)
         if marks > MAX_BREAKPOINTS:

@@ -59,6 +59,23 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+# Claude models that take a system message mid-conversation where it stands (LiteLLM's
+# map calls this `supports_mid_conversation_system`): Claude 4.8 and the 5 family.
+MID_CONVERSATION_SYSTEM = ("claude-opus-4-8", "claude-sonnet-5", "claude-opus-5", "claude-fable-5")
+
+
+def misplaced_system(body: dict[str, Any]) -> str | None:
+    """Anthropic's refusal of a `system` role in `messages`: first, on every model (the
+    top-level `system` field is for that); anywhere, on a model before Claude 4.8."""
+    roles = [m.get("role") for m in body.get("messages", []) if isinstance(m, dict)]
+    if roles[:1] == ["system"]:
+        return "messages.0: use the top-level 'system' parameter for the initial system prompt"
+    model = str(body.get("model"))
+    if "system" in roles and not model.startswith(MID_CONVERSATION_SYSTEM):
+        return f"messages.{roles.index('system')}: role 'system' is not supported on this model"
+    return None
+
+
 def prompt_blocks(body: dict[str, Any], encode: Callable[[str], Sequence[int]]) -> list[Block]:
     """The prompt as Anthropic's cache sees it: each tool, each system block, each
     message's content blocks (the first with its role), in order, every one marked with

@@ -128,7 +128,7 @@ class Engine:
                 completion = Completion(turn.answer)
             elif native is not None:
                 observer.upstream_started()
-                request = native.request(turn.body, turn.compression == "summary")
+                request = self._native_request(native, turn)
                 reply = await self.upstream.native_complete(
                     native.api, request, context.provider_key, context.models
                 )
@@ -167,7 +167,7 @@ class Engine:
             observer.planned(turn)
             observer.upstream_started()
             if native is not None:
-                request = native.request(turn.body, turn.compression == "summary")
+                request = self._native_request(native, turn)
                 events = await self.upstream.native_stream(
                     native.api, request, native.stream(), key, context.models
                 )
@@ -181,6 +181,11 @@ class Engine:
         return TurnEvents(turn, events, observer, self._commits.answered, self._finish)
 
     # -- its steps ------------------------------------------------------------------------
+
+    def _native_request(self, native: Native, turn: Turn) -> dict[str, Any]:
+        """The planned turn in the door's own API, for what the model takes."""
+        mid_system = self.upstream.models.capable(turn.model, "supports_mid_conversation_system")
+        return native.request(turn.body, turn.compression == "summary", mid_system)
 
     async def _prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""

@@ -101,6 +101,24 @@ class Models:
         return True
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Models per process, bounded
+    def capable(self, model: str, capability: str) -> bool:
+        """Whether every deployment of `model` has `capability` in LiteLLM's model map
+        (`supports_mid_conversation_system`, say): unknown is no."""
+        deployments = [
+            entry.litellm_params for entry in self._settings.model_list if entry.model_name == model
+        ] or [{"model": self.provider_model(model)}]
+        for params in deployments:
+            try:
+                name, _, _, _ = adapter.get_llm_provider(
+                    model=str(params["model"]), api_base=params.get("api_base")
+                )
+            except Exception:  # a provider LiteLLM cannot name
+                return False
+            if adapter.model_cost.get(name, {}).get(capability) is not True:
+                return False
+        return True
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Models per process, bounded
     def reasons(self, model: str) -> bool:
         """Whether `model` reasons before it answers, by LiteLLM's model map: such a model
         (gpt-5.5, Codex's) refuses any temperature but its default."""

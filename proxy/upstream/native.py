@@ -51,8 +51,10 @@ class Native(Protocol):
         """Leave the client's field `name` out; whether it was there."""
         ...
 
-    def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
-        """The planned chat body as this API's call arguments (`model` the model group)."""
+    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
+        """The planned chat body as this API's call arguments (`model` the model group);
+        `mid_system`: whether the model takes a system message mid-conversation where
+        it stands."""
         ...
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.config.settings import Settings
 from proxy.doors.anthropic import door as messages
-from proxy.doors.anthropic.native import MessagesNative
+from proxy.doors.anthropic.native import SYSTEM_NOTE, MessagesNative
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.upstream.router import native_models
@@ -80,7 +80,7 @@ MESSAGES_BODIES: list[dict[str, Any]] = [
 def test_a_messages_window_goes_back_as_it_came(body: dict[str, Any]) -> None:
     body = {"model": "claude", "max_tokens": 10, **body}
     chat, _ = messages.to_chat(body)
-    sent = MessagesNative(body).request(chat, summarized=False)
+    sent = MessagesNative(body).request(chat, summarized=False, mid_system=True)
     assert sent["messages"] == body["messages"]
     assert sent.get("system") == (body.get("system") or None)
 
@@ -93,14 +93,68 @@ def test_a_summary_takes_a_breakpoint_only_where_one_is_left() -> None:
     }
     summary = {"role": "system", "content": "Summary of the earlier conversation: …"}
     chat = {"model": "claude", "max_tokens": 10, "messages": [summary, *body["messages"]]}
-    sent = MessagesNative(body).request(chat, summarized=True)
+    sent = MessagesNative(body).request(chat, summarized=True, mid_system=False)
     assert sent["system"] == [
         {"type": "text", "text": summary["content"], "cache_control": EPHEMERAL}
     ]
     crowded = [{"type": "text", "text": f"r{n}", "cache_control": EPHEMERAL} for n in range(4)]
     chat["messages"] = [{"role": "system", "content": crowded}, summary, *body["messages"]]
-    sent = MessagesNative(body).request(chat, summarized=True)
+    sent = MessagesNative(body).request(chat, summarized=True, mid_system=False)
     assert "cache_control" not in sent["system"][-1]
+
+
+def _claude(messages: list[dict[str, Any]], mid_system: bool) -> list[dict[str, Any]]:
+    body: dict[str, Any] = {"model": "claude", "max_tokens": 10, "messages": []}
+    chat = {"model": "claude", "max_tokens": 10, "messages": messages}
+    return MessagesNative(body).request(chat, summarized=False, mid_system=mid_system)["messages"]
+
+
+RECALLED = {"role": "system", "content": "Recalled from earlier in this conversation: …"}
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+}
+RESULT = {"role": "tool", "tool_call_id": "t1", "content": "a.py"}
+
+
+def test_a_system_message_mid_conversation_is_a_user_turn_where_claude_refuses_the_role() -> None:
+    """Before Claude 4.8 Anthropic refuses `system` in `messages`: the recall block goes
+    as a labelled user turn in its place, the turns before it as they were."""
+    before = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    asked = {"role": "user", "content": "and the logs?"}
+    plain = _claude([*before, asked], mid_system=False)
+    sent = _claude([*before, RECALLED, asked], mid_system=False)
+    assert sent[:2] == plain[:2] and sent[3] == plain[2]
+    assert sent[2] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": SYSTEM_NOTE},
+            {"type": "text", "text": RECALLED["content"]},
+        ],
+    }
+    # A model that takes the role there gets it where it stood.
+    kept = _claude([*before, RECALLED, asked], mid_system=True)
+    assert kept[2] == {"role": "system", "content": RECALLED["content"]}
+
+
+def test_a_system_message_between_a_tool_call_and_its_results_goes_after_them() -> None:
+    """A user turn between a tool call and its results would part them (Anthropic
+    refuses that): it follows the results instead."""
+    sent = _claude(
+        [
+            {"role": "user", "content": "list"},
+            CALL,
+            RECALLED,
+            RESULT,
+            {"role": "user", "content": "ok"},
+        ],
+        mid_system=False,
+    )
+    assert [turn["role"] for turn in sent] == ["user", "assistant", "user", "user", "user"]
+    assert sent[2]["content"][0]["type"] == "tool_result"
+    assert sent[3]["content"][1]["text"] == RECALLED["content"]
+    assert sent[4]["content"] == "ok"
 
 
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "Z0FB"}
@@ -128,7 +182,7 @@ RESPONSES_INPUT: list[dict[str, Any]] = [
 def test_a_responses_window_goes_back_as_it_came() -> None:
     body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
     chat, _ = responses.to_chat(body)
-    sent = ResponsesNative(body).request(chat, summarized=False)
+    sent = ResponsesNative(body).request(chat, summarized=False, mid_system=False)
     assert sent["instructions"] == "You are Codex."
     assert sent["input"] == RESPONSES_INPUT
 
@@ -220,4 +274,7 @@ def test_a_turn_with_citations_is_kept_whole() -> None:
     body = {"model": "gpt", "input": [{"type": "message", "role": "user", "content": "q"}, cited]}
     chat, _ = responses.to_chat(body)
     assert chat["messages"][1]["responses_output"] == [cited]
-    assert ResponsesNative(body).request(chat, summarized=False)["input"] == body["input"]
+    assert (
+        ResponsesNative(body).request(chat, summarized=False, mid_system=False)["input"]
+        == body["input"]
+    )

@@ -53,6 +53,8 @@ _FORWARDED = (
     "metadata",
 )
 _BREAKPOINTS = 4  # cache breakpoints Anthropic takes in one request
+# Before a system message sent as a user turn (a model that refuses the role there).
+SYSTEM_NOTE = "(A system message, not the user's words:)"
 _EPHEMERAL = {"type": "ephemeral"}
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -69,13 +71,14 @@ class MessagesNative:
     def drop(self, name: str) -> bool:
         return self._body.pop(name, None) is not None
 
-    def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
+    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
         messages = chat["messages"]
         lead = 0
         while lead < len(messages) and messages[lead].get("role") == "system":
             lead += 1
         system = [block for m in messages[:lead] for block in _blocks(m.get("content"))]
-        out: dict[str, Any] = {"model": chat["model"], "messages": _turns(messages[lead:])}
+        turns = _turns(messages[lead:], mid_system)
+        out: dict[str, Any] = {"model": chat["model"], "messages": turns}
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         out["max_tokens"] = chat.get("max_tokens", out.get("max_tokens"))
         if summarized and system and _breakpoints(out, system) < _BREAKPOINTS:
@@ -249,26 +252,52 @@ def _call(call_id: Any, name: Any, given: Any) -> dict[str, Any]:
 # -- the window in Anthropic's shape ----------------------------------------------------
 
 
-def _turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _turns(messages: list[dict[str, Any]], mid_system: bool) -> list[dict[str, Any]]:
     """Chat messages as Anthropic turns: tool results and the user message after them
-    are one user turn, as they came."""
+    are one user turn, as they came. A system message mid-conversation (Claude Code's,
+    or the proxy's recall block) stays where it stood for a model that takes one there
+    (`mid_system`); for any other (before Claude 4.8, which refuses the role) it is a
+    user turn in its place, labelled, so everything before it keeps its bytes; one
+    between a tool call and its results goes after the results, as a turn between them
+    would part them (consecutive user turns are one to Anthropic)."""
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # system turns waiting for the results they interrupt
     for message in messages:
         role = message.get("role")
         if role == "tool":
             results.append(_result(message))
             continue
-        if role == "user":
+        if role == "system" and not mid_system and not results and _calls(out):
+            held.append(_system_as_user(message))
+            continue
+        if role == "user" and not held:
             out.append({"role": "user", "content": _user(results, message.get("content"))})
+        elif role == "user":
+            out += [{"role": "user", "content": results}] if results else []
+            out += [*held, {"role": "user", "content": _user([], message.get("content"))}]
         else:
             if results:
                 out.append({"role": "user", "content": results})
-            out.append(_assistant(message) if role == "assistant" else _system(message))
-        results = []
+            out += held
+            if role == "assistant":
+                out.append(_assistant(message))
+            else:
+                out.append(_system(message) if mid_system else _system_as_user(message))
+        results, held = [], []
     if results:
         out.append({"role": "user", "content": results})
-    return out
+    return out + held
+
+
+def _calls(turns: list[dict[str, Any]]) -> bool:
+    """Whether the last turn is the assistant's and calls tools (its results come next)."""
+    if not turns or turns[-1].get("role") != "assistant":
+        return False
+    content = turns[-1].get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_use" for block in content
+    )
 
 
 def _user(results: list[dict[str, Any]], content: Any) -> Any:
@@ -282,6 +311,14 @@ def _system(message: dict[str, Any]) -> dict[str, Any]:
     where it stood."""
     content = message.get("content")
     return {"role": "system", "content": content if isinstance(content, str) else _blocks(content)}
+
+
+def _system_as_user(message: dict[str, Any]) -> dict[str, Any]:
+    """A system message mid-conversation as a user turn, for a model that refuses the
+    role there: labelled as not the user's words."""
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else _blocks(content)
+    return {"role": "user", "content": [{"type": "text", "text": SYSTEM_NOTE}, *blocks]}
 
 
 def _assistant(message: dict[str, Any]) -> dict[str, Any]:

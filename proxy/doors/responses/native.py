@@ -64,7 +64,7 @@ class ResponsesNative:
     def drop(self, name: str) -> bool:
         return self._body.pop(name, None) is not None
 
-    def request(self, chat: dict[str, Any], summarized: bool) -> dict[str, Any]:
+    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
         """The window as a Responses call (OpenAI caches prompt prefixes by itself: a
         summary needs no mark; the session's `prompt_cache_key` keeps its turns together)."""
         messages = chat["messages"]
