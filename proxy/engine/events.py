@@ -36,13 +36,14 @@ class TurnEvents:
         answered: Callable[
             [Turn, Message | None, dict[str, Any] | None], Awaitable[TurnCost | None]
         ],
-        finish: Callable[[Turn], Awaitable[None]],
+        finish: Callable[[Turn, bool], Awaitable[None]],
     ) -> None:
         self.turn = turn
         self._events = events
         self._observer = observer
         self._answered = answered
         self._finish = finish
+        self._stored = False  # answered: the reply was stored (or made here)
 
     async def __aiter__(self) -> AsyncIterator[Events]:
         """The events as they come, but from the reply's finish on (its finish reason,
@@ -66,11 +67,12 @@ class TurnEvents:
                 yield batch
         self._observer.upstream_finished()
         self._observer.priced(await self._answered(self.turn, reply.message(), usage))
+        self._stored = True
         for batch in held:
             yield batch
 
     async def aclose(self) -> None:
-        await self._finish(self.turn)
+        await self._finish(self.turn, self._stored)
 
 
 def _has_output(chunk: dict[str, Any]) -> bool:

@@ -144,8 +144,10 @@ class Engine:
             observer.priced(
                 await self._commits.answered(turn, reply_message(completion.data), usage)
             )
-        finally:
-            await self._finish(turn)
+        except BaseException:
+            await self._finish(turn, answered=False)
+            raise
+        await self._finish(turn)
         return turn, completion
 
     async def stream(
@@ -176,7 +178,7 @@ class Engine:
                     turn.body, turn.messages_json, key, context.models
                 )
         except BaseException:
-            await self._finish(turn)
+            await self._finish(turn, answered=False)
             raise
         return TurnEvents(turn, events, observer, self._commits.answered, self._finish)
 
@@ -272,10 +274,19 @@ class Engine:
         plan, inserts = await self.archive.recalled(request, state, plan, inserts)
         return await self.memories.recalled(request, request.memory_id, plan), inserts
 
-    async def _finish(self, turn: Turn) -> None:
-        """The turn is over, stored or not: the session's next turn may start."""
-        if turn.lease is not None:
-            await self._locks.release(turn.lease)
+    async def _finish(self, turn: Turn, answered: bool = True) -> None:
+        """The turn is over, stored or not: the session's next turn may start. One that
+        was not answered (the provider failed it, the stream was cut) stored nothing,
+        but the summarizer's calls it made were paid for: the session owes them."""
+        try:
+            key = turn.request.key if turn.request is not None else None
+            if not answered and turn.summaries and key is not None:
+                await self.summaries.store(key, None, turn.summaries)
+        except Exception as exc:  # the turn's own failure is what the client hears of
+            logger.warning("summary cost not recorded: %s", type(exc).__name__)
+        finally:
+            if turn.lease is not None:
+                await self._locks.release(turn.lease)
 
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
         """What a turn would send, without calling any model: where a summary is due,

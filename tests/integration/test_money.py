@@ -317,3 +317,44 @@ def test_a_compacting_session_is_charged_its_summaries_and_reports_net_not_gross
     assert read > 0.5 * sum(reported(call)["prompt"] for call in turns)
     gross = sum(record["tokens_saved"] for record in records) * GPT["input"]
     assert net < gross
+
+
+def test_a_summary_made_for_a_turn_the_upstream_then_fails_is_still_charged(
+    upstream: FakeUpstream, tmp_path: Path, clock: Clock
+) -> None:
+    """A turn that must fold first makes its summary, then the provider fails the turn:
+    nothing is stored, but the summarizer's calls were paid for, so the session owes
+    them (its next turns are charged them), never forgets them."""
+    failed: list[int] = []
+    calls: list[str] = []
+
+    def respond(body: dict[str, Any]) -> str | Reply:
+        if is_summarizer(body):
+            calls.append("summary")
+            return "Summary: the user set rules."
+        calls.append("turn")
+        if not failed and calls[-2:] == ["summary", "turn"]:
+            failed.append(len(calls))  # the turn right after its own summary: fails
+            return Reply(status=500, error_message="overloaded")
+        return "ok"
+
+    upstream.default = Reply(respond=respond)
+    session = "money-failed-after-summary"
+    messages: list[Any] = [{"role": "system", "content": LONG}]
+    with proxy(upstream, tmp_path, clock, window=8192) as url:
+        for turn in range(6):
+            clock.advance(20)
+            words = " ".join(f"t{turn}w{i}" for i in range(900 if turn == 3 else 150))
+            messages.append({"role": "user", "content": words})
+            try:
+                answer = chat_turn(url, session, messages, stream=False)
+            except openai.InternalServerError:
+                answer = chat_turn(url, session, messages, stream=False)  # the client retries
+            messages.append({"role": "assistant", "content": answer})
+        records = plans(url, session)
+        receipt = httpx.get(f"{url}/v1/sessions/{session}", headers=KEY).json()["receipt"]
+    assert failed, calls
+    summarizer = [r for r in upstream.chat_requests() if is_summarizer(r.body)]
+    made = sum(spent(reported(call), GPT) for call in summarizer)
+    charged = sum(record["cost"]["summaries"] for record in records)
+    assert charged + receipt["summaries_uncharged"] == pytest.approx(made, abs=1e-9)
