@@ -38,6 +38,7 @@ _OFF_LOOP_CHARS = 50_000
 _RESULTS_BACK = 64  # parallel tool calls a turn may answer across, at most
 _PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
 _INSERTS_KEPT = 1024  # sessions whose inserts a process keeps
+_WINDOW_MESSAGES = 20_000  # stored messages of recent windows a process keeps, in all
 
 
 class History:
@@ -47,6 +48,11 @@ class History:
         # Sessions' inserts as last read, by the digest their meta names them by: a cache
         # of what the store holds, which the digest says is current (it changes no plan).
         self._inserts: OrderedDict[SessionKey, tuple[str, Inserts]] = OrderedDict()
+        # Sessions' stored windows as last read: where each begins, and its entries (a
+        # cache of the store, checked against it on every read: it changes no plan).
+        self._windows: OrderedDict[SessionKey, tuple[int, tuple[StoredMessage, ...]]] = (
+            OrderedDict()
+        )
 
     async def state(self, request: Request) -> State:
         """Load the meta, reconcile, validate and count the new messages; recount from the
@@ -242,12 +248,35 @@ class History:
         return result
 
     async def window(self, request: Request, state: State, start: int) -> list[StoredMessage]:
-        """transcript[start:] as this request leaves it: stored messages, then new ones."""
+        """transcript[start:] as this request leaves it: stored messages, then new ones.
+        The stored part is read from where the session's last window read here ended,
+        when the store still holds that window (the chain value at its end says so): a
+        client that sends only its new turn costs the reading of that turn, not of the
+        whole window."""
         assert request.key is not None
-        stored = []
+        stored: list[StoredMessage] = []
         if start < state.keep:
-            stored = await self._store.messages(*request.key, start, state.keep)
+            stored = await self._stored_window(request.key, start, state.keep)
         return [*stored, *state.new[max(0, start - state.keep) :]]
+
+    async def _stored_window(self, key: SessionKey, start: int, end: int) -> list[StoredMessage]:
+        known = self._windows.get(key)
+        stored = None
+        if known is not None:
+            first, entries = known
+            last = first + len(entries)  # the window read before was [first, last)
+            if entries and first <= start < last <= end:
+                tail = await self._store.messages(*key, last - 1, end)
+                if tail and tail[0].chain == entries[-1].chain:  # the same transcript
+                    stored = [*entries[start - first :], *tail[1:]]
+        if stored is None:
+            stored = await self._store.messages(*key, start, end)
+        self._windows[key] = (start, tuple(stored))
+        self._windows.move_to_end(key)
+        held = sum(len(entries) for _, entries in self._windows.values())
+        while held > _WINDOW_MESSAGES and len(self._windows) > 1:
+            held -= len(self._windows.popitem(last=False)[1][1])
+        return stored
 
 
 def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:

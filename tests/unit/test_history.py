@@ -116,3 +116,35 @@ async def test_after_the_reply_the_meta_counts_the_turn(parts: Parts) -> None:
     assert meta.totals == {name: state.totals[name] + reply.tokens[name]}
     assert checkpoints == ()
     assert meta.fingerprint is not None and meta.fingerprint.count == 3  # what it resent
+
+
+async def test_a_window_read_again_reads_only_what_the_store_added_since(parts: Parts) -> None:
+    """A client that sends only its new turn gets the window the store holds; reading it
+    again costs the messages added since, never the whole window, while the store still
+    holds what was read (an edit of history elsewhere is read whole)."""
+    history = conversation(4)
+    for end in range(2, len(history) + 1, 2):
+        await parts.turn(history[: end - 1])
+    ranges = reads(parts)
+    asked = request(parts, [said("five")], mode="append")
+    state = await parts.engine._history.state(asked)
+    window = await parts.engine._history.window(asked, state, 0)
+    assert [s.message for s in window] == [*history, said("five")]
+    assert ranges == [(0, 8)]
+    await parts.turn([said("five")], mode="append")
+    ranges.clear()
+    asked = request(parts, [said("six")], mode="append")
+    state = await parts.engine._history.state(asked)
+    window = await parts.engine._history.window(asked, state, 0)
+    five = [said("five"), echo("five")]
+    assert [s.message for s in window] == [*history, *five, said("six")]
+    assert ranges == [(7, 10)]  # the last message read before, to check, and the turn since
+    # Another replica rewrote the session: what the store holds now is read, whole.
+    await parts.turn([*history[:4], said("edited")])
+    ranges.clear()
+    asked = request(parts, [said("seven")], mode="append")
+    state = await parts.engine._history.state(asked)
+    window = await parts.engine._history.window(asked, state, 0)
+    edited = [said("edited"), echo("edited")]
+    assert [s.message for s in window] == [*history[:4], *edited, said("seven")]
+    assert (0, 6) in ranges
