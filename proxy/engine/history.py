@@ -18,7 +18,7 @@ from proxy.conversation.identity import Message, chain
 from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
-from proxy.engine.stubs import last_user, savings
+from proxy.engine.stubs import Stubber, last_user, savings, stub
 from proxy.engine.types import Request, State
 from proxy.sessions.records import (
     MANY_MESSAGES,
@@ -42,9 +42,10 @@ _WINDOW_MESSAGES = 20_000  # stored messages of recent windows a process keeps, 
 
 
 class History:
-    def __init__(self, store: SessionStore, counts: CountCache) -> None:
+    def __init__(self, store: SessionStore, counts: CountCache, make: Stubber = stub) -> None:
         self._store = store
         self._counts = counts
+        self._make = make  # a stub as the session's requests send it (`proxy.engine.stubs`)
         # Sessions' inserts as last read, by the digest their meta names them by: a cache
         # of what the store holds, which the digest says is current (it changes no plan).
         self._inserts: OrderedDict[SessionKey, tuple[str, Inserts]] = OrderedDict()
@@ -220,7 +221,7 @@ class History:
                 last = last_user([s.message for s in kept])
             stubbed = tuple(at for at in checkpoint.stubbed if at < last)
             counters = {n: counter_for_name(n, request.counter) for n in names}
-            saved = savings(kept, stubbed, counters)
+            saved = savings(kept, stubbed, counters, self._make)
             checkpoint = replace(checkpoint, stubbed=stubbed, stubs_saved=saved)
         return {n: sum(s.tokens[n] for s in kept) for n in names}, checkpoint, count
 

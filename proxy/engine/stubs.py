@@ -81,12 +81,18 @@ def stubbable(result: Message) -> bool:
     )
 
 
-def stub(result: Message, call: dict[str, Any] | None, matched: Sequence[str] = ()) -> Message:
+def stub(
+    result: Message,
+    call: dict[str, Any] | None,
+    matched: Sequence[str] = (),
+    recalled: bool = True,
+) -> Message:
     """`result` with its content replaced by a description of it: the tool's name and
     arguments (from `call`, the tool call it answers), its size in characters and lines,
     its first and last lines, and the lines between that report an error (or hold one of
     the words `matched`, for a recalled output), each kept line numbered. Every other
-    field of the message but a cache breakpoint stays as it was. Work is a few C-speed
+    field of the message but a cache breakpoint stays as it was. It says a question
+    brings the output back only where recall is on (`recalled`). Work is a few C-speed
     passes over the output: no list of its lines is made."""
     text = _text(result.get("content"))
     count = text.count("\n") + 1
@@ -101,7 +107,11 @@ def stub(result: Message, call: dict[str, Any] | None, matched: Sequence[str] = 
         described += f", and {len(errors)} lines between that report errors"
     if matching:
         described += f", and {len(matching)} lines between that match the question"
-    described += ". The whole output is kept: a question about it brings it back.]"
+    described += (
+        ". The whole output is kept: a question about it brings it back.]"
+        if recalled
+        else ". The whole output is kept in the session's history.]"
+    )
     between = sorted([*errors, *matching])
     kept = [*enumerate(head), *between, *zip(range(count - len(tail), count), tail, strict=True)]
     shown, last = [described], -1
@@ -262,7 +272,7 @@ class Stubs:
         key = (fields, len(text), hash(text), _called(call, limit=None))
         made = self._made.get(key)
         if made is None:
-            made = self._made[key] = stub(result, call)
+            made = self._made[key] = stub(result, call, recalled=self._context.recall_ratio > 0)
             if len(self._made) > self._size:
                 self._made.popitem(last=False)
         else:

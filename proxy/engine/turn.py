@@ -12,6 +12,7 @@ of history), never in full.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from proxy.engine.intake import Intake
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
+from proxy.engine.stubs import stub
 from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import (
     Observer,
@@ -81,7 +83,8 @@ class Engine:
         self.label = ModelLabels(upstream.models.served_as)
         self.summaries = Summaries(settings, upstream, store, self.label, monotonic, clock)
         self._counts = CountCache()
-        self._history = History(store, self._counts)
+        recalls = settings.context.recall_ratio > 0
+        self._history = History(store, self._counts, functools.partial(stub, recalled=recalls))
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(

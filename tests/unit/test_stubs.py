@@ -70,6 +70,18 @@ def test_a_stub_says_what_the_output_was_and_keeps_its_ends_and_its_errors() -> 
     }
 
 
+def test_a_recalled_stub_keeps_the_lines_the_question_names_and_promises_only_what_is_so() -> None:
+    """In a recall block a stub keeps the lines that hold the question's words; with
+    recall off it says where the output is kept, not that a question brings it back."""
+    text = output(300, {150: "db_host = pg-replica-7.internal"})
+    asked = stub(result(text), CALL, matched=("db_host",))["content"]
+    assert "151: db_host = pg-replica-7.internal" in asked.split("\n")
+    assert "1 lines between that match the question" in asked
+    assert "a question about it brings it back" in asked
+    quiet = stub(result(text), CALL, recalled=False)["content"]
+    assert "a question about it" not in quiet and "kept in the session's history" in quiet
+
+
 def test_a_stub_is_small_whatever_the_output() -> None:
     errors = {i: f"ERROR {'x' * 5000}" for i in range(10, 1990, 7)}
     long = stub(result(output(2000, errors)), CALL)
