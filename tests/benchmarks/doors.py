@@ -19,9 +19,11 @@ pass", the floor for any proxy that reads and forwards JSON). Then one
 Claude-Code-shaped conversation (a 35k-token system prompt, 25 tools, 300 messages of
 tool calls and results) through the Messages door to the Anthropic deployment.
 
-LiteLLM's proxy gets the same model list, but the translated Responses route is a
-`custom_openai/` deployment there: LiteLLM speaks the Responses API to every `openai/`
-deployment, and translates to chat completions for a provider without it.
+LiteLLM's proxy gets the same model list, told to translate where the proxy does: by
+itself LiteLLM speaks the Responses API to every `openai/` deployment, on its Messages
+door too. So its translated Responses deployment says `use_chat_completions_api: true`,
+and `litellm_settings` `use_chat_completions_url_for_anthropic_messages: true` sends its
+Messages door to chat completions for a non-Anthropic model.
 """
 
 from __future__ import annotations
@@ -59,9 +61,8 @@ class Route:
     title: str
     door: str  # chat, messages or responses
     model: str  # the model name the client asks for
-    litellm_params: dict[str, Any]  # the deployment behind it (the upstream's URL filled in)
+    provider: str  # the deployment behind it, at the test upstream
     native_api: bool
-    litellm_model: str | None = None  # LiteLLM's proxy's deployment, where it differs
 
 
 ROUTES = (
@@ -70,7 +71,7 @@ ROUTES = (
         "the chat door to openai/gpt-4o-mini (chat completions)",
         "chat",
         "bench-chat",
-        {"model": "openai/gpt-4o-mini"},
+        "openai/gpt-4o-mini",
         False,
     ),
     Route(
@@ -78,7 +79,7 @@ ROUTES = (
         "the Messages door to anthropic/claude-sonnet-4-5 (Anthropic's Messages API)",
         "messages",
         "bench-claude",
-        {"model": "anthropic/claude-sonnet-4-5"},
+        "anthropic/claude-sonnet-4-5",
         True,
     ),
     Route(
@@ -86,7 +87,7 @@ ROUTES = (
         "the Messages door to openai/gpt-4o-mini (chat completions)",
         "messages",
         "bench-chat",
-        {"model": "openai/gpt-4o-mini"},
+        "openai/gpt-4o-mini",
         False,
     ),
     Route(
@@ -94,7 +95,7 @@ ROUTES = (
         "the Responses door to openai/gpt-4.1, native_api: true (the Responses API)",
         "responses",
         "bench-responses",
-        {"model": "openai/gpt-4.1"},
+        "openai/gpt-4.1",
         True,
     ),
     Route(
@@ -102,9 +103,8 @@ ROUTES = (
         "the Responses door to openai/gpt-4.1, native_api: false (chat completions)",
         "responses",
         "bench-responses-chat",
-        {"model": "openai/gpt-4.1"},
+        "openai/gpt-4.1",
         False,
-        litellm_model="custom_openai/gpt-4.1",
     ),
 )
 AGENT = ROUTES[1]
@@ -118,15 +118,15 @@ def model_list(upstream_url: str, litellm: bool = False) -> list[dict[str, Any]]
         if route.model in seen:
             continue
         seen.add(route.model)
-        model = route.litellm_params["model"]
-        if litellm and route.litellm_model:
-            model = route.litellm_model
+        model = route.provider
         # Anthropic's base is the host: LiteLLM adds `/v1/messages` itself.
         base = upstream_url.removesuffix("/v1") if model.startswith("anthropic/") else upstream_url
         params = {"model": model, "api_base": base, "api_key": processes.UPSTREAM_KEY}
         info: dict[str, Any] = {"max_input_tokens": processes.HUGE_WINDOW}
         if not litellm:
             info["native_api"] = route.native_api
+        elif route.door == "responses" and not route.native_api:
+            params["use_chat_completions_api"] = True
         deployments.append(
             {"model_name": route.model, "litellm_params": params, "model_info": info}
         )
@@ -493,6 +493,7 @@ async def benchmark(
             litellm_config = {
                 "model_list": model_list(upstream_url, litellm=True),
                 "router_settings": {"num_retries": 0},
+                "litellm_settings": {"use_chat_completions_url_for_anthropic_messages": True},
             }
             with processes.litellm_proxy(litellm_config, directory) as litellm_url:
                 return await _run(Urls(upstream_url, proxy_url, litellm_url), rounds, lengths)
