@@ -10,12 +10,17 @@ length (10 to 5,000 messages) and each mode:
 - `append`: only the new user message (with the system prompt and tools), with
   `X-Session-Id` and `X-Session-Mode: append`, after the session exists.
 
-Each turn, the targets take turns: the direct call (the full-resend body, sent to the
-upstream's own endpoint for the door), the proxy in each mode, and LiteLLM's proxy on
-the same door with the full body. "Own time" is a target's p50 minus the direct p50,
-so for `append` it is the extra time against a client that sends the whole
-conversation itself. Beside it, one orjson parse + dump of the full body (a "body
-pass", the floor for any proxy that reads and forwards JSON). Then one
+Each turn, the targets take turns: the direct call, the proxy in each mode, and
+LiteLLM's proxy on the same door with the full body. The direct call is the whole
+conversation sent to the upstream in the API the route speaks to it: the client's own
+body on a native route (and the chat door), the same conversation as a chat completion
+on a translated one (the test upstream's three APIs cost it different times, and a
+translated route's upstream call is a chat completion). "Own time" is a target's p50
+minus the direct p50, so for `append` it is the extra time against a client that
+sends the whole conversation itself. Beside it, one orjson parse + dump of the full
+body (a "body pass", the floor for any proxy that reads and forwards JSON). Each
+length runs as conversations of `TURNS` turns, each one fresh, so a conversation stays
+near the length it started at. Then one
 Claude-Code-shaped conversation (a 35k-token system prompt, 25 tools, 300 messages of
 tool calls and results) through the Messages door to the Anthropic deployment.
 
@@ -48,7 +53,7 @@ LENGTHS = (10, 1000, 5000)
 QUICK_LENGTHS = (10, 100)
 ROUNDS = 60
 QUICK_ROUNDS = 2
-TURNS = 10  # a conversation's timed turns; more rounds are more conversations
+TURNS = 5  # a conversation's timed turns; more rounds are more conversations
 MODES = ("none", "session", "append")
 AGENT_MESSAGES = 300
 APPEND = {"X-Session-Mode": "append"}
@@ -63,6 +68,11 @@ class Route:
     model: str  # the model name the client asks for
     provider: str  # the deployment behind it, at the test upstream
     native_api: bool
+
+    @property
+    def upstream(self) -> str:
+        """The API the proxy speaks to the upstream on this route."""
+        return self.door if self.native_api else "chat"
 
 
 ROUTES = (
@@ -121,7 +131,8 @@ def model_list(upstream_url: str, litellm: bool = False) -> list[dict[str, Any]]
         model = route.provider
         # Anthropic's base is the host: LiteLLM adds `/v1/messages` itself.
         base = upstream_url.removesuffix("/v1") if model.startswith("anthropic/") else upstream_url
-        params = {"model": model, "api_base": base, "api_key": processes.UPSTREAM_KEY}
+        params: dict[str, Any] = {"model": model, "api_base": base}
+        params["api_key"] = processes.UPSTREAM_KEY
         info: dict[str, Any] = {"max_input_tokens": processes.HUGE_WINDOW}
         if not litellm:
             info["native_api"] = route.native_api
@@ -177,14 +188,15 @@ def agent(name: str, messages: int = AGENT_MESSAGES) -> Script:
         out.append({"role": "user", "content": [{"type": "text", "text": turn.user}]})
         ends.append(len(out))
         for step, action in enumerate(turn.actions):
-            use = {
+            use: dict[str, Any] = {
                 "type": "tool_use",
                 "id": workloads.tool_use_id(number, step),
                 "name": action.name,
                 "input": action.arguments,
             }
             out.append({"role": "assistant", "content": [{"type": "text", "text": "On it."}, use]})
-            result = {"type": "tool_result", "tool_use_id": use["id"], "content": action.result}
+            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"]}
+            result["content"] = action.result
             if action.error:
                 result["is_error"] = True
             out.append({"role": "user", "content": [result]})
@@ -216,10 +228,16 @@ def _agent_session(messages: int) -> workloads.Session:
 
 
 def body(
-    route: Route, script: Script, messages: list[dict[str, Any]], stateless: bool, mark: bool
+    route: Route,
+    script: Script,
+    messages: list[dict[str, Any]],
+    stateless: bool,
+    mark: bool,
+    door: str | None = None,
 ) -> bytes:
-    """The request in the door's shape (with `mark`, the last message's last block marked
-    for the cache where the conversation uses blocks)."""
+    """The request in the shape of `door` (the route's own by default; with `mark`, the
+    last message's last block marked for the cache where the conversation uses blocks)."""
+    door = door or route.door
     last = messages[-1]
     if mark and isinstance(last["content"], list):
         blocks = [
@@ -227,12 +245,12 @@ def body(
             last["content"][-1] | {"cache_control": {"type": "ephemeral"}},
         ]
         messages = [*messages[:-1], {"role": last["role"], "content": blocks}]
-    if route.door == "chat":
+    if door == "chat":
         request: dict[str, Any] = {
             "model": route.model,
             "messages": [{"role": "system", "content": script.system}, *messages],
         }
-    elif route.door == "messages":
+    elif door == "messages":
         request = {"model": route.model, "max_tokens": 1024, "system": script.system}
         request |= {"messages": messages} | ({"tools": script.tools} if script.tools else {})
     else:
@@ -246,6 +264,7 @@ class Turn:
     full: bytes  # the whole conversation
     stateless: bytes  # the same without a session (Responses: `"store": false`)
     new: bytes  # only the new user message
+    direct: bytes  # the whole conversation in the API the route speaks upstream
 
 
 def conversation(route: Route, script: Script, count: int) -> Iterator[Turn]:
@@ -254,13 +273,17 @@ def conversation(route: Route, script: Script, count: int) -> Iterator[Turn]:
     for turn in range(count):
         if turn:
             messages += [script.reply("echo: " + script.last_text(messages)), script.user(turn)]
+        full = body(route, script, messages, False, True)
         yield Turn(
-            body(route, script, messages, False, True),
+            full,
             body(route, script, messages, True, True),
             # Unmarked: the proxy keeps an appended message's mark with it, so marking
             # every new message would send Anthropic a fifth breakpoint by the third
             # appended turn (a 400); a full resend moves its one mark along instead.
             body(route, script, messages[-1:], False, False),
+            full
+            if route.upstream == route.door
+            else body(route, script, messages, False, True, route.upstream),
         )
 
 
@@ -271,8 +294,8 @@ def conversation(route: Route, script: Script, count: int) -> Iterator[Turn]:
 class Row:
     messages: int
     mode: str
-    body_bytes: int  # what the client sent in this mode
-    direct: float  # p50 of the full body, sent to the upstream directly
+    body_bytes: float  # what the client sent in this mode (the median turn's)
+    direct: float  # p50 of the whole conversation sent to the upstream directly
     proxy: float  # p50 through context-proxy in this mode
     litellm: float | None  # p50 through LiteLLM's proxy, the full body, no session
     body_pass: float  # one orjson parse + dump of the full body
@@ -314,16 +337,19 @@ async def measure(
     stays near where it started), each conversation a fresh one of `script`."""
     timings: dict[str, list[float]] = {}
     passes: list[float] = []
-    sizes: dict[str, int] = {}
+    sent: list[Turn] = []
     messages = 0
     for start in range(0, rounds, TURNS):
         conversation_script = script(f"doors-{uuid.uuid4().hex[:8]}")
         messages = len(conversation_script.messages)
-        last = await _conversation(
-            session, urls, route, conversation_script, min(TURNS, rounds - start), timings
+        sent += await _conversation(
+            session, urls, route, conversation_script, min(TURNS, rounds - start), timings, passes
         )
-        passes += [body_pass(last.full)]
-        sizes = {"none": len(last.stateless), "session": len(last.full), "append": len(last.new)}
+    sizes = {
+        "none": statistics.median(len(turn.stateless) for turn in sent),
+        "session": statistics.median(len(turn.full) for turn in sent),
+        "append": statistics.median(len(turn.new) for turn in sent),
+    }
     litellm = quantile(timings["litellm"], 0.5) if "litellm" in timings else None
     return [
         Row(
@@ -346,16 +372,18 @@ async def _conversation(
     script: Script,
     turns: int,
     timings: dict[str, list[float]],
-) -> Turn:
+    passes: list[float],
+) -> list[Turn]:
     """One conversation: two sessions made with its first turn (untimed, with the direct,
     stateless and LiteLLM calls as a warm-up), then `turns` turns, the targets one after
-    another in each; their times added to `timings`. Returns the last turn."""
+    another in each; their times added to `timings`, each full body's pass to `passes`.
+    Returns the timed turns."""
     nonce = uuid.uuid4().hex[:8]
     ids = {"session": f"doors-{nonce}-full", "append": f"doors-{nonce}-append"}
     door = "/v1" + PATHS[route.door]
     calls = list(conversation(route, script, turns + 1))
     targets: list[tuple[str, str, Callable[[Turn], Call]]] = [
-        ("direct", urls.upstream + PATHS[route.door], lambda t: Call(t.full, {})),
+        ("direct", urls.upstream + PATHS[route.upstream], lambda t: Call(t.direct, {})),
         ("none", urls.proxy + door, lambda t: Call(t.stateless, {})),
         ("session", urls.proxy + door, lambda t: Call(t.full, {SESSION_HEADER: ids["session"]})),
         (
@@ -376,8 +404,9 @@ async def _conversation(
         for target, url, make in targets:
             what = f"{route.name}, {len(script.messages)} messages: {target}"
             timings.setdefault(target, []).append(await timed(session, url, make(turn), what))
+        passes.append(body_pass(turn.full))  # in the same stretch
     await _check_sessions(session, urls.proxy, ids)
-    return calls[-1]
+    return calls[1:]
 
 
 async def _check_sessions(session: aiohttp.ClientSession, proxy: str, ids: dict[str, str]) -> None:
@@ -456,9 +485,10 @@ def _lengths(results: dict[str, list[Row]]) -> list[int]:
 
 def report(results: dict[str, list[Row]], agent_rows: list[Row], rounds: int) -> str:
     lines = [
-        f"rounds: {rounds} timed turns a length, in conversations of {TURNS} turns (after one "
-        "untimed); own time = p50 minus the direct p50 of the full-resend body; LiteLLM: "
-        "the full body, no session",
+        f"rounds: {rounds} timed turns a length and route, in conversations of {TURNS} turns "
+        "(each after one untimed); own time = p50 minus the direct p50 of the whole "
+        "conversation in the API the route speaks upstream; LiteLLM: the full body, no "
+        "session; body KB: the median turn's",
     ]
     titles = {route.name: route.title for route in ROUTES}
     for name, rows in results.items():
