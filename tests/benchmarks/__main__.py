@@ -1,4 +1,5 @@
-"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|cost|all|soak] [--quick]`.
+"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|cost|doors|all|soak]
+[--quick] [--no-litellm]`.
 
 `soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
 all three doors (`tests/benchmarks/soak.py`).
@@ -19,10 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import context, cost, history, overhead, scorecard, soak, stores
+from tests.benchmarks import context, cost, doors, history, overhead, scorecard, soak, stores
 
 # `all`; the soak runs alone
-BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard", "cost")
+BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard", "cost", "doors")
 
 
 def machine() -> str:
@@ -81,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
             elif name == "cost":
                 text = cost.benchmark(Path(directory), quick=args.quick)
+            elif name == "doors":
+                rounds, lengths = (
+                    (doors.QUICK_ROUNDS, doors.QUICK_LENGTHS)
+                    if args.quick
+                    else (doors.ROUNDS, doors.LENGTHS)
+                )
+                text = asyncio.run(
+                    doors.benchmark(Path(directory), rounds, lengths, not args.no_litellm)
+                )
             else:
                 text = context.benchmark(Path(directory), 40 if args.quick else context.TURNS)
             print(text, flush=True)

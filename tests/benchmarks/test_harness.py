@@ -32,7 +32,15 @@ def test_every_benchmark_prints_its_table() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     sections = dict(re.findall(r"== (\w+) ==\n(.*?)(?=\n== |\Z)", out, re.DOTALL))
-    assert set(sections) == {"overhead", "history", "stores", "context", "scorecard", "cost"}, out
+    assert set(sections) == {
+        "overhead",
+        "history",
+        "stores",
+        "context",
+        "scorecard",
+        "cost",
+        "doors",
+    }, out
 
     rows = re.findall(
         rf"^(no|yes)\s+(1|32)\s+(direct|context-proxy \+ session|context-proxy|litellm proxy)"
@@ -117,6 +125,7 @@ def test_every_benchmark_prints_its_table() -> None:
             assert int(appended[5]) < int(rewritten[5]), (rewritten, appended)
 
     _check_cost(sections["cost"])
+    _check_doors(sections["doors"])
 
 
 def _check_cost(section: str) -> None:
@@ -144,6 +153,38 @@ def _check_cost(section: str) -> None:
         assert rows[0][3] == "1.00"
     targets = re.findall(r"^target: .*  (PASS|MISS)$", section, re.M)
     assert len(targets) == 8, section  # four for (c), four for (d)
+
+
+def _check_doors(section: str) -> None:
+    """A table for every door and route, and the Claude-Code-shaped conversation's, each
+    row timed through both proxies; the targets printed with their verdicts."""
+    assert re.search(r"^rounds: \d+ timed turns", section, re.M), section
+    tables = re.findall(r"^([a-z -]+): .*\n.*\(ms\)\n((?:\s+\d+ .*\n?)+)", section, re.M)
+    names = [
+        "chat",
+        "messages native",
+        "messages translated",
+        "responses native",
+        "responses translated",
+    ]
+    assert [name for name, _ in tables] == [*names, "claude-code shape"], section
+    modes = ("none", "session", "append")
+    for name, text in tables:
+        rows = re.findall(
+            rf"^\s+(\d+) (none|session|append)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})"
+            rf"\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$",
+            text,
+            re.M,
+        )
+        lengths = ["10", "100"] if name != "claude-code shape" else [rows[0][0]]
+        assert [row[:2] for row in rows] == [(n, m) for n in lengths for m in modes], text
+        for _, _, size, direct, _own, _other, _ratio, passed, _per in rows:
+            assert float(size) > 0 and float(direct) > 0 and float(passed) > 0
+            assert all(_finite(value) for value in (_own, _other, _ratio, _per))
+    targets = re.findall(r"^target: (.+?)  (PASS|MISS)$", section, re.M)
+    # Growth per route and mode, the chat door's ratio per other route and mode, and
+    # append against a full resend per route and for the agent's conversation.
+    assert len(targets) == 5 * 3 + 4 * 3 + 5 + 1, section
 
 
 def _finite(text: str) -> bool:
