@@ -21,7 +21,7 @@ import hashlib
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
 
-__all__ = ["cache_key", "marked", "marks_in"]
+__all__ = ["cache_key", "marked", "marks_in", "unmarked"]
 
 BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
 EPHEMERAL = {"type": "ephemeral"}
@@ -97,6 +97,28 @@ def marks_in(body: bytes) -> int:
     """The cache marks a request's body sets, at most: its `cache_control` keys, found
     at C speed."""
     return body.count(b'"cache_control"')
+
+
+def unmarked(message: Message) -> Message:
+    """A stored message without the cache marks its request set: a mark says where that
+    request's prompt ended, and a later request marks its own (Anthropic takes four
+    at most). The same message when it has none (a few key lookups: no copy)."""
+    out = message
+    if out.get("cache_control") is not None:
+        out = {k: v for k, v in out.items() if k != "cache_control"}
+    for key in ("content", ANTHROPIC_CONTENT, "tool_calls"):
+        value = out.get(key)
+        if isinstance(value, list) and any(
+            isinstance(part, dict) and "cache_control" in part for part in value
+        ):
+            parts = [
+                {k: v for k, v in part.items() if k != "cache_control"}
+                if isinstance(part, dict)
+                else part
+                for part in value
+            ]
+            out = out | {key: parts}
+    return out
 
 
 def _mark(message: Message) -> Message:

@@ -17,6 +17,7 @@ from typing import Any
 from proxy.conversation.identity import Message, chain
 from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
 from proxy.conversation.validation import invalid, validate_messages
+from proxy.engine.caching import unmarked
 from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.engine.stubs import Stubber, last_user, savings, stub
 from proxy.engine.types import Request, State
@@ -269,15 +270,26 @@ class History:
             if entries and first <= start < last <= end:
                 tail = await self._store.messages(*key, last - 1, end)
                 if tail and tail[0].chain == entries[-1].chain:  # the same transcript
-                    stored = [*entries[start - first :], *tail[1:]]
+                    stored = [*entries[start - first :], *_unmarked(tail[1:])]
         if stored is None:
-            stored = await self._store.messages(*key, start, end)
+            stored = _unmarked(await self._store.messages(*key, start, end))
         self._windows[key] = (start, tuple(stored))
         self._windows.move_to_end(key)
         held = sum(len(entries) for _, entries in self._windows.values())
         while held > _WINDOW_MESSAGES and len(self._windows) > 1:
             held -= len(self._windows.popitem(last=False)[1][1])
         return stored
+
+
+def _unmarked(entries: list[StoredMessage]) -> list[StoredMessage]:
+    """Stored messages as a window sends them: without the cache marks of the requests
+    that brought them (`proxy.engine.caching.unmarked`)."""
+    out = list(entries)
+    for at, entry in enumerate(entries):
+        message = unmarked(entry.message)
+        if message is not entry.message:
+            out[at] = replace(entry, message=message)
+    return out
 
 
 def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:

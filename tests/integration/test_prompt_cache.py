@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 
 from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import SUMMARY_PREFIX
@@ -231,3 +232,32 @@ def _gpt(upstream: FakeUpstream) -> dict[str, Any]:
 
 def _head(body: dict[str, Any]) -> str:
     return str(body.get("system"))
+
+
+def test_a_client_that_appends_marked_turns_never_sends_anthropic_more_than_four_marks(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """A client in append mode marks each new message, as it would the last one of a
+    full conversation. The session stores each message as it came, marks included; the
+    marks of earlier turns are not the client's any more: the proxy sends only the new
+    turn's, within Anthropic's four, turn after turn."""
+    url = start_proxy(claude_config(upstream))
+    sdk = anthropic.Anthropic(
+        base_url=url,
+        api_key="client-key",
+        max_retries=0,
+        default_headers={"X-Session-Id": "append-marks", "X-Session-Mode": "append"},
+    )
+    system = [{"type": "text", "text": "You are terse.", "cache_control": EPHEMERAL}]
+    for turn in range(6):
+        new = {"type": "text", "text": said(turn), "cache_control": EPHEMERAL}
+        sdk.messages.create(
+            model=CLAUDE,
+            max_tokens=50,
+            system=system,
+            messages=[{"role": "user", "content": [new]}],
+        )
+    body = upstream.messages_requests()[-1].body
+    assert 2 <= orjson.dumps(body).count(b'"cache_control"') <= 4
+    assert body["messages"][-1]["content"][-1].get("cache_control") == EPHEMERAL
+    assert len(body["messages"]) == 11  # the whole session, appended
