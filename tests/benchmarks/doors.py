@@ -277,10 +277,9 @@ def conversation(route: Route, script: Script, count: int) -> Iterator[Turn]:
         yield Turn(
             full,
             body(route, script, messages, True, True),
-            # Unmarked: the proxy keeps an appended message's mark with it, so marking
-            # every new message would send Anthropic a fifth breakpoint by the third
-            # appended turn (a 400); a full resend moves its one mark along instead.
-            body(route, script, messages[-1:], False, False),
+            # Marked, as a client marks the message it sends last: the proxy sends the
+            # marks of the new turn only, never those stored with earlier ones.
+            body(route, script, messages[-1:], False, True),
             full
             if route.upstream == route.door
             else body(route, script, messages, False, True, route.upstream),
