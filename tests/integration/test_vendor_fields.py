@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.doors.anthropic.native import SYSTEM_NOTE
 from proxy.http.headers import DROPPED
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.proxies import MODEL
@@ -75,9 +76,28 @@ def test_claude_codes_request_reaches_an_anthropic_deployment(
     for name in ("context_management", "output_config", "thinking", "metadata"):
         assert sent[name] == CLAUDE_CODE_EXTRAS[name], name
     assert sent["tools"] == [READ_TOOL, WEB_SEARCH]
-    # The mid-conversation system message is kept, in its place among the turns.
-    assert sent["messages"][2] == {"role": "system", "content": "The user is on the main branch."}
+    # The mid-conversation system message stays in its place among the turns: as a
+    # labelled user turn, since Anthropic refuses the role there before Claude 4.8.
+    assert sent["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": SYSTEM_NOTE},
+            {"type": "text", "text": "The user is on the main branch."},
+        ],
+    }
     assert dropped(response) == []
+
+
+def test_a_claude_that_takes_system_messages_mid_conversation_gets_them_as_they_came(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    config = claude_config(upstream)
+    config["model_list"][-1]["litellm_params"]["model"] = "anthropic/claude-opus-4-8"
+    url = start_proxy(config)
+    response = post(url, "/v1/messages", messages_body(CLAUDE), session="vendor-mid")
+    assert response.status_code == 200, response.text
+    sent = upstream.messages_requests()[-1].body
+    assert sent["messages"][2] == {"role": "system", "content": "The user is on the main branch."}
 
 
 def test_the_same_request_to_an_openai_deployment(url: str, upstream: FakeUpstream) -> None:
