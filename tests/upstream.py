@@ -160,9 +160,14 @@ class FakeUpstream:
         if reply.respond is not None:
             answer = reply.respond(body)
             reply = answer if isinstance(answer, Reply) else Reply(content=answer)
+        stall_first = reply.stall_seconds and reply.stall_after_chunks is None
+        if stall_first and await self._stalled(request, reply.stall_seconds):
+            return Response(status_code=499)  # nobody is listening any more
         if reply.status != 200:
             error = {"type": "api_error", "message": reply.error_message}
-            return JSONResponse({"type": "error", "error": error}, status_code=reply.status)
+            return JSONResponse(
+                {"type": "error", "error": error}, status_code=reply.status, headers=reply.headers
+            )
         content = reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {messages_api.last_user_text(body)}"
@@ -199,9 +204,12 @@ class FakeUpstream:
         if reply.respond is not None:
             answer = reply.respond(body)
             reply = answer if isinstance(answer, Reply) else Reply(content=answer)
+        stall_first = reply.stall_seconds and reply.stall_after_chunks is None
+        if stall_first and await self._stalled(request, reply.stall_seconds):
+            return Response(status_code=499)  # nobody is listening any more
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "server_error", "code": None}
-            return JSONResponse({"error": error}, status_code=reply.status)
+            return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
         content = reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {responses_api.last_user_text(body)}"

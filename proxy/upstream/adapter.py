@@ -38,6 +38,7 @@ __all__ = [
     "Router",
     "Timeout",
     "acompletion",
+    "anthropic_messages_call",
     "call_with_fallbacks",
     "count_success",
     "default_api_base",
@@ -52,6 +53,7 @@ __all__ = [
     "pattern_route",
     "provider_finished",
     "report_failure",
+    "responses_call",
     "supports_reasoning",
     "track_success",
 ]
@@ -159,11 +161,94 @@ def openai_error(status: int, message: str, headers: Mapping[str, str] | None = 
     return OpenAIError(status, message, headers=httpx.Headers(dict(headers or {})))
 
 
-def map_openai_error(model: str, exc: Exception) -> Exception:
-    """LiteLLM's own exception for a failure of an `openai/…` call, as its OpenAI
-    handler maps it (status, rate limit, context window, content policy, …)."""
+def map_openai_error(model: str, exc: Exception, provider: str = "openai") -> Exception:
+    """LiteLLM's own exception for a failure of a call to `provider` (`openai/…` by
+    default), as its handler maps it (status, rate limit, context window, content
+    policy, …)."""
     try:
-        exception_type(model=model, original_exception=exc, custom_llm_provider="openai")
+        exception_type(model=model, original_exception=exc, custom_llm_provider=provider)
     except Exception as mapped:
         return mapped
     return exc
+
+
+# What LiteLLM's route for a door's own API does to a request's parameters (the messages
+# or input items stay out: the lean native path sends them as bytes it already holds).
+
+
+def anthropic_messages_call(
+    model: str,
+    params: dict[str, Any],
+    api_key: str | None,
+    api_base: str | None,
+    drop_params: bool = False,
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The URL, headers and body (with no `messages`) LiteLLM would send a Messages
+    request with to a first-party Anthropic deployment: the parameters it carries, its
+    key and version headers, the beta headers its parameters need, and its parameter
+    translations (thinking and effort for the model, `context_management`)."""
+    from litellm.llms.anthropic.experimental_pass_through.messages.transformation import (
+        AnthropicMessagesConfig,
+    )
+    from litellm.llms.anthropic.experimental_pass_through.messages.utils import (
+        AnthropicMessagesRequestUtils,
+    )
+    from litellm.types.router import GenericLiteLLMParams
+
+    config = AnthropicMessagesConfig()
+    options = dict(
+        AnthropicMessagesRequestUtils.get_requested_anthropic_messages_optional_param(
+            params, model=model, drop_params=drop_params, custom_llm_provider="anthropic"
+        )
+    )
+    headers, base = config.validate_anthropic_messages_environment(
+        headers={},
+        model=model,
+        messages=[],
+        optional_params=options,
+        litellm_params={},
+        api_key=api_key,
+        api_base=api_base,
+    )
+    body = config.transform_anthropic_messages_request(
+        model=model,
+        messages=[],
+        anthropic_messages_optional_request_params=options,
+        litellm_params=GenericLiteLLMParams(),
+        headers=headers,
+    )
+    body.pop("messages", None)
+    url = config.get_complete_url(
+        api_base=base, api_key=api_key, model=model, optional_params={}, litellm_params={}
+    )
+    return url, headers, body
+
+
+def responses_call(
+    model: str, params: dict[str, Any], api_key: str | None, api_base: str | None
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The URL, headers and body (with no `input`) LiteLLM would send a Responses
+    request with to an OpenAI deployment: its key header and its tool-schema repairs."""
+    from litellm.llms.openai.responses.transformation import OpenAIResponsesAPIConfig
+    from litellm.types.router import GenericLiteLLMParams
+
+    config = OpenAIResponsesAPIConfig()
+    settings = GenericLiteLLMParams(api_key=api_key, api_base=api_base)
+    headers = config.validate_environment(headers={}, model=model, litellm_params=settings)
+    body = config.transform_responses_api_request(
+        model=model,
+        input=[],
+        response_api_optional_request_params=dict(params),
+        litellm_params=settings,
+        headers=headers,
+    )
+    body.pop("input", None)
+    return config.get_complete_url(api_base=api_base, litellm_params={}), headers, body
+
+
+def encrypted_reasoning_prefix() -> bytes:
+    """The signature prefix of reasoning another provider encrypted, which LiteLLM's
+    Messages route drops before Anthropic sees it."""
+    from litellm.litellm_core_utils.prompt_templates import common_utils
+
+    return str(common_utils.ENCRYPTED_REASONING_SIGNATURE_PREFIX).encode()

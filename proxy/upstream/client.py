@@ -20,10 +20,23 @@ from proxy.errors import ProxyError
 from proxy.observability.redaction import Redactor
 from proxy.upstream import adapter
 from proxy.upstream.failures import failure
-from proxy.upstream.lean import Completion, DirectClient, Events, unfinished
+from proxy.upstream.lean import Completion, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
-from proxy.upstream.native import NativeApi, NativeStream, native_events, native_json
-from proxy.upstream.router import fallbacks_for, lean_models, native_models, router_for
+from proxy.upstream.native import (
+    NativeApi,
+    NativeClient,
+    NativeStream,
+    lean_covers,
+    native_events,
+    native_json,
+)
+from proxy.upstream.router import (
+    fallbacks_for,
+    lean_models,
+    lean_native_models,
+    native_models,
+    router_for,
+)
 
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
@@ -46,9 +59,11 @@ class Upstream:
         self._settings = settings
         self._router: adapter.Router | None = router_for(settings)
         self.models = Models(settings, self._router)
-        self._direct = DirectClient(self._router)
-        self.lean_models = lean_models(settings) if settings.server.lean_upstream else frozenset()
+        self._direct = NativeClient(self._router)
+        lean = settings.server.lean_upstream
+        self.lean_models = lean_models(settings) if lean else frozenset()
         self._native = native_models(settings)
+        self._lean_native = lean_native_models(settings) if lean else {}
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
         summary = settings.context.summary_model
@@ -155,9 +170,11 @@ class Upstream:
         api_key: str | None = None,
         models: frozenset[str] | None = None,
     ) -> dict[str, Any]:
-        """One reply of the provider's own API, through LiteLLM's route for it."""
+        """One reply of the provider's own API: on the lean path, or through LiteLLM's
+        route for it."""
         options = self._options(api_key, models)
-        call = self._native_call(api, request | {"stream": False}, options)
+        lean = self._lean_call(api, request, options, self._direct.native_complete)
+        call = lean or self._native_call(api, request | {"stream": False}, options)
         try:
             response = await _within(self._settings.server.request_timeout_seconds, call)
         except Exception as exc:
@@ -177,8 +194,12 @@ class Upstream:
         options = self._options(api_key, models)
 
         async def opened() -> tuple[Events, AsyncIterator[Events]]:
-            response = await self._native_call(api, request | {"stream": True}, options)
-            events = native_events(api, response, reader)
+            lean = self._lean_call(api, request, options, self._direct.native_stream, reader)
+            if lean is not None:
+                events = await lean
+            else:
+                response = await self._native_call(api, request | {"stream": True}, options)
+                events = native_events(api, response, reader)
             return await anext(events), events
 
         try:
@@ -187,6 +208,40 @@ class Upstream:
         except Exception as exc:
             raise self.error(exc, api_key) from None
         return self._relayed(first, events, api_key)
+
+    def _lean_call(
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        options: dict[str, Any],
+        call: Any,
+        reader: NativeStream | None = None,
+    ) -> Awaitable[Any] | None:
+        """`call` of the lean native path on the deployment the Router picks, with its
+        retries and fallbacks; None where LiteLLM's route takes the request."""
+        model = request["model"]
+        if model not in self._lean_native.get(api, ()):
+            return None
+        field = "messages" if api == "anthropic_messages" else "input"
+        items = orjson.dumps(request[field])
+        if not lean_covers(api, items):
+            return None
+        assert self._router is not None  # lean models are configured models
+        rest = {key: value for key, value in request.items() if key not in (field, "model")}
+        return adapter.call_with_fallbacks(
+            self._router,
+            model=model,
+            original_function=call,
+            messages=[],
+            native_api=api,
+            native_request=rest,
+            native_items=items,
+            native_reader=reader,
+            lean_provider="anthropic" if api == "anthropic_messages" else "openai",
+            drop_params=self._settings.server.drop_params,
+            timeout=self._settings.server.request_timeout_seconds,
+            **options,
+        )
 
     async def _native_call(
         self, api: NativeApi, request: dict[str, Any], options: dict[str, Any]

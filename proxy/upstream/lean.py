@@ -25,7 +25,14 @@ import orjson
 
 from proxy.upstream import adapter
 
-__all__ = ["Completion", "DirectClient", "Events", "is_openai_compatible", "unfinished"]
+__all__ = [
+    "Completion",
+    "DirectClient",
+    "Events",
+    "is_openai_compatible",
+    "parsed_reply",
+    "unfinished",
+]
 
 OPENAI_BASE = "https://api.openai.com/v1"
 # Deployment settings the lean path honours; a deployment with any other setting (default
@@ -101,7 +108,7 @@ class DirectClient:
         try:
             async with self._post(params, stream=False) as response:
                 raw = await response.read()
-            data = _json(raw, params)
+            data = parsed_reply(raw, params)
         except Exception as exc:
             raise self._failed(params, exc, started) from exc
         self._succeeded(params, data.get("usage"), started)
@@ -137,7 +144,7 @@ class DirectClient:
                     if data == b"[DONE]":
                         done = True
                         break
-                    chunk = _json(data, params)
+                    chunk = parsed_reply(data, params)
                     if "error" in chunk and "choices" not in chunk:
                         raise _mapped(params, _error_from_event(chunk))
                     usage = chunk.get("usage") or usage
@@ -162,11 +169,23 @@ class DirectClient:
         self._succeeded(params, usage, started)
 
     def _post(self, params: dict[str, Any], *, stream: bool) -> Any:
+        model = adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
+        body = _body(params["openai_payload"], model, params.get("openai_messages"))
+        return self._send(params, _url(params), body, _headers(params), stream=stream)
+
+    def _send(
+        self,
+        params: dict[str, Any],
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        stream: bool,
+    ) -> Any:
+        """POST `body`, within the deadline the Router passes (`params["timeout"]`)."""
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector)
-        model = adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
-        body = _body(params["openai_payload"], model, params.get("openai_messages"))
         # The Router passes the request's deadline (`server.request_timeout_seconds`).
         timeout = params["timeout"] if isinstance(params.get("timeout"), int | float) else None
         limits = (  # a stream: each read within the deadline; else the whole call
@@ -174,10 +193,7 @@ class DirectClient:
             if stream
             else aiohttp.ClientTimeout(total=timeout)
         )
-        return _checked(
-            self._session.post(_url(params), data=body, headers=_headers(params), timeout=limits),
-            params,
-        )
+        return _checked(self._session.post(url, data=body, headers=headers, timeout=limits), params)
 
     def _failed(self, params: dict[str, Any], exc: Exception, started: float) -> Exception:
         """The LiteLLM exception for `exc`, after telling the Router's cooldown logic."""
@@ -194,7 +210,7 @@ class DirectClient:
         cheap one that only counts it."""
         if self._router is None:
             return
-        tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
+        tokens = _total_tokens(usage)
         routed = _router_params(params)
         limited = any(params.get(k) or (params.get("model_info") or {}).get(k) for k in _LIMITS)
         if not limited:
@@ -206,6 +222,16 @@ class DirectClient:
         )
         _BACKGROUND.add(task)
         task.add_done_callback(_BACKGROUND.discard)
+
+
+def _total_tokens(usage: Any) -> int:
+    """A reply's tokens, in and out, in any API's usage (Anthropic's has no total)."""
+    if not isinstance(usage, dict):
+        return 0
+    if isinstance(usage.get("total_tokens"), int):
+        return int(usage["total_tokens"])
+    parts = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")
+    return sum(v for k in parts if isinstance(v := usage.get(k), int))
 
 
 _LIMITS = ("rpm", "tpm")
@@ -247,7 +273,8 @@ def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
     return orjson.dumps({**rest, "model": model})[:-1] + b',"messages":' + messages + b"}"
 
 
-def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
+def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
+    """A reply's JSON object, or the error LiteLLM raises for one that is not."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -256,7 +283,7 @@ def _json(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
         raise adapter.APIError(
             status_code=502,
             message="The provider's reply is not valid JSON.",
-            llm_provider="openai",
+            llm_provider=str(params.get("lean_provider") or "openai"),
             model=str(params.get("model")),
         )
     return data
@@ -281,21 +308,23 @@ def _error_from_event(chunk: dict[str, Any]) -> Exception:
 
 
 def _mapped(params: dict[str, Any], exc: Exception) -> Exception:
-    """LiteLLM's exception for a failure, as its own OpenAI handler would raise it."""
+    """LiteLLM's exception for a failure, as its own handler for the provider would
+    raise it."""
     if isinstance(exc, adapter.EXCEPTION_TYPES):
         return exc
     model = str(params.get("model"))
+    provider = str(params.get("lean_provider") or "openai")
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return adapter.Timeout(
-            message="The provider did not answer in time.", model=model, llm_provider="openai"
+            message="The provider did not answer in time.", model=model, llm_provider=provider
         )
     if isinstance(exc, aiohttp.ClientError | OSError):
         return adapter.APIConnectionError(
             message=f"Could not reach the provider: {type(exc).__name__}",
-            llm_provider="openai",
+            llm_provider=provider,
             model=model,
         )
-    return adapter.map_openai_error(model, exc)
+    return adapter.map_openai_error(model, exc, provider)
 
 
 def _url(params: dict[str, Any]) -> str:

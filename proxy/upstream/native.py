@@ -8,23 +8,40 @@ breakpoints, server tools, vendor fields) reaches the provider as the client sai
 and its reply reaches the client as the provider said it. The door renders and reads
 that shape (`Native`); the upstream makes the call; the engine stores the chat form of
 the reply, as for any other turn.
+
+The call itself takes the lean path where a deployment allows it (`NativeClient`), as
+chat completions do (`proxy.upstream.lean`): the Router still picks the deployment,
+retries and falls back; LiteLLM still says what its route would do to the request's
+parameters (key and version headers, beta headers, thinking and effort for the model);
+and the proxy posts the window as bytes, rather than LiteLLM walking every message of
+it (four sanitizing passes and a log copy on the Messages route) and serializing it
+again. A request holding what those passes would change (an empty text block, a
+foreign tool id or encrypted reasoning, a replayed web search, an advisor block, or on
+the Responses route a tool call's foreign id, a null or a cache mark) takes LiteLLM's
+route instead (`lean_covers`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
 
+import aiohttp
 import orjson
 
 from proxy.errors import UpstreamFailure
-from proxy.upstream.lean import Events, unfinished
+from proxy.upstream import adapter
+from proxy.upstream.lean import DirectClient, Events, parsed_reply, unfinished
 
 __all__ = [
     "Native",
     "NativeApi",
+    "NativeClient",
     "NativeStream",
+    "lean_covers",
     "native_events",
     "native_json",
 ]
@@ -107,7 +124,7 @@ def native_json(obj: Any) -> dict[str, Any]:
 
 
 async def native_events(
-    api: NativeApi, response: Any, reader: NativeStream
+    api: NativeApi, response: Any, reader: NativeStream, sse: bool = False
 ) -> AsyncIterator[Events]:
     """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
     Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
@@ -115,8 +132,10 @@ async def native_events(
     own end of reply (`message_stop`; `response.completed` or `response.incomplete`:
     where the reader finishes the turn) failed, as a chat stream with no finish does:
     closed early, or with what was not JSON (LiteLLM skips such data on the Responses
-    route), it raises, so the door ends it with its error event and nothing is stored."""
-    events = _sse_events(response) if api == "anthropic_messages" else _serialized(response)
+    route), it raises, so the door ends it with its error event and nothing is stored.
+    `sse`: `response` is the provider's bytes on either API (the lean path)."""
+    sse = sse or api == "anthropic_messages"
+    events = _sse_events(response) if sse else _serialized(response)
     finished = False
     try:
         async for kind, data, raw in events:
@@ -141,3 +160,93 @@ async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any],
         data = native_json(item)
         kind = str(data.get("type") or "")
         yield kind, data, b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+# What LiteLLM's route would change in a request's messages or input items (see the
+# module's docstring), found in their bytes: broad on purpose, a match only means the
+# request takes that route.
+_EMPTY_TEXT = rb'"(?:text|thinking)":"(?:\s|\\[nrtbf])*"'
+_FOREIGN_ID = rb'"(?:id|tool_use_id)":"[^"]*[^A-Za-z0-9_\-"]'
+_REWRITTEN = {
+    "anthropic_messages": re.compile(
+        b"|".join(
+            (
+                _EMPTY_TEXT,
+                _FOREIGN_ID,
+                b"web_search_tool_result",
+                b"advisor",
+                re.escape(adapter.encrypted_reasoning_prefix()),
+            )
+        )
+    ),
+    # A tool call's id that is not OpenAI's (LiteLLM drops it), a null, a cache mark.
+    "responses": re.compile(rb'"id":"(?!fc|ctc|rs_|msg_)|null|"cache_control"'),
+}
+_ITEMS = {"anthropic_messages": "messages", "responses": "input"}
+
+
+def lean_covers(api: NativeApi, items: bytes) -> bool:
+    """Whether the lean path sends these messages (input items) as LiteLLM's route would."""
+    return _REWRITTEN[api].search(items) is None
+
+
+class NativeClient(DirectClient):
+    """The lean path for the doors' own APIs: called by the Router with the chosen
+    deployment's settings merged into `params`, beside `native_api`, `native_request`
+    (the call's parameters) and `native_items` (its messages or input, serialized)."""
+
+    async def native_complete(self, **params: Any) -> dict[str, Any]:
+        started = time.time()
+        try:
+            async with self._native_post(params, stream=False) as response:
+                data = parsed_reply(await response.read(), params)
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        self._succeeded(params, data.get("usage"), started)
+        return data
+
+    async def native_stream(self, **params: Any) -> AsyncIterator[Events]:
+        """Open the stream (errors before the first byte raise here, where the Router can
+        retry or fall back); the events follow when iterated."""
+        started = time.time()
+        context = self._native_post(params, stream=True)
+        try:
+            response = await context.__aenter__()
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        return self._native_events(context, response, params, started)
+
+    async def _native_events(
+        self, context: Any, response: aiohttp.ClientResponse, params: dict[str, Any], started: float
+    ) -> AsyncIterator[Events]:
+        usage: Any = None
+        api, reader = params["native_api"], params["native_reader"]
+        try:
+            async for events in native_events(api, response.content.iter_any(), reader, sse=True):
+                for chunk in events.chunks:
+                    usage = chunk.get("usage") or usage
+                yield events
+        except Exception as exc:
+            raise self._failed(params, exc, started) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await context.__aexit__(None, None, None)
+        self._succeeded(params, usage, started)
+
+    def _native_post(self, params: dict[str, Any], *, stream: bool) -> Any:
+        api: NativeApi = params["native_api"]
+        model = adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
+        request = params["native_request"] | {"stream": stream}
+        extra_body = request.pop("extra_body", None) or {}  # carried as it is, as LiteLLM does
+        key, base = params.get("api_key"), params.get("api_base")
+        if api == "anthropic_messages":
+            drop = bool(params.get("drop_params"))
+            url, headers, body = adapter.anthropic_messages_call(model, request, key, base, drop)
+        else:
+            url, headers, body = adapter.responses_call(model, request, key, base)
+        extra = params.get("extra_headers")
+        if isinstance(extra, dict):
+            headers |= {str(k): str(v) for k, v in extra.items()}
+        field = b',"' + _ITEMS[api].encode() + b'":'
+        data = orjson.dumps(body | extra_body)[:-1] + field + params["native_items"] + b"}"
+        return self._send(params, url, data, headers, stream=stream)

@@ -19,11 +19,21 @@ from typing import Any
 
 from proxy.config.settings import ConfigError, Settings
 from proxy.upstream import adapter
-from proxy.upstream.lean import is_openai_compatible
+from proxy.upstream.lean import LEAN_PARAMS, is_openai_compatible
 
-__all__ = ["ProxyRouter", "fallbacks_for", "lean_models", "native_models", "router_for"]
+__all__ = [
+    "ProxyRouter",
+    "fallbacks_for",
+    "lean_models",
+    "lean_native_models",
+    "native_models",
+    "router_for",
+]
 
 _KEY_REJECTED = frozenset({401, 403})
+# Deployment settings the lean native path honours (OpenAI's organization header is
+# the chat path's only).
+LEAN_NATIVE_PARAMS = LEAN_PARAMS - {"organization"}
 
 
 class ProxyRouter(adapter.Router):
@@ -130,15 +140,16 @@ _LEAN_STRATEGIES = frozenset({"simple-shuffle"})
 FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
 
 
-def lean_models(settings: Settings) -> frozenset[str]:
+def lean_models(settings: Settings, lean: Callable[[Any], bool] | None = None) -> frozenset[str]:
     """Model names whose every deployment, and every model they fall back to, is
-    OpenAI-compatible (`is_openai_compatible`): those can take the lean path."""
+    OpenAI-compatible (`is_openai_compatible`), or passes `lean` (a `model_list`
+    entry): those can take the lean path."""
     router = settings.router_settings
     if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
         return frozenset()
     compatible: dict[str, bool] = {}
     for entry in settings.model_list:
-        ok = is_openai_compatible(entry.litellm_params)
+        ok = lean(entry) if lean else is_openai_compatible(entry.litellm_params)
         compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
     edges: dict[str, set[str]] = {}
     for key in FALLBACK_SETTINGS:
@@ -161,6 +172,23 @@ def lean_models(settings: Settings) -> frozenset[str]:
         for name in compatible
         if all(compatible.get(other, False) for other in reachable(name))
     )
+
+
+def lean_native_models(settings: Settings) -> dict[str, frozenset[str]]:
+    """For each native API, the models whose calls take its lean path
+    (`proxy.upstream.native.NativeClient`): every deployment, and every one they fall
+    back to, speaks it (`native_models`) with no setting beyond the lean path's (the
+    ones it honours; others, such as default parameters or credentials by name, are
+    LiteLLM's to apply)."""
+
+    def lean(api: str) -> Callable[[Any], bool]:
+        wanted = _NATIVE_PROVIDERS[api]
+        return lambda entry: (
+            set(entry.litellm_params) <= LEAN_NATIVE_PARAMS
+            and _speaks(entry.litellm_params, entry.model_info, wanted)
+        )
+
+    return {api: lean_models(settings, lean(api)) for api in _NATIVE_PROVIDERS}
 
 
 Fallbacks = dict[str, list[dict[str, list[Any]]]]

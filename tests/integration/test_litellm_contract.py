@@ -149,3 +149,69 @@ def test_a_providers_error_is_mapped_as_litellms_openai_handler_maps_it(
 def test_which_openai_models_liteLLM_leaves_as_they_are(model: str, plain: bool) -> None:
     """LiteLLM's OpenAI chat configs: the plain ones send a request as it is."""
     assert adapter.leaves_openai_requests_alone(model) is plain
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (429, "Number of request tokens has exceeded your per-minute rate limit", "RateLimitError"),
+        (400, "prompt is too long: 210000 tokens > 200000 maximum", "ContextWindowExceededError"),
+        (401, "invalid x-api-key", "AuthenticationError"),
+    ],
+)
+def test_an_anthropic_error_is_mapped_as_litellms_anthropic_handler_maps_it(
+    status: int, message: str, kind: str
+) -> None:
+    """`exception_type` for the `anthropic` provider, on the lean Messages call."""
+    mapped = adapter.map_openai_error(
+        "claude-sonnet-4-5", adapter.openai_error(status, message), "anthropic"
+    )
+    assert type(mapped).__name__ == kind
+    assert isinstance(mapped, adapter.EXCEPTION_TYPES) and mapped.status_code == status
+
+
+def test_the_messages_call_is_litellms_own() -> None:
+    """LiteLLM's Messages config, on parameters alone: the URL, the key and version
+    headers, the beta headers a feature needs, the parameters it carries (not the
+    Messages API's `service_tier`), and thinking fitted to the model."""
+    params = {
+        "max_tokens": 8000,
+        "system": "hi",
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+        "service_tier": "auto",
+        "stream": True,
+    }
+    url, headers, body = adapter.anthropic_messages_call(
+        "claude-sonnet-4-5", params, UPSTREAM_KEY, "http://127.0.0.1:9"
+    )
+    assert url == "http://127.0.0.1:9/v1/messages"
+    assert headers["x-api-key"] == UPSTREAM_KEY and headers["anthropic-version"]
+    assert "context-management-2025-06-27" in headers["anthropic-beta"]
+    assert body["thinking"]["type"] == "enabled"  # Sonnet 4.5 has no adaptive thinking
+    assert "output_config" not in body and "service_tier" not in body
+    assert "messages" not in body and body["stream"] is True and body["system"] == "hi"
+
+
+def test_the_responses_call_is_litellms_own() -> None:
+    """LiteLLM's Responses config, on parameters alone: the URL, the bearer key, the
+    tool schema it repairs (a schema sent as a JSON string)."""
+    tools = [{"type": "function", "name": "f", "parameters": '{"type": "object"}'}]
+    url, headers, body = adapter.responses_call(
+        "gpt-4.1", {"instructions": "hi", "tools": tools}, UPSTREAM_KEY, "http://127.0.0.1:9/v1"
+    )
+    assert url == "http://127.0.0.1:9/v1/responses"
+    assert headers["Authorization"] == f"Bearer {UPSTREAM_KEY}"
+    assert body["tools"][0]["parameters"] == {"type": "object"} and "input" not in body
+
+
+def test_the_encrypted_reasoning_prefix_is_what_litellm_strips() -> None:
+    from litellm.litellm_core_utils.prompt_templates.common_utils import (
+        is_encrypted_reasoning_block,
+    )
+
+    signature = adapter.encrypted_reasoning_prefix().decode() + "abc"
+    assert is_encrypted_reasoning_block(
+        {"type": "thinking", "thinking": "", "signature": signature}
+    )

@@ -1,9 +1,11 @@
 """The Messages door in Anthropic's own API: to an `anthropic/…` deployment the planned
-window goes through LiteLLM's Messages route, so what the chat form cannot say reaches
-the provider as the client said it. The loopback upstream speaks the Messages API."""
+window goes in that API, so what the chat form cannot say reaches the provider as the
+client said it, on both paths (the proxy's lean call and LiteLLM's Messages route).
+The loopback upstream speaks the Messages API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +20,17 @@ from tests.integration.test_messages import (
 from tests.upstream import FakeUpstream, Reply
 
 EPHEMERAL = {"type": "ephemeral"}
+
+
+@pytest.fixture
+def start_proxy(start_proxy: Callable[[dict[str, Any]], str], lean: bool) -> Callable[..., str]:
+    """Every test on both paths of a native call: the lean one, and LiteLLM's route
+    (`server.lean_upstream: false`)."""
+
+    def started(config: dict[str, Any]) -> str:
+        return start_proxy(config | {"server": config.get("server", {}) | {"lean_upstream": lean}})
+
+    return started
 
 
 def long_conversation(turns: int = 12) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The Responses door in OpenAI's own API: to an OpenAI deployment (at OpenAI's address,
-or one whose `model_info` says `native_api: true`) the planned window goes through
-LiteLLM's Responses route as input items, reasoning and hosted tools included. The
-loopback upstream speaks the Responses API."""
+or one whose `model_info` says `native_api: true`) the planned window goes in that API
+as input items, reasoning and hosted tools included, on both paths (the proxy's lean
+call and LiteLLM's Responses route). The loopback upstream speaks the Responses API."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from proxy.http.headers import DROPPED
+from tests.integration.test_native_messages import start_proxy  # noqa: F401 (both paths)
 from tests.integration.test_responses import sdk
 from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.upstream import FakeUpstream, Reply
