@@ -133,7 +133,7 @@ class Engine:
                 observer.upstream_started()
                 request = self._native_request(native, turn)
                 reply = await self.upstream.native_complete(
-                    native.api, request, context.provider_key, context.models
+                    native.api, request, context.provider_key, context.models, native.serialized
                 )
                 completion = Completion(native.completion(reply), native=reply)
             else:
@@ -174,7 +174,7 @@ class Engine:
             if native is not None:
                 request = self._native_request(native, turn)
                 events = await self.upstream.native_stream(
-                    native.api, request, native.stream(), key, context.models
+                    native.api, request, native.stream(), key, context.models, native.serialized
                 )
             else:
                 events = await self.upstream.stream(
@@ -190,7 +190,7 @@ class Engine:
     def _native_request(self, native: Native, turn: Turn) -> dict[str, Any]:
         """The planned turn in the door's own API, for what the model takes."""
         mid_system = self.upstream.models.capable(turn.model, "supports_mid_conversation_system")
-        return native.request(turn.body, turn.compression == "summary", mid_system)
+        return native.request(turn.body, turn.compression == "summary", mid_system, turn.key)
 
     async def _prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""

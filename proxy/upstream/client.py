@@ -23,6 +23,7 @@ from proxy.upstream.failures import failure
 from proxy.upstream.lean import Completion, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
 from proxy.upstream.native import (
+    ITEMS,
     NativeApi,
     NativeClient,
     NativeStream,
@@ -169,12 +170,14 @@ class Upstream:
         request: dict[str, Any],
         api_key: str | None = None,
         models: frozenset[str] | None = None,
+        serialized: tuple[bytes, bool] | None = None,
     ) -> dict[str, Any]:
         """One reply of the provider's own API: on the lean path, or through LiteLLM's
-        route for it."""
+        route for it. `serialized`: the request's messages (input items) as JSON, and
+        whether LiteLLM's route would send them as they are (`Native.serialized`)."""
         options = self._options(api_key, models)
-        lean = self._lean_call(api, request, options, self._direct.native_complete)
-        call = lean or self._native_call(api, request | {"stream": False}, options)
+        lean = self._lean_call(api, request, options, serialized, self._direct.native_complete)
+        call = lean or self._native_call(api, request | {"stream": False}, options, serialized)
         try:
             response = await _within(self._settings.server.request_timeout_seconds, call)
         except Exception as exc:
@@ -188,17 +191,20 @@ class Upstream:
         reader: NativeStream,
         api_key: str | None = None,
         models: frozenset[str] | None = None,
+        serialized: tuple[bytes, bool] | None = None,
     ) -> AsyncIterator[Events]:
         """The provider's own events, read by the door's `reader`; opened (its first
         event read) before this returns, as `stream` is."""
         options = self._options(api_key, models)
 
         async def opened() -> tuple[Events, AsyncIterator[Events]]:
-            lean = self._lean_call(api, request, options, self._direct.native_stream, reader)
+            call = self._direct.native_stream
+            lean = self._lean_call(api, request, options, serialized, call, reader)
             if lean is not None:
                 events = await lean
             else:
-                response = await self._native_call(api, request | {"stream": True}, options)
+                streamed = request | {"stream": True}
+                response = await self._native_call(api, streamed, options, serialized)
                 events = native_events(api, response, reader)
             return await anext(events), events
 
@@ -214,6 +220,7 @@ class Upstream:
         api: NativeApi,
         request: dict[str, Any],
         options: dict[str, Any],
+        serialized: tuple[bytes, bool] | None,
         call: Any,
         reader: NativeStream | None = None,
     ) -> Awaitable[Any] | None:
@@ -222,9 +229,12 @@ class Upstream:
         model = request["model"]
         if model not in self._lean_native.get(api, ()):
             return None
-        field = "messages" if api == "anthropic_messages" else "input"
-        items = orjson.dumps(request[field])
-        if not lean_covers(api, items):
+        field = ITEMS[api]
+        if serialized is None:
+            items = orjson.dumps(request[field])
+            serialized = items, lean_covers(api, items)
+        items, covered = serialized
+        if not covered:
             return None
         assert self._router is not None  # lean models are configured models
         rest = {key: value for key, value in request.items() if key not in (field, "model")}
@@ -244,9 +254,15 @@ class Upstream:
         )
 
     async def _native_call(
-        self, api: NativeApi, request: dict[str, Any], options: dict[str, Any]
+        self,
+        api: NativeApi,
+        request: dict[str, Any],
+        options: dict[str, Any],
+        serialized: tuple[bytes, bool] | None,
     ) -> Any:
         assert self._router is not None  # native models are configured models
+        if serialized is not None:  # LiteLLM's own copy: it may change what it is given
+            request = request | {ITEMS[api]: orjson.loads(serialized[0])}
         options = options | {"timeout": self._settings.server.request_timeout_seconds}
         if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
             options["drop_params"] = True

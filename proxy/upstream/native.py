@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -37,6 +37,7 @@ from proxy.upstream import adapter
 from proxy.upstream.lean import DirectClient, Events, parsed_reply, unfinished
 
 __all__ = [
+    "ITEMS",
     "Native",
     "NativeApi",
     "NativeClient",
@@ -68,10 +69,17 @@ class Native(Protocol):
         """Leave the client's field `name` out; whether it was there."""
         ...
 
-    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
+    # Once `request` is made: its messages (input items) as JSON, and whether LiteLLM's
+    # route would send them as they are (`lean_covers`); None where it was not worked out.
+    serialized: tuple[bytes, bool] | None
+
+    def request(
+        self, chat: dict[str, Any], summarized: bool, mid_system: bool, session: Hashable = None
+    ) -> dict[str, Any]:
         """The planned chat body as this API's call arguments (`model` the model group);
         `mid_system`: whether the model takes a system message mid-conversation where
-        it stands."""
+        it stands; `session`: the turn's session, if any (what is rendered of its
+        window is kept by it)."""
         ...
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +190,8 @@ _REWRITTEN = {
     # A tool call's id that is not OpenAI's (LiteLLM drops it), a null, a cache mark.
     "responses": re.compile(rb'"id":"(?!fc|ctc|rs_|msg_)|null|"cache_control"'),
 }
-_ITEMS = {"anthropic_messages": "messages", "responses": "input"}
+# The field of each API's request that holds the conversation.
+ITEMS = {"anthropic_messages": "messages", "responses": "input"}
 
 
 def lean_covers(api: NativeApi, items: bytes) -> bool:
@@ -247,6 +256,6 @@ class NativeClient(DirectClient):
         extra = params.get("extra_headers")
         if isinstance(extra, dict):
             headers |= {str(k): str(v) for k, v in extra.items()}
-        field = b',"' + _ITEMS[api].encode() + b'":'
+        field = b',"' + ITEMS[api].encode() + b'":'
         data = orjson.dumps(body | extra_body)[:-1] + field + params["native_items"] + b"}"
         return self._send(params, url, data, headers, stream=stream)

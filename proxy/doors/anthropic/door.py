@@ -41,6 +41,7 @@ from proxy.doors.base import (
     text_of,
     unknown_fields,
 )
+from proxy.doors.translations import Renderings, Translations, conversation_key
 from proxy.engine.types import Turn
 from proxy.upstream.lean import Completion
 
@@ -121,18 +122,22 @@ class MessagesDoor:
 
     def __init__(self, id_fields: list[str]) -> None:
         self._id_fields = id_fields
+        # What this door made of the conversations it served lately (`proxy.doors.translations`).
+        self._translations = Translations()
+        self._renderings = Renderings()
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        chat, dropped = to_chat(body)
+        chat, dropped = to_chat(body, self._translations, tenant)
         named = body_session_id(body, self._id_fields)
         known = _PARAMETERS | _NATIVE
         own = tuple(key for key in unknown_fields(body, known) if key not in _CARRIED)
+        conversation = conversation_key(tenant, body["messages"][0])
         return Inbound(
             chat,
             session_id=named,
             dropped=dropped,
             optional=OPTIONAL,
-            native=MessagesNative(body),
+            native=MessagesNative(body, self._renderings, conversation),
             native_dropped=own,
         )
 
@@ -166,9 +171,12 @@ def anthropic_error(error: ErrorReply) -> Response:
 # -- the request -----------------------------------------------------------------------
 
 
-def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def to_chat(
+    body: dict[str, Any], translations: Translations | None = None, tenant: str = ""
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A Messages request as a chat-completions body and what it could not carry, or a
-    400 naming the field."""
+    400 naming the field. With `translations`, a conversation's messages translated for
+    an earlier request are not translated again."""
     dropped = [key for key in unknown_fields(body, _PARAMETERS) if key not in _CARRIED]
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
@@ -184,8 +192,11 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     chat: list[dict[str, Any]] = []
     if body.get("system"):
         chat.append(_system(body["system"]))
-    for index, message in enumerate(messages):
-        chat.extend(_message(message, f"messages.{index}"))
+    if translations is None:
+        _translated(messages, 0, chat)
+    else:
+        key = conversation_key(tenant, messages[0])
+        chat += translations.chat(key, messages, _translated)
     if all(message["role"] == "system" for message in chat):
         raise invalid("messages", "messages: at least one user or assistant message.")
     out: dict[str, Any] = {"model": model, "messages": chat, "max_tokens": max_tokens}
@@ -210,6 +221,14 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     return out, tuple(dropped)
+
+
+def _translated(messages: list[Any], start: int, chat: list[dict[str, Any]]) -> tuple[int, int]:
+    """messages[start:] onto the end of `chat`; each message is translated on its own,
+    so a longer conversation's translation may go on from the end."""
+    for index in range(start, len(messages)):
+        chat.extend(_message(messages[index], f"messages.{index}"))
+    return len(messages), len(chat)
 
 
 def _reasoning(thinking: Any, config: dict[str, Any], dropped: list[str]) -> dict[str, Any]:

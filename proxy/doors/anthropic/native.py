@@ -14,6 +14,7 @@ Everything else the client sent of the Messages API (server tools, `thinking`,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import orjson
@@ -21,8 +22,9 @@ import orjson
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import event
+from proxy.doors.translations import Rendered, Rendering, Renderings
 from proxy.errors import UpstreamFailure
-from proxy.upstream.native import NativeApi
+from proxy.upstream.native import NativeApi, lean_covers
 
 __all__ = ["MessagesNative", "arguments", "native_content"]
 
@@ -65,20 +67,42 @@ class MessagesNative:
     # Fast mode where the model has it; LiteLLM fits Claude's thinking and effort itself.
     optional: tuple[tuple[str, str], ...] = (("speed", "speed"),)
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        body: dict[str, Any],
+        renderings: Renderings | None = None,
+        conversation: Hashable = None,
+    ) -> None:
         self._body = body
+        self._renderings = renderings or Renderings()
+        self._conversation = conversation  # its key, for a request of no session
+        self.serialized: tuple[bytes, bool] | None = None
 
     def drop(self, name: str) -> bool:
         return self._body.pop(name, None) is not None
 
-    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
+    def request(
+        self,
+        chat: dict[str, Any],
+        summarized: bool,
+        mid_system: bool,
+        session: Hashable = None,
+    ) -> dict[str, Any]:
         messages = chat["messages"]
         lead = 0
         while lead < len(messages) and messages[lead].get("role") == "system":
             lead += 1
         system = [block for m in messages[:lead] for block in _blocks(m.get("content"))]
-        turns = _turns(messages[lead:], mid_system)
-        out: dict[str, Any] = {"model": chat["model"], "messages": turns}
+        # By conversation, and by what the model takes: a turn is rendered for both.
+        key = (session if session is not None else self._conversation, mid_system)
+        rendered = _Turns(mid_system).of(messages[lead:], self._renderings.taken(key))
+        self._renderings.kept(key, rendered)
+        turns = rendered.turns
+        self.serialized = (
+            b"[" + b",".join(turn.json for turn in turns) + b"]",
+            not any(turn.repaired for turn in turns),
+        )
+        out: dict[str, Any] = {"model": chat["model"], "messages": [t.native for t in turns]}
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         out["max_tokens"] = chat.get("max_tokens", out.get("max_tokens"))
         if summarized and system and _breakpoints(out, system) < _BREAKPOINTS:
@@ -252,52 +276,113 @@ def _call(call_id: Any, name: Any, given: Any) -> dict[str, Any]:
 # -- the window in Anthropic's shape ----------------------------------------------------
 
 
-def _turns(messages: list[dict[str, Any]], mid_system: bool) -> list[dict[str, Any]]:
+class _Turns:
     """Chat messages as Anthropic turns: tool results and the user message after them
     are one user turn, as they came. A system message mid-conversation (Claude Code's,
     or the proxy's recall block) stays where it stood for a model that takes one there
     (`mid_system`); for any other (before Claude 4.8, which refuses the role) it is a
     user turn in its place, labelled, so everything before it keeps its bytes; one
     between a tool call and its results goes after the results, as a turn between them
-    would part them (consecutive user turns are one to Anthropic)."""
-    out: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    held: list[dict[str, Any]] = []  # system turns waiting for the results they interrupt
-    for message in messages:
-        role = message.get("role")
-        if role == "tool":
-            results.append(_result(message))
-            continue
-        if role == "system" and not mid_system and not results and _calls(out):
-            held.append(_system_as_user(message))
-            continue
-        if role == "user" and not held:
-            out.append({"role": "user", "content": _user(results, message.get("content"))})
-        elif role == "user":
-            out += [{"role": "user", "content": results}] if results else []
-            out += [*held, {"role": "user", "content": _user([], message.get("content"))}]
-        else:
-            if results:
-                out.append({"role": "user", "content": results})
-            out += held
-            if role == "assistant":
-                out.append(_assistant(message))
+    would part them (consecutive user turns are one to Anthropic).
+
+    The turns of the previous rendering that the window keeps (`Rendered.reused`) are
+    taken as they are; of the rest, each is taken from it where the same chat messages
+    made it (by identity), else made here."""
+
+    def __init__(self, mid_system: bool) -> None:
+        self._mid_system = mid_system
+        self._known: dict[int, Rendering] = {}
+        self._out: list[Rendering] = []
+        self._read: list[int] = []
+        self._at = 0  # the messages read so far
+
+    def of(self, messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
+        start = 0
+        if previous is not None:
+            kept, start = previous.reused(messages)
+            self._out, self._read = previous.turns[:kept], previous.read[:kept]
+            self._known = {id(turn.sources[0]): turn for turn in previous.turns[kept:]}
+        results: list[dict[str, Any]] = []
+        held: list[dict[str, Any]] = []  # system turns waiting for the results they interrupt
+        for self._at, message in enumerate(messages[start:], start + 1):
+            role = message.get("role")
+            if role == "tool":
+                results.append(message)
+                continue
+            if role == "system" and not self._mid_system and not results and self._calls():
+                held.append(message)
+                continue
+            if role == "user" and not held:
+                self._turn((*results, message), "user", _user_turn)
             else:
-                out.append(_system(message) if mid_system else _system_as_user(message))
-        results, held = [], []
-    if results:
-        out.append({"role": "user", "content": results})
-    return out + held
+                self._results(results)
+                for system in held:
+                    self._turn((system,), "held", _held)
+                if role == "user":
+                    self._turn((message,), "user", _user_turn)
+                elif role == "assistant":
+                    self._turn((message,), "assistant", _assistant_turn)
+                elif self._mid_system:
+                    self._turn((message,), "system", _system_turn)
+                else:
+                    self._turn((message,), "held", _held)
+            results, held = [], []
+        self._at = len(messages) + 1  # what comes at the end depends on where it ends
+        self._results(results)
+        for system in held:
+            self._turn((system,), "held", _held)
+        return Rendered(messages, self._out, self._read)
+
+    def _results(self, results: list[dict[str, Any]]) -> None:
+        if results:
+            self._turn(tuple(results), "results", _user_turn)
+
+    def _turn(
+        self,
+        sources: tuple[dict[str, Any], ...],
+        kind: str,
+        make: Callable[[tuple[dict[str, Any], ...]], dict[str, Any]],
+    ) -> None:
+        rendering = self._known.get(id(sources[0]))
+        if rendering is None or not rendering.of(sources, kind):
+            native = make(sources)
+            data = orjson.dumps(native)
+            repaired = not lean_covers("anthropic_messages", data)
+            rendering = Rendering(sources, kind, native, data, repaired)
+        self._out.append(rendering)
+        self._read.append(self._at)
+
+    def _calls(self) -> bool:
+        """Whether the last turn is the assistant's and calls tools (its results come next)."""
+        if not self._out or self._out[-1].kind != "assistant":
+            return False
+        content = self._out[-1].native.get("content")
+        return isinstance(content, list) and any(
+            isinstance(block, dict) and block.get("type") == "tool_use" for block in content
+        )
 
 
-def _calls(turns: list[dict[str, Any]]) -> bool:
-    """Whether the last turn is the assistant's and calls tools (its results come next)."""
-    if not turns or turns[-1].get("role") != "assistant":
-        return False
-    content = turns[-1].get("content")
-    return isinstance(content, list) and any(
-        isinstance(block, dict) and block.get("type") == "tool_use" for block in content
-    )
+def _user_turn(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """Tool results, and the user message after them if there is one, as one user turn."""
+    *tools, last = sources
+    if last.get("role") == "tool":
+        return {"role": "user", "content": [_result(tool) for tool in sources]}
+    return {
+        "role": "user",
+        "content": _user([_result(tool) for tool in tools], last.get("content")),
+    }
+
+
+def _assistant_turn(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    return _assistant(sources[0])
+
+
+def _system_turn(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    return _system(sources[0])
+
+
+def _held(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    return _system_as_user(sources[0])
 
 
 def _user(results: list[dict[str, Any]], content: Any) -> Any:

@@ -12,6 +12,7 @@ message a `function_call_output`. Hosted and namespace tools, `reasoning`, `incl
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
@@ -60,11 +61,14 @@ class ResponsesNative:
 
     def __init__(self, body: dict[str, Any]) -> None:
         self._body = body
+        self.serialized: tuple[bytes, bool] | None = None
 
     def drop(self, name: str) -> bool:
         return self._body.pop(name, None) is not None
 
-    def request(self, chat: dict[str, Any], summarized: bool, mid_system: bool) -> dict[str, Any]:
+    def request(
+        self, chat: dict[str, Any], summarized: bool, mid_system: bool, session: Hashable = None
+    ) -> dict[str, Any]:
         """The window as a Responses call (OpenAI caches prompt prefixes by itself: a
         summary needs no mark; the session's `prompt_cache_key` keeps its turns together)."""
         messages = chat["messages"]

@@ -1,0 +1,159 @@
+"""A conversation's translation, kept between its requests ("translations" in
+docs/architecture.md).
+
+A client resends its whole conversation every turn. The chat door hands it to the engine
+as it came, which then recognises the stored prefix at C speed (the fingerprint); a door
+that speaks another API would translate every message of it, in Python, each time, and
+render the window back into that API, message by message, again. So each door keeps,
+for the conversations it served lately, what it made of them:
+
+- `Translations`: the client's messages (or input items) as it sent them, and their
+  chat form. A request whose messages begin with the kept ones (compared as parsed
+  values, at C speed) is translated from there on only; the chat messages of the kept
+  part are the same objects as before.
+- `Renderings`: the latest window rendered in the door's API, turn by turn, each with
+  its JSON. The engine's window holds the same chat objects from turn to turn (those of
+  a kept translation, or of the stored window `proxy.engine.history` keeps), so the
+  turns made from the part of the window it holds again, by identity, are kept as they
+  are, and the rest are taken by identity where they were made before. The window goes
+  out as the JSON of its turns joined: an unchanged conversation is neither rendered
+  nor serialized again, and each turn is checked once for what LiteLLM's route would
+  repair (`proxy.upstream.native.lean_covers`).
+
+Both are caches of pure functions of what they are keyed by (checked on every use), so
+they change no plan and hold nothing another process needs; both are bounded by the
+messages they hold.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "Rendered",
+    "Rendering",
+    "Renderings",
+    "Translation",
+    "Translations",
+    "conversation_key",
+]
+
+# Messages a door keeps, in all, of the conversations it served lately (each kind).
+KEPT_MESSAGES = 20_000
+
+# Translate native[start:] onto the end of `chat`; where a longer conversation's
+# translation may resume: a native index and the chat length there.
+Convert = Callable[[list[Any], int, list[dict[str, Any]]], tuple[int, int]]
+
+
+def conversation_key(tenant: str, first: Any) -> bytes:
+    """A conversation's key: its tenant and its first message (a different conversation
+    with the same start only costs the other its kept translation)."""
+    digest = hashlib.sha256(tenant.encode() + b"\0" + orjson.dumps(first))
+    return digest.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    native: list[Any]  # the messages (items) as the client sent them
+    chat: list[dict[str, Any]]  # their chat form
+    resume: tuple[int, int]  # where a longer conversation's translation may go on
+
+
+class Translations:
+    """Conversations' translations, the latest `KEPT_MESSAGES` messages' worth."""
+
+    def __init__(self, kept: int = KEPT_MESSAGES) -> None:
+        self._kept = kept
+        self._held = 0
+        self._known: OrderedDict[bytes, Translation] = OrderedDict()
+
+    def chat(self, key: bytes, native: list[Any], convert: Convert) -> list[dict[str, Any]]:
+        """`native` in chat form: the kept translation's, where `native` begins with its
+        messages, and `convert`'s for the rest."""
+        known = self._known.pop(key, None)
+        start, made = 0, 0
+        if known is not None:
+            self._held -= len(known.native)
+            at, length = known.resume
+            if at <= len(native) and native[:at] == known.native[:at]:
+                start, made = at, length
+        chat = known.chat[:made] if known is not None else []
+        self._known[key] = Translation(native, chat, convert(native, start, chat))
+        self._held += len(native)
+        while self._held > self._kept and len(self._known) > 1:
+            _, dropped = self._known.popitem(last=False)
+            self._held -= len(dropped.native)
+        return chat
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """What a door's renderer made of some chat messages (held, so their identities stay
+    theirs)."""
+
+    sources: tuple[dict[str, Any], ...]
+    kind: str  # how they were rendered
+    native: Any
+    json: bytes
+    repaired: bool  # LiteLLM's route would change it
+
+    def of(self, sources: tuple[dict[str, Any], ...], kind: str) -> bool:
+        """Whether this is the rendering of these very messages, made this way."""
+        mine = self.sources
+        return (
+            kind == self.kind
+            and len(sources) == len(mine)
+            and all(a is b for a, b in zip(sources, mine, strict=True))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A window as a door's renderer made it: its chat messages, their turns in the
+    door's API, and for each turn how many of the messages had been read when it was
+    made (it depends on those alone)."""
+
+    window: list[dict[str, Any]]
+    turns: list[Rendering]
+    read: list[int]
+
+    def reused(self, window: list[dict[str, Any]]) -> tuple[int, int]:
+        """How many of this rendering's turns `window` keeps as they are, and how many
+        of its messages those turns read: the turns made from a prefix that `window`
+        holds by identity (compared at C speed)."""
+        same = list(map(operator.is_, window, self.window))
+        prefix = same.index(False) if False in same else len(same)
+        kept = bisect.bisect_right(self.read, prefix)
+        return kept, self.read[kept - 1] if kept else 0
+
+
+class Renderings:
+    """Windows as a door's API says them, by conversation: the latest of each."""
+
+    def __init__(self, kept: int = KEPT_MESSAGES) -> None:
+        self._kept = kept
+        self._held = 0
+        self._known: OrderedDict[Hashable, Rendered] = OrderedDict()
+
+    def taken(self, key: Hashable) -> Rendered | None:
+        """The conversation's latest rendering, taken out until `kept` gives one back."""
+        known = self._known.pop(key, None)
+        if known is not None:
+            self._held -= len(known.window)
+        return known
+
+    def kept(self, key: Hashable, rendered: Rendered) -> None:
+        self._known[key] = rendered
+        self._held += len(rendered.window)
+        while self._held > self._kept and len(self._known) > 1:
+            _, dropped = self._known.popitem(last=False)
+            self._held -= len(dropped.window)
