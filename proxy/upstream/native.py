@@ -24,6 +24,7 @@ route instead (`lean_covers`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 from collections.abc import AsyncIterator, Hashable
@@ -244,18 +245,38 @@ class NativeClient(DirectClient):
 
     def _native_post(self, params: dict[str, Any], *, stream: bool) -> Any:
         api: NativeApi = params["native_api"]
-        model = adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0]
         request = params["native_request"] | {"stream": stream}
-        extra_body = request.pop("extra_body", None) or {}  # carried as it is, as LiteLLM does
-        key, base = params.get("api_key"), params.get("api_base")
-        if api == "anthropic_messages":
-            drop = bool(params.get("drop_params"))
-            url, headers, body = adapter.anthropic_messages_call(model, request, key, base, drop)
-        else:
-            url, headers, body = adapter.responses_call(model, request, key, base)
+        extra_body = request.pop("extra_body", None)  # carried as it is, as LiteLLM does
+        url, fixed, body = _call(
+            api,
+            adapter.get_llm_provider(model=params["model"], api_base=params.get("api_base"))[0],
+            orjson.dumps(request),
+            params.get("api_key"),
+            params.get("api_base"),
+            bool(params.get("drop_params")),
+        )
+        headers = dict(fixed)
         extra = params.get("extra_headers")
         if isinstance(extra, dict):
             headers |= {str(k): str(v) for k, v in extra.items()}
+        if extra_body:
+            body = orjson.dumps(orjson.loads(body) | extra_body)
         field = b',"' + ITEMS[api].encode() + b'":'
-        data = orjson.dumps(body | extra_body)[:-1] + field + params["native_items"] + b"}"
+        data = body[:-1] + field + params["native_items"] + b"}"
         return self._send(params, url, data, headers, stream=stream)
+
+
+@functools.lru_cache(maxsize=256)
+def _call(
+    api: NativeApi, model: str, request: bytes, key: str | None, base: str | None, drop: bool
+) -> tuple[str, tuple[tuple[str, str], ...], bytes]:
+    """What LiteLLM's route makes of a request's parameters (its messages or input
+    aside): the URL, headers and body JSON to send them with. A pure function of its
+    arguments, worked out once for the parameters an agent sends turn after turn (it
+    looks the model up in LiteLLM's map several times)."""
+    params = orjson.loads(request)
+    if api == "anthropic_messages":
+        url, headers, body = adapter.anthropic_messages_call(model, params, key, base, drop)
+    else:
+        url, headers, body = adapter.responses_call(model, params, key, base)
+    return url, tuple(headers.items()), orjson.dumps(body)

@@ -13,6 +13,7 @@ Everything else the client sent of the Messages API (server tools, `thinking`,
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -60,6 +61,7 @@ SYSTEM_NOTE = "(A system message, not the user's words:)"
 _EPHEMERAL = {"type": "ephemeral"}
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+_JSON, _REPAIRED, _NATIVE = map(operator.attrgetter, ("json", "repaired", "native"))
 
 
 class MessagesNative:
@@ -99,10 +101,10 @@ class MessagesNative:
         self._renderings.kept(key, rendered)
         turns = rendered.turns
         self.serialized = (
-            b"[" + b",".join(turn.json for turn in turns) + b"]",
-            not any(turn.repaired for turn in turns),
+            b"[" + b",".join(map(_JSON, turns)) + b"]",
+            not any(map(_REPAIRED, turns)),
         )
-        out: dict[str, Any] = {"model": chat["model"], "messages": [t.native for t in turns]}
+        out: dict[str, Any] = {"model": chat["model"], "messages": list(map(_NATIVE, turns))}
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         out["max_tokens"] = chat.get("max_tokens", out.get("max_tokens"))
         if summarized and system and _breakpoints(out, system) < _BREAKPOINTS:

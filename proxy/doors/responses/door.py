@@ -26,6 +26,7 @@ from proxy.doors.base import Api, Inbound, ORJSONResponse, body_session_id, text
 from proxy.doors.responses.items import ItemNames, References, ResponseIds
 from proxy.doors.responses.native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses.stream import ResponsesFramer, output_items, response_object
+from proxy.doors.translations import Renderings, Translations, conversation_key
 from proxy.engine.types import Turn
 from proxy.sessions.store import SessionStore
 from proxy.upstream.client import PROVIDER_HINTS
@@ -157,10 +158,13 @@ class ResponsesDoor:
         self._ids = ids
         self._id_fields = id_fields
         self._references = References(ids, store)
+        # What this door made of the conversations it served lately (`proxy.doors.translations`).
+        self._translations = Translations()
+        self._renderings = Renderings()
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         referenced = await self._references.resolve(body, tenant)
-        chat, dropped = to_chat(body)
+        chat, dropped = to_chat(body, self._translations, tenant)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
         session_id: str | None
@@ -178,7 +182,7 @@ class ResponsesDoor:
             {"echo": echo},
             dropped,
             OPTIONAL,
-            native=ResponsesNative(body),
+            native=ResponsesNative(body, self._renderings, _conversation(tenant, body)),
             native_dropped=tuple(key for key in own if key not in CARRIED),
         )
 
@@ -229,9 +233,12 @@ class ResponsesDoor:
 # -- the request ----------------------------------------------------------------------
 
 
-def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def to_chat(
+    body: dict[str, Any], translations: Translations | None = None, tenant: str = ""
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A Responses request as a chat-completions body and what it could not carry, or a
-    400 naming the field."""
+    400 naming the field. With `translations`, a conversation's items translated for an
+    earlier request are not translated again."""
     dropped = unknown_fields(body, _PARAMETERS)
     if body.get("background") is True:
         raise invalid("background", "Background responses are not served by this proxy.")
@@ -249,11 +256,11 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     source = body.get("input")
     if isinstance(source, str):
         messages.append({"role": "user", "content": source})
+    elif isinstance(source, list) and source and translations is not None:
+        key = conversation_key(tenant, source[0])
+        messages += translations.chat(key, source, _translated)
     elif isinstance(source, list) and source:
-        items = _Items(messages)
-        for index, item in enumerate(source):
-            items.add(item, f"input[{index}]")
-        items.close()
+        _translated(source, 0, messages)
     else:
         raise invalid("input", "`input` is required: a string or a non-empty array of items.")
     said = [m for m in messages if m.get("content") is not None or m.get("tool_calls")]
@@ -289,6 +296,27 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     return out, tuple(dropped)
+
+
+def _translated(source: list[Any], start: int, chat: list[dict[str, Any]]) -> tuple[int, int]:
+    """source[start:] onto the end of `chat`; a longer conversation's translation may go
+    on after its last user message or tool output, where no model turn is open."""
+    items = _Items(chat)
+    resume = start, len(chat)
+    for index in range(start, len(source)):
+        item = source[index]
+        items.add(item, f"input[{index}]")
+        if item.get("type", "message") == "function_call_output" or (
+            item.get("type", "message") == "message" and item.get("role") != "assistant"
+        ):
+            resume = index + 1, len(chat)
+    items.close()
+    return resume
+
+
+def _conversation(tenant: str, body: dict[str, Any]) -> bytes | None:
+    source = body.get("input")
+    return conversation_key(tenant, source[0]) if isinstance(source, list) and source else None
 
 
 class _Items:

@@ -12,15 +12,20 @@ message a `function_call_output`. Hosted and namespace tools, `reasoning`, `incl
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Hashable
 from typing import Any
+
+import orjson
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.costs.usage import chat_usage
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
+from proxy.doors.translations import Rendered, Rendering, Renderings
 from proxy.errors import UpstreamFailure
-from proxy.upstream.native import NativeApi
+from proxy.upstream.native import NativeApi, lean_covers
 
 __all__ = ["CARRIED", "ResponsesNative", "chat_item"]
 
@@ -59,8 +64,15 @@ class ResponsesNative:
     api: NativeApi = "responses"
     optional: tuple[tuple[str, str], ...] = (("reasoning", "reasoning_effort"),)
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        body: dict[str, Any],
+        renderings: Renderings | None = None,
+        conversation: Hashable = None,
+    ) -> None:
         self._body = body
+        self._renderings = renderings or Renderings()
+        self._conversation = conversation  # its key, for a request of no session
         self.serialized: tuple[bytes, bool] | None = None
 
     def drop(self, name: str) -> bool:
@@ -78,7 +90,13 @@ class ResponsesNative:
         if instructions is not None and first == {"role": "system", "content": instructions}:
             out["instructions"] = instructions
             messages = messages[1:]
-        out["input"] = [item for message in messages for item in _items(message)]
+        key = session if session is not None else self._conversation
+        rendered = _rendered(messages, self._renderings.taken(key))
+        self._renderings.kept(key, rendered)
+        turns = rendered.turns
+        out["input"] = list(itertools.chain.from_iterable(map(_NATIVE, turns)))
+        pieces = b",".join(map(_JSON, turns))
+        self.serialized = b"[" + pieces + b"]", not any(map(_REPAIRED, turns))
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
             out["max_output_tokens"] = chat["max_tokens"]
@@ -179,6 +197,34 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the window as input items ----------------------------------------------------------
+
+_JSON, _REPAIRED, _NATIVE = map(operator.attrgetter, ("json", "repaired", "native"))
+
+
+def _rendered(messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
+    """The window's messages as input items, each message's on its own: those of the
+    previous rendering where the window keeps its messages (`Rendered.reused`), else
+    made here (a message that makes no item makes no turn)."""
+    turns: list[Rendering] = []
+    read: list[int] = []
+    known: dict[int, Rendering] = {}
+    start = 0
+    if previous is not None:
+        kept, start = previous.reused(messages)
+        turns, read = previous.turns[:kept], previous.read[:kept]
+        known = {id(turn.sources[0]): turn for turn in previous.turns[kept:]}
+    for at, message in enumerate(messages[start:], start + 1):
+        rendering = known.get(id(message))
+        if rendering is None or not rendering.of((message,), "item"):
+            items = _items(message)
+            if not items:
+                continue
+            data = orjson.dumps(items)[1:-1]  # the items, to join with the window's others
+            repaired = not lean_covers("responses", data)
+            rendering = Rendering((message,), "item", items, data, repaired)
+        turns.append(rendering)
+        read.append(at)
+    return Rendered(messages, turns, read)
 
 
 def _items(message: dict[str, Any]) -> list[dict[str, Any]]:
