@@ -1,0 +1,148 @@
+"""What a door keeps of a conversation between its requests (`proxy.doors.translations`):
+a conversation translated or rendered from what was kept is exactly what translating and
+rendering it afresh makes, whatever the client resends (a longer conversation, an edited
+one, another tenant's with the same start); what was kept is reused, not remade; and it
+is bounded."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import orjson
+
+from proxy.doors.anthropic import door as messages
+from proxy.doors.anthropic.native import MessagesNative
+from proxy.doors.responses import door as responses
+from proxy.doors.responses.native import ResponsesNative
+from proxy.doors.translations import Renderings, Translations
+from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT
+
+
+def messages_turns(seed: int, turns: int) -> list[list[dict[str, Any]]]:
+    """A Messages conversation as its client resends it, turn after turn: text, tool
+    calls with results (with and without text after them), a system message
+    mid-conversation, each request a fresh parse of the last plus a new turn."""
+    rng = random.Random(seed)
+    conversation: list[dict[str, Any]] = list(MESSAGES_BODIES[1]["messages"][:3])
+    requests = []
+    for turn in range(turns):
+        kind = rng.choice(["text", "tool", "system"])
+        if kind == "tool":
+            use = {"type": "tool_use", "id": f"u{turn}", "name": "Read", "input": {"n": turn}}
+            result = {"type": "tool_result", "tool_use_id": f"u{turn}", "content": f"r{turn}"}
+            after = [{"type": "text", "text": f"then {turn}"}] if rng.random() < 0.5 else []
+            conversation += [
+                {"role": "assistant", "content": [{"type": "text", "text": "On it."}, use]},
+                {"role": "user", "content": [result, *after]},
+            ]
+        elif kind == "system":
+            conversation += [
+                {"role": "assistant", "content": f"answer {turn}"},
+                {"role": "system", "content": f"Reminder {turn}."},
+                {"role": "user", "content": f"question {turn}"},
+            ]
+        else:
+            conversation += [
+                {"role": "assistant", "content": [{"type": "text", "text": f"answer {turn}"}]},
+                {"role": "user", "content": [{"type": "text", "text": f"question {turn}"}]},
+            ]
+        requests.append(orjson.loads(orjson.dumps(conversation)))  # a fresh parse
+    return requests
+
+
+def body_of(conversation: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "claude", "max_tokens": 10, "system": "Rules.", "messages": conversation}
+
+
+def test_a_messages_conversation_translated_from_what_was_kept_is_translated_afresh() -> None:
+    translations = Translations()
+    kept: list[dict[str, Any]] = []
+    for conversation in messages_turns(seed=7, turns=30):
+        chat, _ = messages.to_chat(body_of(conversation), translations, "t")
+        assert chat == messages.to_chat(body_of(conversation))[0]
+        # The kept part is not translated again: the same chat objects as last time.
+        assert all(a is b for a, b in zip(chat["messages"][1:], kept, strict=False))
+        kept = chat["messages"][1:]
+
+
+def test_an_edited_conversation_or_another_tenants_is_translated_afresh() -> None:
+    translations = Translations()
+    *_, last = messages_turns(seed=3, turns=12)
+    first = messages.to_chat(body_of(last), translations, "t")[0]["messages"]
+    edited = copy.deepcopy(last)
+    edited[4] = {"role": "user", "content": "an edit"}
+    chat, _ = messages.to_chat(body_of(edited), translations, "t")
+    assert chat == messages.to_chat(body_of(edited))[0]
+    assert chat["messages"][-1] is not first[-1]
+    other = messages.to_chat(body_of(last), translations, "another tenant")[0]["messages"]
+    assert other == first and not any(a is b for a, b in zip(other[1:], first[1:], strict=True))
+
+
+def test_a_responses_conversation_translated_from_what_was_kept_is_translated_afresh() -> None:
+    translations = Translations()
+    given = [{"type": "message", "role": "user", "content": "Start."}]
+    for turn in range(12):
+        given += copy.deepcopy(RESPONSES_INPUT[1:]) if turn % 2 else copy.deepcopy(RESPONSES_INPUT)
+        given[-1] = given[-1] | {"content": [{"type": "output_text", "text": f"{turn}"}]}
+        body = {
+            "model": "gpt",
+            "instructions": "Be brief.",
+            "input": orjson.loads(orjson.dumps(given)),
+        }
+        chat, _ = responses.to_chat(body, translations, "t")
+        assert chat == responses.to_chat(body)[0]
+
+
+def claude_window(chat: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]:
+    """The window as the engine may leave it: the last message a marked copy, and (every
+    other turn) a recall block as a system message before it."""
+    *rest, last = chat
+    marked = last | {"cache_control": {"type": "ephemeral"}}
+    recall = [{"role": "system", "content": f"Recalled {turn}."}] if turn % 2 else []
+    return [*rest, *recall, marked]
+
+
+def test_a_messages_window_rendered_from_what_was_kept_is_rendered_afresh() -> None:
+    translations, renderings = Translations(), Renderings()
+    for mid_system in (False, True):
+        previous: list[Any] = []
+        for turn, conversation in enumerate(messages_turns(seed=11, turns=20)):
+            body = body_of(conversation)
+            chat, _ = messages.to_chat(body, translations, "t")
+            window = {**chat, "messages": claude_window(chat["messages"], turn)}
+            native = MessagesNative(body, renderings, b"conversation")
+            sent = native.request(window, summarized=False, mid_system=mid_system)
+            fresh = MessagesNative(body).request(window, summarized=False, mid_system=mid_system)
+            assert sent == fresh
+            assert native.serialized is not None
+            assert orjson.loads(native.serialized[0]) == fresh["messages"]
+            # What the window kept is not rendered again: the same turns as last time.
+            assert (
+                sum(a is b for a, b in zip(sent["messages"], previous, strict=False))
+                >= min(len(previous), len(sent["messages"])) - 4
+            )
+            previous = sent["messages"]
+
+
+def test_a_responses_window_rendered_from_what_was_kept_is_rendered_afresh() -> None:
+    renderings = Renderings()
+    body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
+    chat, _ = responses.to_chat(body)
+    for turn in range(4):
+        window = {**chat, "messages": claude_window(chat["messages"], turn)}
+        native = ResponsesNative(body, renderings, b"conversation")
+        sent = native.request(window, summarized=False, mid_system=False)
+        assert sent == ResponsesNative(body).request(window, summarized=False, mid_system=False)
+        assert native.serialized is not None
+        assert orjson.loads(native.serialized[0]) == sent["input"]
+
+
+def test_what_a_door_keeps_is_bounded() -> None:
+    translations = Translations(kept=100)
+    conversations = [messages_turns(seed=n, turns=20)[-1] for n in range(10)]
+    for number, conversation in enumerate(conversations):
+        messages.to_chat(body_of(conversation), translations, f"t{number}")
+    assert translations._held <= 100 + len(conversations[-1])
+    assert len(translations._known) < len(conversations)
