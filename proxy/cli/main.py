@@ -4,6 +4,8 @@ commands beside it (`sessions`, `demo`, `hash-key`, `--version`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import getpass
 import importlib.metadata
 import ipaddress
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or settings.server.workers
     if workers > 1:
         _prepare_multiprocess_metrics()
+    _keep_large_buffers_apart()
 
     import uvicorn
 
@@ -91,6 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,  # the proxy writes its own line per request
     )
     return 0
+
+
+# A long conversation's request is megabytes of JSON, parsed, serialized and sent each
+# turn. glibc's malloc serves such buffers from mmap at first, then raises its threshold
+# each time one is freed, until they come from the heap, which keeps its high-water
+# mark for good. A fixed threshold keeps every buffer above it in mmap, given back on free.
+_MMAP_THRESHOLD = 256 * 1024
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number, in glibc's malloc.h
+
+
+def _keep_large_buffers_apart() -> None:
+    """Fix malloc's mmap threshold for this process and, through the environment its
+    workers start with, for theirs; unless the operator set one. Nothing on a libc
+    other than glibc."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(_MMAP_THRESHOLD)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
 
 
 def _check_upstream(settings: Settings) -> None:

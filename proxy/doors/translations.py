@@ -43,11 +43,12 @@ __all__ = [
     "Renderings",
     "Translation",
     "Translations",
+    "compact",
     "conversation_key",
 ]
 
 # Messages a door keeps, in all, of the conversations it served lately (each kind).
-KEPT_MESSAGES = 20_000
+KEPT_MESSAGES = 10_000
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -93,6 +94,12 @@ class Translations:
             _, dropped = self._known.popitem(last=False)
             self._held -= len(dropped.native)
         return chat
+
+
+def compact(data: bytes) -> bytes:
+    """`data` in a bytes object of its own size: orjson's output keeps its buffer's
+    capacity (4 KiB at least), which a kept rendering would hold for every turn."""
+    return bytes(memoryview(data))
 
 
 @dataclass(frozen=True, slots=True)

@@ -482,7 +482,12 @@ def _lengths(results: dict[str, list[Row]]) -> list[int]:
     return sorted({row.messages for rows in results.values() for row in rows})
 
 
-def report(results: dict[str, list[Row]], agent_rows: list[Row], rounds: int) -> str:
+def report(
+    results: dict[str, list[Row]],
+    agent_rows: list[Row],
+    rounds: int,
+    memory: tuple[float, float],
+) -> str:
     lines = [
         f"rounds: {rounds} timed turns a length and route, in conversations of {TURNS} turns "
         "(each after one untimed); own time = p50 minus the direct p50 of the whole "
@@ -501,6 +506,13 @@ def report(results: dict[str, list[Row]], agent_rows: list[Row], rounds: int) ->
         "target: claude-code shape: append never costs more than a full resend: "
         + (f"more by {more * 1e3:+.2f} ms  MISS" if more > 0 else "never more  PASS")
     )
+    before, after = memory
+    lines.append(
+        f"target: the proxy's RSS after the long-history runs within 1.2x of before: "
+        f"{before:.0f} MB after the {min(_lengths(results))}-message runs, at most "
+        f"{after:.0f} MB after the longer ones = {after / before:.2f}x  "
+        + ("PASS" if after <= 1.2 * before else "MISS")
+    )
     return "\n".join(lines)
 
 
@@ -516,25 +528,37 @@ async def benchmark(
             "router_settings": {"num_retries": 0},
             "server": {"max_body_bytes": 64 * 1024 * 1024},
         }
-        with processes.context_proxy(config, directory) as proxy_url:
+        with processes.context_proxy_process(config, directory) as (proxy_url, process):
+            rss = functools.partial(_rss, process.pid)
             if not with_litellm:
-                return await _run(Urls(upstream_url, proxy_url, None), rounds, lengths)
+                return await _run(Urls(upstream_url, proxy_url, None), rounds, lengths, rss)
             litellm_config = {
                 "model_list": model_list(upstream_url, litellm=True),
                 "router_settings": {"num_retries": 0},
                 "litellm_settings": {"use_chat_completions_url_for_anthropic_messages": True},
             }
             with processes.litellm_proxy(litellm_config, directory) as litellm_url:
-                return await _run(Urls(upstream_url, proxy_url, litellm_url), rounds, lengths)
+                urls = Urls(upstream_url, proxy_url, litellm_url)
+                return await _run(urls, rounds, lengths, rss)
 
 
-async def _run(urls: Urls, rounds: int, lengths: tuple[int, ...]) -> str:
-    results: dict[str, list[Row]] = {}
+async def _run(urls: Urls, rounds: int, lengths: tuple[int, ...], rss: Callable[[], float]) -> str:
+    """Every route at each length, shortest first: the proxy's resident memory is read
+    after the shortest (warm, nothing long yet) and after everything."""
+    results: dict[str, list[Row]] = {route.name: [] for route in ROUTES}
+    memory = []
     async with client() as session:
-        for route in ROUTES:
-            results[route.name] = []
-            for n in lengths:
+        for n in lengths:
+            for route in ROUTES:
                 script = functools.partial(plain, messages=n)
                 results[route.name] += await measure(session, urls, route, script, rounds)
+            memory.append(rss())
         agent_rows = await measure(session, urls, AGENT, agent, rounds)
-    return report(results, agent_rows, rounds)
+    memory.append(rss())
+    return report(results, agent_rows, rounds, (memory[0], max(memory[1:])))
+
+
+def _rss(pid: int) -> float:
+    """A process's resident memory, MB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(int(line.split()[1]) for line in status.splitlines() if line[:6] == "VmRSS:") / 1024

@@ -182,9 +182,11 @@ def _check_doors(section: str) -> None:
             assert float(size) > 0 and float(direct) > 0 and float(passed) > 0
             assert all(_finite(value) for value in (_own, _other, _ratio, _per))
     targets = re.findall(r"^target: (.+?)  (PASS|MISS)$", section, re.M)
-    # Growth per route and mode, the chat door's ratio per other route and mode, and
-    # append against a full resend per route and for the agent's conversation.
-    assert len(targets) == 5 * 3 + 4 * 3 + 5 + 1, section
+    # Growth per route and mode, the chat door's ratio per other route and mode, append
+    # against a full resend per route and for the agent's conversation, and memory.
+    assert len(targets) == 5 * 3 + 4 * 3 + 5 + 1 + 1, section
+    memory = re.search(r"(\d+) MB after the 10-message runs, at most (\d+) MB", section)
+    assert memory is not None and 0 < int(memory[1]) <= int(memory[2]), section
 
 
 def _finite(text: str) -> bool:

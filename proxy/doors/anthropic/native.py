@@ -23,7 +23,7 @@ import orjson
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import event
-from proxy.doors.translations import Rendered, Rendering, Renderings
+from proxy.doors.translations import Rendered, Rendering, Renderings, compact
 from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi, lean_covers
 
@@ -348,7 +348,7 @@ class _Turns:
         rendering = self._known.get(id(sources[0]))
         if rendering is None or not rendering.of(sources, kind):
             native = make(sources)
-            data = orjson.dumps(native)
+            data = compact(orjson.dumps(native))
             repaired = not lean_covers("anthropic_messages", data)
             rendering = Rendering(sources, kind, native, data, repaired)
         self._out.append(rendering)

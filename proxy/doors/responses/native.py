@@ -219,7 +219,7 @@ def _rendered(messages: list[dict[str, Any]], previous: Rendered | None) -> Rend
             items = _items(message)
             if not items:
                 continue
-            data = orjson.dumps(items)[1:-1]  # the items, to join with the window's others
+            data = orjson.dumps(items)[1:-1]  # the items, to join with the window's others (a copy)
             repaired = not lean_covers("responses", data)
             rendering = Rendering((message,), "item", items, data, repaired)
         turns.append(rendering)
