@@ -82,7 +82,7 @@ def test_an_edited_conversation_or_another_tenants_is_translated_afresh() -> Non
 
 def test_a_responses_conversation_translated_from_what_was_kept_is_translated_afresh() -> None:
     translations = Translations()
-    given = [{"type": "message", "role": "user", "content": "Start."}]
+    given: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Start."}]
     for turn in range(12):
         given += copy.deepcopy(RESPONSES_INPUT[1:]) if turn % 2 else copy.deepcopy(RESPONSES_INPUT)
         given[-1] = given[-1] | {"content": [{"type": "output_text", "text": f"{turn}"}]}
