@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 # Messages a door keeps, in all, of the conversations it served lately (each kind).
-KEPT_MESSAGES = 10_000
+KEPT_MESSAGES = 20_000
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -81,14 +81,16 @@ class Translations:
         """`native` in chat form: the kept translation's, where `native` begins with its
         messages, and `convert`'s for the rest."""
         known = self._known.pop(key, None)
-        start, made = 0, 0
+        start, made, kept = 0, 0, native
         if known is not None:
             self._held -= len(known.native)
             at, length = known.resume
             if at <= len(native) and native[:at] == known.native[:at]:
-                start, made = at, length
+                # The kept messages, not this request's equal copies: one copy of their
+                # texts stays, the one their chat form holds.
+                start, made, kept = at, length, known.native[:at] + native[at:]
         chat = known.chat[:made] if known is not None else []
-        self._known[key] = Translation(native, chat, convert(native, start, chat))
+        self._known[key] = Translation(kept, chat, convert(native, start, chat))
         self._held += len(native)
         while self._held > self._kept and len(self._known) > 1:
             _, dropped = self._known.popitem(last=False)
@@ -109,8 +111,7 @@ class Rendering:
 
     sources: tuple[dict[str, Any], ...]
     kind: str  # how they were rendered
-    native: Any
-    json: bytes
+    json: bytes  # what the door's API says of them
     repaired: bool  # LiteLLM's route would change it
 
     def of(self, sources: tuple[dict[str, Any], ...], kind: str) -> bool:

@@ -33,6 +33,7 @@ Messages door to chat completions for a non-Anthropic model.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import uuid
@@ -298,6 +299,7 @@ class Row:
     proxy: float  # p50 through context-proxy in this mode
     litellm: float | None  # p50 through LiteLLM's proxy, the full body, no session
     body_pass: float  # one orjson parse + dump of the full body
+    cpu: float = 0.0  # the proxy process's CPU time per request in this mode (p50)
 
     @property
     def own(self) -> float:
@@ -313,6 +315,7 @@ class Urls:
     upstream: str  # its `/v1` base
     proxy: str
     litellm: str | None
+    proxy_cpu: Callable[[], float] = lambda: 0.0  # the proxy process's CPU seconds so far
 
 
 async def timed(session: aiohttp.ClientSession, url: str, call: Call, what: str) -> float:
@@ -335,6 +338,7 @@ async def measure(
     """`rounds` turns of conversations of one length, `TURNS` turns each (so the length
     stays near where it started), each conversation a fresh one of `script`."""
     timings: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     passes: list[float] = []
     sent: list[Turn] = []
     messages = 0
@@ -342,7 +346,12 @@ async def measure(
         conversation_script = script(f"doors-{uuid.uuid4().hex[:8]}")
         messages = len(conversation_script.messages)
         sent += await _conversation(
-            session, urls, route, conversation_script, min(TURNS, rounds - start), timings, passes
+            session,
+            urls,
+            route,
+            conversation_script,
+            min(TURNS, rounds - start),
+            (timings, cpu, passes),
         )
     sizes = {
         "none": statistics.median(len(turn.stateless) for turn in sent),
@@ -359,6 +368,7 @@ async def measure(
             proxy=quantile(timings[mode], 0.5),
             litellm=litellm,
             body_pass=statistics.median(passes),
+            cpu=quantile(cpu[mode], 0.5),
         )
         for mode in MODES
     ]
@@ -370,13 +380,13 @@ async def _conversation(
     route: Route,
     script: Script,
     turns: int,
-    timings: dict[str, list[float]],
-    passes: list[float],
+    measured: tuple[dict[str, list[float]], dict[str, list[float]], list[float]],
 ) -> list[Turn]:
     """One conversation: two sessions made with its first turn (untimed, with the direct,
     stateless and LiteLLM calls as a warm-up), then `turns` turns, the targets one after
-    another in each; their times added to `timings`, each full body's pass to `passes`.
-    Returns the timed turns."""
+    another in each; their times added to `timings`, the proxy's CPU time for each of
+    its calls to `cpu`, each full body's pass to `passes`. Returns the timed turns."""
+    timings, cpu, passes = measured
     nonce = uuid.uuid4().hex[:8]
     ids = {"session": f"doors-{nonce}-full", "append": f"doors-{nonce}-append"}
     door = "/v1" + PATHS[route.door]
@@ -402,7 +412,10 @@ async def _conversation(
     for turn in calls[1:]:
         for target, url, make in targets:
             what = f"{route.name}, {len(script.messages)} messages: {target}"
+            used = urls.proxy_cpu()
             timings.setdefault(target, []).append(await timed(session, url, make(turn), what))
+            if target in MODES:
+                cpu.setdefault(target, []).append(urls.proxy_cpu() - used)
         passes.append(body_pass(turn.full))  # in the same stretch
     await _check_sessions(session, urls.proxy, ids)
     return calls[1:]
@@ -429,7 +442,8 @@ def table(title: str, rows: list[Row]) -> list[str]:
     lines = [
         f"{title}",
         f"{'messages':>8} {'mode':8} {'body KB':>8} {'direct p50':>10} {'own proxy':>10} "
-        f"{'own LiteLLM':>11} {'ratio':>6} {'body pass':>9} {'own/pass':>8}   (ms)",
+        f"{'own LiteLLM':>11} {'ratio':>6} {'body pass':>9} {'own/pass':>8} "
+        f"{'proxy CPU':>9}   (ms)",
     ]
     for row in rows:
         other = row.litellm_own
@@ -437,7 +451,7 @@ def table(title: str, rows: list[Row]) -> list[str]:
         lines.append(
             f"{row.messages:>8} {row.mode:8} {row.body_bytes / 1024:8.1f} "
             f"{_ms(row.direct, 10)} {_ms(row.own, 10)} {_ms(other, 11)} {ratio} "
-            f"{_ms(row.body_pass, 9)} {row.own / row.body_pass:8.1f}"
+            f"{_ms(row.body_pass, 9)} {row.own / row.body_pass:8.1f} {_ms(row.cpu, 9)}"
         )
     return lines
 
@@ -452,10 +466,12 @@ def targets(results: dict[str, list[Row]]) -> list[str]:
             first, last = mine[0], mine[-1]
             growth = last.own - first.own
             passes = growth / last.body_pass
+            cpu = last.cpu - first.cpu
             lines.append(
                 f"target: {name}, {mode}: own time from {first.messages} to {last.messages} "
                 f"messages grows by at most 3 body passes: {growth * 1e3:+.2f} ms = "
-                f"{passes:.1f} passes  {'PASS' if passes <= 3 else 'MISS'}"
+                f"{passes:.1f} passes (the proxy's CPU time: {cpu * 1e3:+.2f} ms = "
+                f"{cpu / last.body_pass:.1f})  {'PASS' if passes <= 3 else 'MISS'}"
             )
             if name != "chat":
                 times = first.own / chat[mode].own if chat[mode].own > 0 else float("inf")
@@ -530,15 +546,17 @@ async def benchmark(
         }
         with processes.context_proxy_process(config, directory) as (proxy_url, process):
             rss = functools.partial(_rss, process.pid)
+            cpu = functools.partial(_cpu, process.pid)
             if not with_litellm:
-                return await _run(Urls(upstream_url, proxy_url, None), rounds, lengths, rss)
+                urls = Urls(upstream_url, proxy_url, None, cpu)
+                return await _run(urls, rounds, lengths, rss)
             litellm_config = {
                 "model_list": model_list(upstream_url, litellm=True),
                 "router_settings": {"num_retries": 0},
                 "litellm_settings": {"use_chat_completions_url_for_anthropic_messages": True},
             }
             with processes.litellm_proxy(litellm_config, directory) as litellm_url:
-                urls = Urls(upstream_url, proxy_url, litellm_url)
+                urls = Urls(upstream_url, proxy_url, litellm_url, cpu)
                 return await _run(urls, rounds, lengths, rss)
 
 
@@ -556,6 +574,17 @@ async def _run(urls: Urls, rounds: int, lengths: tuple[int, ...], rss: Callable[
         agent_rows = await measure(session, urls, AGENT, agent, rounds)
     memory.append(rss())
     return report(results, agent_rows, rounds, (memory[0], max(memory[1:])))
+
+
+def _cpu(pid: int) -> float:
+    """A process's CPU time so far, every thread's, in seconds (the scheduler's own
+    nanoseconds: a request's is less noisy than its latency on a shared machine)."""
+    tasks = Path(f"/proc/{pid}/task")
+    total = 0
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError):  # a worker thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
 
 
 def _rss(pid: int) -> float:

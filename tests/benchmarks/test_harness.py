@@ -172,14 +172,14 @@ def _check_doors(section: str) -> None:
     for name, text in tables:
         rows = re.findall(
             rf"^\s+(\d+) (none|session|append)\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})"
-            rf"\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$",
+            rf"\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$",
             text,
             re.M,
         )
         lengths = ["10", "100"] if name != "claude-code shape" else [rows[0][0]]
         assert [row[:2] for row in rows] == [(n, m) for n in lengths for m in modes], text
-        for _, _, size, direct, _own, _other, _ratio, passed, _per in rows:
-            assert float(size) > 0 and float(direct) > 0 and float(passed) > 0
+        for _, _, size, direct, _own, _other, _ratio, passed, _per, cpu in rows:
+            assert float(size) > 0 and float(direct) > 0 and float(passed) > 0 and float(cpu) > 0
             assert all(_finite(value) for value in (_own, _other, _ratio, _per))
     targets = re.findall(r"^target: (.+?)  (PASS|MISS)$", section, re.M)
     # Growth per route and mode, the chat door's ratio per other route and mode, append

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.config.settings import Settings
@@ -13,6 +14,13 @@ from proxy.doors.anthropic.native import SYSTEM_NOTE, MessagesNative
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.upstream.router import native_models
+
+
+def sent_of(request: dict[str, Any]) -> dict[str, Any]:
+    """A native request as the provider reads it (its window is JSON already)."""
+    parsed: dict[str, Any] = orjson.loads(orjson.dumps(request))
+    return parsed
+
 
 SIGNED = {"type": "thinking", "thinking": "Check the file.", "signature": "c2lnbmVk"}
 EPHEMERAL = {"type": "ephemeral"}
@@ -80,7 +88,7 @@ MESSAGES_BODIES: list[dict[str, Any]] = [
 def test_a_messages_window_goes_back_as_it_came(body: dict[str, Any]) -> None:
     body = {"model": "claude", "max_tokens": 10, **body}
     chat, _ = messages.to_chat(body)
-    sent = MessagesNative(body).request(chat, summarized=False, mid_system=True)
+    sent = sent_of(MessagesNative(body).request(chat, summarized=False, mid_system=True))
     assert sent["messages"] == body["messages"]
     assert sent.get("system") == (body.get("system") or None)
 
@@ -93,20 +101,22 @@ def test_a_summary_takes_a_breakpoint_only_where_one_is_left() -> None:
     }
     summary = {"role": "system", "content": "Summary of the earlier conversation: …"}
     chat = {"model": "claude", "max_tokens": 10, "messages": [summary, *body["messages"]]}
-    sent = MessagesNative(body).request(chat, summarized=True, mid_system=False)
+    sent = sent_of(MessagesNative(body).request(chat, summarized=True, mid_system=False))
     assert sent["system"] == [
         {"type": "text", "text": summary["content"], "cache_control": EPHEMERAL}
     ]
     crowded = [{"type": "text", "text": f"r{n}", "cache_control": EPHEMERAL} for n in range(4)]
     chat["messages"] = [{"role": "system", "content": crowded}, summary, *body["messages"]]
-    sent = MessagesNative(body).request(chat, summarized=True, mid_system=False)
+    sent = sent_of(MessagesNative(body).request(chat, summarized=True, mid_system=False))
     assert "cache_control" not in sent["system"][-1]
 
 
 def _claude(messages: list[dict[str, Any]], mid_system: bool) -> list[dict[str, Any]]:
     body: dict[str, Any] = {"model": "claude", "max_tokens": 10, "messages": []}
     chat = {"model": "claude", "max_tokens": 10, "messages": messages}
-    return MessagesNative(body).request(chat, summarized=False, mid_system=mid_system)["messages"]
+    return sent_of(MessagesNative(body).request(chat, summarized=False, mid_system=mid_system))[
+        "messages"
+    ]
 
 
 RECALLED = {"role": "system", "content": "Recalled from earlier in this conversation: …"}
@@ -182,7 +192,7 @@ RESPONSES_INPUT: list[dict[str, Any]] = [
 def test_a_responses_window_goes_back_as_it_came() -> None:
     body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
     chat, _ = responses.to_chat(body)
-    sent = ResponsesNative(body).request(chat, summarized=False, mid_system=False)
+    sent = sent_of(ResponsesNative(body).request(chat, summarized=False, mid_system=False))
     assert sent["instructions"] == "You are Codex."
     assert sent["input"] == RESPONSES_INPUT
 
@@ -275,6 +285,6 @@ def test_a_turn_with_citations_is_kept_whole() -> None:
     chat, _ = responses.to_chat(body)
     assert chat["messages"][1]["responses_output"] == [cited]
     assert (
-        ResponsesNative(body).request(chat, summarized=False, mid_system=False)["input"]
+        sent_of(ResponsesNative(body).request(chat, summarized=False, mid_system=False))["input"]
         == body["input"]
     )

@@ -17,7 +17,7 @@ from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.doors.translations import Renderings, Translations
-from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT
+from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT, sent_of
 
 
 def messages_turns(seed: int, turns: int) -> list[list[dict[str, Any]]]:
@@ -104,6 +104,14 @@ def claude_window(chat: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]
     return [*rest, *recall, marked]
 
 
+def native_turns(renderings: Renderings, key: bytes, mid_system: bool) -> list[Any]:
+    """The turns of a conversation's latest rendering (put back as they were)."""
+    rendered = renderings.taken((key, mid_system))
+    assert rendered is not None
+    renderings.kept((key, mid_system), rendered)
+    return list(rendered.turns)
+
+
 def test_a_messages_window_rendered_from_what_was_kept_is_rendered_afresh() -> None:
     translations, renderings = Translations(), Renderings()
     for mid_system in (False, True):
@@ -113,17 +121,20 @@ def test_a_messages_window_rendered_from_what_was_kept_is_rendered_afresh() -> N
             chat, _ = messages.to_chat(body, translations, "t")
             window = {**chat, "messages": claude_window(chat["messages"], turn)}
             native = MessagesNative(body, renderings, b"conversation")
-            sent = native.request(window, summarized=False, mid_system=mid_system)
-            fresh = MessagesNative(body).request(window, summarized=False, mid_system=mid_system)
+            sent = sent_of(native.request(window, summarized=False, mid_system=mid_system))
+            fresh = sent_of(
+                MessagesNative(body).request(window, summarized=False, mid_system=mid_system)
+            )
             assert sent == fresh
             assert native.serialized is not None
             assert orjson.loads(native.serialized[0]) == fresh["messages"]
             # What the window kept is not rendered again: the same turns as last time.
+            turns = native_turns(renderings, b"conversation", mid_system)
             assert (
-                sum(a is b for a, b in zip(sent["messages"], previous, strict=False))
-                >= min(len(previous), len(sent["messages"])) - 4
+                sum(a is b for a, b in zip(turns, previous, strict=False))
+                >= min(len(previous), len(turns)) - 4
             )
-            previous = sent["messages"]
+            previous = turns
 
 
 def test_a_responses_window_rendered_from_what_was_kept_is_rendered_afresh() -> None:
@@ -133,8 +144,10 @@ def test_a_responses_window_rendered_from_what_was_kept_is_rendered_afresh() -> 
     for turn in range(4):
         window = {**chat, "messages": claude_window(chat["messages"], turn)}
         native = ResponsesNative(body, renderings, b"conversation")
-        sent = native.request(window, summarized=False, mid_system=False)
-        assert sent == ResponsesNative(body).request(window, summarized=False, mid_system=False)
+        sent = sent_of(native.request(window, summarized=False, mid_system=False))
+        assert sent == sent_of(
+            ResponsesNative(body).request(window, summarized=False, mid_system=False)
+        )
         assert native.serialized is not None
         assert orjson.loads(native.serialized[0]) == sent["input"]
 

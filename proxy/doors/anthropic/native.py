@@ -56,12 +56,13 @@ _FORWARDED = (
     "metadata",
 )
 _BREAKPOINTS = 4  # cache breakpoints Anthropic takes in one request
+_USES = b'"type":"tool_use"'  # a tool call in a turn's JSON (quotes in a text are escaped)
 # Before a system message sent as a user turn (a model that refuses the role there).
 SYSTEM_NOTE = "(A system message, not the user's words:)"
 _EPHEMERAL = {"type": "ephemeral"}
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
-_JSON, _REPAIRED, _NATIVE = map(operator.attrgetter, ("json", "repaired", "native"))
+_JSON, _REPAIRED = operator.attrgetter("json"), operator.attrgetter("repaired")
 
 
 class MessagesNative:
@@ -99,15 +100,13 @@ class MessagesNative:
         key = (session if session is not None else self._conversation, mid_system)
         rendered = _Turns(mid_system).of(messages[lead:], self._renderings.taken(key))
         self._renderings.kept(key, rendered)
-        turns = rendered.turns
-        self.serialized = (
-            b"[" + b",".join(map(_JSON, turns)) + b"]",
-            not any(map(_REPAIRED, turns)),
-        )
-        out: dict[str, Any] = {"model": chat["model"], "messages": list(map(_NATIVE, turns))}
+        window = b"[" + b",".join(map(_JSON, rendered.turns)) + b"]"
+        self.serialized = window, not any(map(_REPAIRED, rendered.turns))
+        # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.
+        out: dict[str, Any] = {"model": chat["model"], "messages": orjson.Fragment(window)}
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         out["max_tokens"] = chat.get("max_tokens", out.get("max_tokens"))
-        if summarized and system and _breakpoints(out, system) < _BREAKPOINTS:
+        if summarized and system and _breakpoints(out, system, window) < _BREAKPOINTS:
             system[-1] = system[-1] | {"cache_control": _EPHEMERAL}  # after the summary
         if system:
             out["system"] = system
@@ -350,18 +349,13 @@ class _Turns:
             native = make(sources)
             data = compact(orjson.dumps(native))
             repaired = not lean_covers("anthropic_messages", data)
-            rendering = Rendering(sources, kind, native, data, repaired)
+            rendering = Rendering(sources, kind, data, repaired)
         self._out.append(rendering)
         self._read.append(self._at)
 
     def _calls(self) -> bool:
         """Whether the last turn is the assistant's and calls tools (its results come next)."""
-        if not self._out or self._out[-1].kind != "assistant":
-            return False
-        content = self._out[-1].native.get("content")
-        return isinstance(content, list) and any(
-            isinstance(block, dict) and block.get("type") == "tool_use" for block in content
-        )
+        return bool(self._out) and self._out[-1].kind == "assistant" and _USES in self._out[-1].json
 
 
 def _user_turn(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:
@@ -473,10 +467,9 @@ def _source(url: Any) -> dict[str, Any]:
     return {"type": "url", "url": url}
 
 
-def _breakpoints(request: dict[str, Any], system: list[dict[str, Any]]) -> int:
-    """The cache breakpoints a request sets: in its tools, system and window."""
+def _breakpoints(request: dict[str, Any], system: list[dict[str, Any]], window: bytes) -> int:
+    """The cache breakpoints a request sets: in its tools, system and window (its JSON's
+    `"cache_control"` keys: a text that says it has its quotes escaped)."""
     blocks = [*(request.get("tools") or ()), *system]
-    for message in request["messages"]:
-        content = message.get("content")
-        blocks += content if isinstance(content, list) else ()
-    return sum(isinstance(b, dict) and b.get("cache_control") is not None for b in blocks)
+    marked = sum(isinstance(b, dict) and b.get("cache_control") is not None for b in blocks)
+    return marked + window.count(b'"cache_control"')

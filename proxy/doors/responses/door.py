@@ -263,8 +263,8 @@ def to_chat(
         _translated(source, 0, messages)
     else:
         raise invalid("input", "`input` is required: a string or a non-empty array of items.")
-    said = [m for m in messages if m.get("content") is not None or m.get("tool_calls")]
-    if len(said) == (1 if instructions is not None else 0):
+    conversation = messages[1:] if instructions is not None else messages
+    if not any(m.get("content") is not None or m.get("tool_calls") for m in conversation):
         raise invalid("input", "`input` holds no message.")
     out: dict[str, Any] = {"model": model, "messages": messages}
     for name in _SAME_IN_CHAT:

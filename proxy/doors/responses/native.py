@@ -12,7 +12,6 @@ message a `function_call_output`. Hosted and namespace tools, `reasoning`, `incl
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Hashable
 from typing import Any
@@ -93,10 +92,9 @@ class ResponsesNative:
         key = session if session is not None else self._conversation
         rendered = _rendered(messages, self._renderings.taken(key))
         self._renderings.kept(key, rendered)
-        turns = rendered.turns
-        out["input"] = list(itertools.chain.from_iterable(map(_NATIVE, turns)))
-        pieces = b",".join(map(_JSON, turns))
-        self.serialized = b"[" + pieces + b"]", not any(map(_REPAIRED, turns))
+        window = b"[" + b",".join(map(_JSON, rendered.turns)) + b"]"
+        self.serialized = window, not any(map(_REPAIRED, rendered.turns))
+        out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
             out["max_output_tokens"] = chat["max_tokens"]
@@ -198,7 +196,7 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
 
 # -- the window as input items ----------------------------------------------------------
 
-_JSON, _REPAIRED, _NATIVE = map(operator.attrgetter, ("json", "repaired", "native"))
+_JSON, _REPAIRED = operator.attrgetter("json"), operator.attrgetter("repaired")
 
 
 def _rendered(messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
@@ -221,7 +219,7 @@ def _rendered(messages: list[dict[str, Any]], previous: Rendered | None) -> Rend
                 continue
             data = orjson.dumps(items)[1:-1]  # the items, to join with the window's others (a copy)
             repaired = not lean_covers("responses", data)
-            rendering = Rendering((message,), "item", items, data, repaired)
+            rendering = Rendering((message,), "item", data, repaired)
         turns.append(rendering)
         read.append(at)
     return Rendered(messages, turns, read)
