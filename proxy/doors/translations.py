@@ -45,6 +45,7 @@ __all__ = [
     "Translations",
     "compact",
     "conversation_key",
+    "joined",
 ]
 
 # Messages a door keeps, in all, of the conversations it served lately (each kind).
@@ -142,6 +143,19 @@ class Rendered:
         prefix = same.index(False) if False in same else len(same)
         kept = bisect.bisect_right(self.read, prefix)
         return kept, self.read[kept - 1] if kept else 0
+
+
+def joined(turns: list[Rendering]) -> bytes:
+    """The turns' JSON as one array, copied once (large: a long window's)."""
+    if not turns:
+        return b"[]"
+    pieces = list(map(_JSON, turns))
+    pieces[0] = b"[" + pieces[0]  # two small copies
+    pieces[-1] += b"]"
+    return b",".join(pieces)
+
+
+_JSON = operator.attrgetter("json")
 
 
 class Renderings:

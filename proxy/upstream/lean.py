@@ -270,7 +270,8 @@ def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
     if messages is None:
         return orjson.dumps({**payload, "model": model})
     rest = {key: value for key, value in payload.items() if key != "messages"}
-    return orjson.dumps({**rest, "model": model})[:-1] + b',"messages":' + messages + b"}"
+    head = orjson.dumps({**rest, "model": model})[:-1]
+    return b"".join((head, b',"messages":', messages, b"}"))  # one copy of the messages
 
 
 def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:

@@ -262,7 +262,7 @@ class NativeClient(DirectClient):
         if extra_body:
             body = orjson.dumps(orjson.loads(body) | extra_body)
         field = b',"' + ITEMS[api].encode() + b'":'
-        data = body[:-1] + field + params["native_items"] + b"}"
+        data = b"".join((body[:-1], field, params["native_items"], b"}"))  # one copy
         return self._send(params, url, data, headers, stream=stream)
 
 

@@ -23,7 +23,7 @@ import orjson
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import event
-from proxy.doors.translations import Rendered, Rendering, Renderings, compact
+from proxy.doors.translations import Rendered, Rendering, Renderings, compact, joined
 from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi, lean_covers
 
@@ -62,7 +62,7 @@ SYSTEM_NOTE = "(A system message, not the user's words:)"
 _EPHEMERAL = {"type": "ephemeral"}
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _FINISH = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
-_JSON, _REPAIRED = operator.attrgetter("json"), operator.attrgetter("repaired")
+_REPAIRED = operator.attrgetter("repaired")
 
 
 class MessagesNative:
@@ -100,7 +100,7 @@ class MessagesNative:
         key = (session if session is not None else self._conversation, mid_system)
         rendered = _Turns(mid_system).of(messages[lead:], self._renderings.taken(key))
         self._renderings.kept(key, rendered)
-        window = b"[" + b",".join(map(_JSON, rendered.turns)) + b"]"
+        window = joined(rendered.turns)
         self.serialized = window, not any(map(_REPAIRED, rendered.turns))
         # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.
         out: dict[str, Any] = {"model": chat["model"], "messages": orjson.Fragment(window)}

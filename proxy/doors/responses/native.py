@@ -22,7 +22,7 @@ from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.costs.usage import chat_usage
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
-from proxy.doors.translations import Rendered, Rendering, Renderings
+from proxy.doors.translations import Rendered, Rendering, Renderings, joined
 from proxy.errors import UpstreamFailure
 from proxy.upstream.native import NativeApi, lean_covers
 
@@ -92,7 +92,7 @@ class ResponsesNative:
         key = session if session is not None else self._conversation
         rendered = _rendered(messages, self._renderings.taken(key))
         self._renderings.kept(key, rendered)
-        window = b"[" + b",".join(map(_JSON, rendered.turns)) + b"]"
+        window = joined(rendered.turns)
         self.serialized = window, not any(map(_REPAIRED, rendered.turns))
         out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
@@ -196,7 +196,7 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
 
 # -- the window as input items ----------------------------------------------------------
 
-_JSON, _REPAIRED = operator.attrgetter("json"), operator.attrgetter("repaired")
+_REPAIRED = operator.attrgetter("repaired")
 
 
 def _rendered(messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
