@@ -48,8 +48,10 @@ __all__ = [
     "joined",
 ]
 
-# Messages a door keeps, in all, of the conversations it served lately (each kind).
-KEPT_MESSAGES = 20_000
+# Messages a door keeps, in all, of the conversations it served lately: translated, and
+# rendered (a window is rendered per session, and without one, per conversation).
+KEPT_TRANSLATED = 10_000
+KEPT_RENDERED = 16_000
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -71,9 +73,9 @@ class Translation:
 
 
 class Translations:
-    """Conversations' translations, the latest `KEPT_MESSAGES` messages' worth."""
+    """Conversations' translations, the latest `KEPT_TRANSLATED` messages' worth."""
 
-    def __init__(self, kept: int = KEPT_MESSAGES) -> None:
+    def __init__(self, kept: int = KEPT_TRANSLATED) -> None:
         self._kept = kept
         self._held = 0
         self._known: OrderedDict[bytes, Translation] = OrderedDict()
@@ -161,7 +163,7 @@ _JSON = operator.attrgetter("json")
 class Renderings:
     """Windows as a door's API says them, by conversation: the latest of each."""
 
-    def __init__(self, kept: int = KEPT_MESSAGES) -> None:
+    def __init__(self, kept: int = KEPT_RENDERED) -> None:
         self._kept = kept
         self._held = 0
         self._known: OrderedDict[Hashable, Rendered] = OrderedDict()
