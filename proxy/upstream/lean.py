@@ -119,11 +119,18 @@ class DirectClient:
         retry or fall back); the events follow when iterated."""
         started = time.time()
         context = self._post(params, stream=True)
+        response = await self._opened(context, params, started)
+        return self._events(context, response, params, started)
+
+    async def _opened(
+        self, context: Any, params: dict[str, Any], started: float
+    ) -> aiohttp.ClientResponse:
+        """A stream's response, once its status said it succeeded; else the failure,
+        told to the Router."""
         try:
-            response = await context.__aenter__()
+            return await context.__aenter__()
         except Exception as exc:
             raise self._failed(params, exc, started) from exc
-        return self._events(context, response, params, started)
 
     async def _events(
         self,

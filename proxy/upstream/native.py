@@ -220,10 +220,7 @@ class NativeClient(DirectClient):
         retry or fall back); the events follow when iterated."""
         started = time.time()
         context = self._native_post(params, stream=True)
-        try:
-            response = await context.__aenter__()
-        except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+        response = await self._opened(context, params, started)
         return self._native_events(context, response, params, started)
 
     async def _native_events(
