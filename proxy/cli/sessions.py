@@ -152,11 +152,17 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
     print()
     print(f"{'VERSION':>7} {'COMPRESSION':<11} {'SENT':>7} {'OF':>7} {'NOT SENT':>8}  PARTS")
     for record in plans:
-        parts = ", ".join(f"{part['kind']} {part['tokens']}" for part in record["parts"])
+        parts = ", ".join(f"{part['kind']} {_count(part['tokens'])}" for part in record["parts"])
         print(
-            f"{record['version']:>7} {record['compression']:<11} {record['tokens_sent']:>7}"
-            f" {record['tokens_original']:>7} {record['tokens_saved']:>8}  {parts}"
+            f"{record['version']:>7} {record['compression']:<11}"
+            f" {_count(record['tokens_sent']):>7} {_count(record['tokens_original']):>7}"
+            f" {record['tokens_saved']:>8}  {parts}"
         )
+
+
+def _count(tokens: int | None) -> str:
+    """A plan record's count; "-" for a turn sent whole uncounted (`State.counted`)."""
+    return "-" if tokens is None else str(tokens)
 
 
 def _search(

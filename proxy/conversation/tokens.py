@@ -24,12 +24,14 @@ import orjson
 from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
 
 __all__ = [
+    "BOUND",
     "CountCache",
     "CountingMode",
     "TokenCounter",
     "counter_for",
     "counter_named",
     "estimate_tokens",
+    "token_bound",
 ]
 
 CountingMode = Literal["auto", "tiktoken", "char"]
@@ -184,6 +186,8 @@ def counter_named(name: str) -> TokenCounter:
         return _tiktoken_counter(name)
     if name == "anthropic":
         return _anthropic_counter()
+    if name == BOUND.name:
+        return BOUND
     return _CHAR
 
 
@@ -276,6 +280,32 @@ def estimate_tokens(text: str) -> int:
 
 
 _CHAR = TokenCounter("char", estimate_tokens)
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+# A bound on every counter here, message by message: each makes at most one token of a
+# byte of text (a BPE token is at least one byte; the character estimate's pieces are
+# too), on the same structure. What a session is planned by while it is far from its
+# budget, so a long conversation is not tokenized before anything needs its count.
+BOUND = TokenCounter("bound", _utf8_length)
+
+
+def token_bound(data: bytes, start: int = 0) -> int:
+    """At least as many tokens as any counter here makes of the messages (or the whole
+    body) that `data[start:]`, their orjson bytes, holds: at most one token per byte of
+    text; a message's JSON is longer than its overhead; a part counted as its JSON is
+    counted with `json`'s separators (a space after each `,` and `:`); an image part,
+    counted flat, names "image_url" twice (its type and its key)."""
+    return (
+        len(data)
+        - start
+        + data.count(b",", start)
+        + data.count(b":", start)
+        + IMAGE_TOKENS * data.count(b'"image_url"', start)
+    )
 
 
 def _dumps(value: Any) -> str:

@@ -137,9 +137,13 @@ def turn_cost(
     count of the client's whole conversation, `sent` of what the proxy sent; `summaries`
     the summaries made for this turn (the receipt's `owed` is added). No price or no
     usage: no money figure (never a zero that looks measured), and the summaries stay
-    owed; the conversation is remembered for the next turn's counterfactual either way."""
-    ratio = usage.prompt / sent if usage is not None and usage.prompt and sent else 1.0
-    conversation = round(original * ratio)
+    owed; the conversation is remembered for the next turn's counterfactual either way.
+    `sent` None: the conversation went whole, uncounted, so the provider's count is its."""
+    if sent is None and usage is not None and usage.prompt:
+        conversation = usage.prompt
+    else:
+        ratio = usage.prompt / sent if usage is not None and usage.prompt and sent else 1.0
+        conversation = round(original * ratio)
     after = replace(receipt, last_tokens=conversation, last_at=now)
     if prices is None or usage is None:
         return None, after.owing(summaries)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from proxy.config.settings import Settings
+from proxy.conversation.tokens import BOUND
 from proxy.engine.archive import Archive
 from proxy.engine.history import History
 from proxy.engine.payoff import Prompt, fold_due, rates
@@ -55,6 +56,8 @@ class Ahead:
         causes (`proxy.engine.payoff`); with `cache_aware: false`, at the trigger."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
+        if name not in meta.totals or name == BOUND.name:
+            return  # known by its bound alone: far from the trigger (`History._bounded`)
         head = self._planning.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         window -= self._planning.stubs.saved(checkpoint, name)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.conversation.identity import Message, chain
-from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
+from proxy.conversation.tokens import BOUND, CountCache, TokenCounter, counter_named
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.engine.caching import unmarked
 from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
@@ -40,6 +40,9 @@ _RESULTS_BACK = 64  # parallel tool calls a turn may answer across, at most
 _PAUSE_BYTES = 256 * 1024  # bodies above this yield to other requests between passes
 _INSERTS_KEPT = 1024  # sessions whose inserts a process keeps
 _WINDOW_MESSAGES = 20_000  # stored messages of recent windows a process keeps, in all
+# A conversation longer than this (bytes) that opens a session far from its budget is
+# not tokenized (`History._bounded`); a shorter one is counted at once (under a ms).
+_COUNT_NOW_BYTES = 32 * 1024
 
 
 class History:
@@ -99,23 +102,29 @@ class History:
         if match.kind != "append" and serialized is None and conversation:
             serialized = Serialized(request.messages, len(request.system))
             await pause(len(serialized))
-        names = {counter.name, *(meta.totals if meta else ())}
-        totals, checkpoint, checkpoints = self._carried(meta, match, counter.name)
-        if totals is None:  # an edit of history, or a tokenizer new to the session
-            assert meta is not None
-            totals, checkpoint, checkpoints = await self._recounted(
-                request, meta, match, names, stored
-            )
         new_messages = conversation[match.start :]
         if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":
             await self._check_results(request, match.keep, new_messages)
-        counters = [counter_for_name(name, counter) for name in names]
-        new = await off_loop(
-            new_messages, lambda: _entries(new_messages, match, counters), request.size
-        )
-        for stored_message in new:
-            for name in totals:
-                totals[name] += stored_message.tokens[name]
+        bounded = await self._bounded(request, meta, match, serialized)
+        if bounded is not None:
+            totals, new = bounded
+            checkpoint, checkpoints = None, meta.checkpoints if meta else 0
+        else:
+            names = {counter.name, *(meta.totals if meta else ())} - {BOUND.name}
+            carried, checkpoint, checkpoints = self._carried(meta, match, counter.name)
+            if carried is None:  # an edit of history, a tokenizer new to it, a bound outgrown
+                assert meta is not None
+                carried, checkpoint, checkpoints = await self._recounted(
+                    request, meta, match, names, stored
+                )
+            totals = carried
+            counters = [counter_for_name(name, counter) for name in names]
+            new = await off_loop(
+                new_messages, lambda: _entries(new_messages, match, counters), request.size
+            )
+            for stored_message in new:
+                for name in totals:
+                    totals[name] += stored_message.tokens[name]
         inserts = await self._inserts_of(request.key, meta)
         return State(
             base=meta,
@@ -128,6 +137,42 @@ class History:
             serialized=serialized,
             inserts=inserts,
         )
+
+    async def _bounded(
+        self,
+        request: Request,
+        meta: SessionMeta | None,
+        match: Match,
+        serialized: Serialized | None,
+    ) -> tuple[dict[str, int], tuple[StoredMessage, ...]] | None:
+        """The totals (by `BOUND` alone) and the new messages, uncounted, where the turn
+        may send its history whole without tokenizing it: a session that began with a
+        long conversation far from its budget (`_COUNT_NOW_BYTES`) and has stayed there,
+        unedited and unsummarized. Its bound is the serialized conversation's for a first
+        request, then grows by each new message's; None where counting is due."""
+        new_messages = request.conversation[match.start :]
+        if match.kind not in ("new", "full", "append") or not new_messages:
+            return None
+        if meta is None or match.keep == 0:
+            if serialized is None or len(serialized) <= _COUNT_NOW_BYTES:
+                return None
+            bound = serialized.token_bound()
+            if bound > request.uncounted:
+                return None
+            new = await off_loop(
+                new_messages, lambda: _entries(new_messages, match, []), request.size
+            )
+            return {BOUND.name: bound}, new
+        if meta.checkpoint is not None or match.keep != meta.length:
+            return None
+        carried = meta.totals.get(BOUND.name)
+        if carried is None or carried > request.uncounted:
+            return None
+        new = await off_loop(
+            new_messages, lambda: _entries(new_messages, match, [BOUND]), request.size
+        )
+        bound = carried + sum(entry.tokens[BOUND.name] for entry in new)
+        return ({BOUND.name: bound}, new) if bound <= request.uncounted else None
 
     async def _inserts_of(self, key: SessionKey, meta: SessionMeta | None) -> Inserts | None:
         """The blocks the session's latest turn sent beside its window (`Inserts`): read

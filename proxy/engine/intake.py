@@ -12,15 +12,15 @@ from typing import Any
 import orjson
 
 from proxy.config.settings import Settings
-from proxy.conversation.identity import split_system
+from proxy.conversation.identity import Message, split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
-from proxy.conversation.tokens import IMAGE_TOKENS, CountCache, counter_for
+from proxy.conversation.tokens import BOUND, CountCache, counter_for, token_bound
 from proxy.conversation.validation import validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
 from proxy.engine.caching import cache_key, marks_in
 from proxy.engine.history import off_loop
-from proxy.engine.planning import Planning
+from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.reconcile import frame_of
 from proxy.engine.types import Request, RequestContext, State, Turn
 from proxy.observability import metrics
@@ -60,7 +60,7 @@ class Intake:
         reply_limit = self.settings.session.max_reply_bytes or max(
             MIN_REPLY_BYTES, BYTES_PER_OUTPUT_TOKEN * (limits.max_output_tokens or 0)
         )
-        return Request(
+        request = Request(
             model=model,
             counter=counter,
             budget=budget(model, limits.max_input_tokens, body, ratio),
@@ -82,6 +82,35 @@ class Intake:
             reply_limit=reply_limit,
             prices=limits.prices,
             **self._caching(model, body, context, limits.prices),
+        )
+        if key is None:
+            return request
+        trigger = fold_trigger(request, self.settings.context.summarize_at)
+        bound = self._bounds(system, system_json, tools, tools_json)
+        return replace(request, uncounted=max(0, trigger - sum(bound)))
+
+    def _bounds(
+        self,
+        system: list[Message],
+        system_json: bytes,
+        tools: list[dict[str, Any]] | None,
+        tools_json: bytes,
+    ) -> tuple[int, int]:
+        """The system messages' and the tools' tokens by `BOUND` (once per process)."""
+        return (
+            self._counts.messages(BOUND, system, system_json),
+            self._counts.tools(BOUND, tools, tools_json),
+        )
+
+    def bounded(self, body: dict[str, Any], request: Request) -> Request:
+        """The request as a turn plans it while its session is known only by its bound
+        (`State.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
+        (within budget by construction) sends the history whole."""
+        tools = body.get("tools")
+        system_json, tools_json = orjson.dumps(request.system), orjson.dumps(tools or [])
+        system_tokens, tools_tokens = self._bounds(request.system, system_json, tools, tools_json)
+        return replace(
+            request, counter=BOUND, system_tokens=system_tokens, tools_tokens=tools_tokens
         )
 
     def _caching(
@@ -110,7 +139,7 @@ class Intake:
         conversation = request.conversation
         validate_messages(conversation, offset=len(request.system))
         base = request.system_tokens + request.tools_tokens
-        if context.body and base + _token_bound(context.body) <= request.budget:
+        if context.body and base + token_bound(context.body) <= request.budget:
             return Turn(
                 body,
                 request.model,
@@ -151,10 +180,3 @@ class Intake:
         """A turn planned on `context.default_context_window`, for want of a known limit."""
         if self.upstream.models.limits(model).source == "default":
             metrics.MODEL_LIMIT_DEFAULTED.labels(self.label(model)).inc()
-
-
-def _token_bound(body: bytes) -> int:
-    """At least as many tokens as the body's messages hold: every counter here makes at
-    most one token of each byte of text, a message's JSON is longer than its overhead,
-    and an image part (counted flat) appears as "image_url" twice (type and key)."""
-    return len(body) + IMAGE_TOKENS * body.count(b'"image_url"')

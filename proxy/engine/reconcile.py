@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 import orjson
 
 from proxy.conversation.identity import GENESIS, Message, chain, message_hash
+from proxy.conversation.tokens import token_bound
 from proxy.engine.agent_compaction import restarts, resumes
 from proxy.sessions.records import Fingerprint, Mode, SessionMeta
 
@@ -56,6 +57,10 @@ class Serialized:
         self._hasher.update(self._conversation[self._position - 1 : end - 1])
         self._position = end
         return self._hasher.copy().hexdigest()
+
+    def token_bound(self) -> int:
+        """A bound on the conversation's tokens by any counter (`token_bound`)."""
+        return token_bound(self.whole, len(self.whole) - len(self._conversation))
 
     def fingerprint(self, count: int, head: str) -> Fingerprint:
         """The fingerprint of this whole conversation of `count` messages."""

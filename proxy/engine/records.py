@@ -75,15 +75,17 @@ def plan_record(
             "dropped": plan.dropped,
         }
     )
-    original = turn.tokens_original or 0
-    saved = max(0, original - plan.tokens)
-    return {
+    record = {
         "at": round(clock(), 3),
         "model": request.model,
         "budget": request.budget,
         "compression": plan.compression,
-        "tokens_original": original,
+        "tokens_original": turn.tokens_original or 0,
         "tokens_sent": plan.tokens,
-        "tokens_saved": saved,
+        "tokens_saved": max(0, (turn.tokens_original or 0) - plan.tokens),
         "parts": parts,
     }
+    if not state.counted:  # sent whole, far from the budget: only a bound was known
+        record |= {"tokens_original": None, "tokens_sent": None, "tokens_saved": 0}
+        record["parts"] = [part | {"tokens": None} for part in parts]
+    return record

@@ -207,6 +207,8 @@ class Engine:
         try:
             state = await self._history.state(request)
             request = self._intake.calibrated(body, context, request, state)
+            if not state.counted:
+                request = self._intake.bounded(body, request)
             self._intake.count_guessed_limit(request.model)
             if state.match.kind == "chapter":
                 state = await self._chapters.chapter(request, state)
@@ -294,7 +296,8 @@ class Engine:
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
         """What a turn would send, without calling any model: where a summary is due,
         the span is reported and the messages shown are the truncation fallback."""
-        request = self._intake.request(body, context)
+        # Counted, whatever the session's bound: a preview shows the proxy's own count.
+        request = replace(self._intake.request(body, context), uncounted=0)
         state = await self._history.state(request)
         request = self._intake.calibrated(body, context, request, state)
         if state.match.kind == "chapter":

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.conversation.identity import Message
-from proxy.conversation.tokens import TokenCounter
+from proxy.conversation.tokens import BOUND, TokenCounter
 from proxy.costs.prices import Prices
 from proxy.costs.receipts import TurnCost
 from proxy.engine.caching import marked
@@ -86,6 +86,9 @@ class Request:
     # `prompt_cache_key`, where it sets one.
     cache_marks: int | None = None
     cache_key: str | None = None
+    # Tokens of history (by `BOUND`) a session's turn may send whole without counting
+    # it: what the fold trigger leaves beside the system messages' and tools' bound.
+    uncounted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,12 @@ class State:
     serialized: Serialized | None
     pending: Checkpoint | None = None  # made from `new`: stored with the turn
     inserts: Inserts | None = None  # what the session's latest turn sent beside its window
+
+    @property
+    def counted(self) -> bool:
+        """False while the session is known only by its bound (`BOUND`): far from its
+        budget, its history is sent whole and not tokenized."""
+        return BOUND.name not in self.totals
 
     @property
     def keep(self) -> int:
@@ -185,13 +194,14 @@ def planned_turn(
         and len(plan.messages) == len(request.system) + len(request.conversation)
     )
     cached = {"prompt_cache_key": request.cache_key} if request.cache_key else {}
+    counted = state.counted
     return Turn(
         body | {"messages": messages} | cached,
         request.model,
         managed=True,
         key=request.key,
-        tokens_original=request.system_tokens + request.tools_tokens + history,
-        tokens_sent=plan.tokens,
+        tokens_original=request.system_tokens + request.tools_tokens + history if counted else None,
+        tokens_sent=plan.tokens if counted else None,
         compression=plan.compression,
         summary_created=checkpoint.created if summarized and checkpoint else None,
         input_limit=request.input_limit,

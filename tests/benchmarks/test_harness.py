@@ -182,9 +182,14 @@ def _check_doors(section: str) -> None:
             assert float(size) > 0 and float(direct) > 0 and float(passed) > 0 and float(cpu) > 0
             assert all(_finite(value) for value in (_own, _other, _ratio, _per))
     targets = re.findall(r"^target: (.+?)  (PASS|MISS)$", section, re.M)
-    # Growth per route and mode, the chat door's ratio per other route and mode, append
-    # against a full resend per route and for the agent's conversation, and memory.
-    assert len(targets) == 5 * 3 + 4 * 3 + 5 + 1 + 1, section
+    # Growth per route and mode, the chat door's ratio per other route and mode, a
+    # session's first request per route, append against a full resend per route and for
+    # the agent's conversation, and memory.
+    assert len(targets) == 5 * 3 + 4 * 3 + 5 + 5 + 1 + 1, section
+    openings = re.findall(
+        r"first request of a 100-message session under 3x a later one: ([\d.]+) ms", section
+    )
+    assert len(openings) == 5 and all(float(ms) > 0 for ms in openings), section
     memory = re.search(r"(\d+) MB after the 10-message runs, at most (\d+) MB", section)
     assert memory is not None and 0 < int(memory[1]) <= int(memory[2]), section
 

@@ -101,7 +101,7 @@ function fail(error) {
 }
 
 const when = (seconds) => new Date(seconds * 1000).toLocaleString();
-const number = (value) => Number(value || 0).toLocaleString();
+const number = (value) => (value === null ? "–" : Number(value || 0).toLocaleString());
 const dollars = (value) =>
   value === null || value === undefined
     ? "unknown"
@@ -228,7 +228,10 @@ function drawLegend() {
 function drawTurn(record, session) {
   const item = el("li", null, "turn");
   item.dataset.version = record.version;
-  const sent = `${number(record.tokens_sent)} of ${number(record.tokens_original)} tokens sent`;
+  const sent =
+    record.tokens_sent === null
+      ? "Sent whole, far from the budget: not counted"
+      : `${number(record.tokens_sent)} of ${number(record.tokens_original)} tokens sent`;
   item.append(
     el("h3", `Turn v${record.version} · ${when(record.at)} · ${record.model} · ${record.compression} · ${sent}`),
     el(
