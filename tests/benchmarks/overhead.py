@@ -16,6 +16,7 @@ from tests.benchmarks.load import Call, Result, client, run
 DIRECT = "direct"
 PROXY = "context-proxy"
 SESSION = "context-proxy + session"
+NEW = "context-proxy, new sessions"
 LITELLM = "litellm proxy"
 START_MESSAGES = 10
 TURNS_PER_SESSION = 5
@@ -40,7 +41,9 @@ class Sizes:
 
 
 def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[list[Call]]:
-    """Per worker, consecutive 5-turn conversations of 10–18 messages (fresh session ids)."""
+    """Per worker, consecutive 5-turn conversations of 10–18 messages (fresh session ids);
+    for `NEW`, each call the first turn of a session of its own."""
+    per = 1 if target == NEW else TURNS_PER_SESSION
     nonce = uuid.uuid4().hex[:8]
     workers = []
     for worker in range(concurrency):
@@ -48,9 +51,8 @@ def workload(target: str, concurrency: int, calls: int, stream: bool) -> list[li
         conversation = 0
         while len(sequence) < calls:
             name = f"{nonce}-{worker}-{conversation}"
-            sequence += turns(
-                name, START_MESSAGES, TURNS_PER_SESSION, session=target == SESSION, stream=stream
-            )
+            session = target in (SESSION, NEW)
+            sequence += turns(name, START_MESSAGES, per, session=session, stream=stream)
             conversation += 1
         workers.append([Call(c.body, c.headers | CLIENT_KEY) for c in sequence[:calls]])
     return workers
@@ -123,6 +125,13 @@ def _summary(stream: bool, concurrency: int, row: dict[str, Result]) -> str:
             f", {LITELLM} {own[LITELLM]:+.2f} ms; overhead ratio (b-a)/(c-a) {ratio:.2f}; "
             f"throughput {throughput:.2f}x LiteLLM's"
         )
+    if concurrency > 1:
+        share = row[NEW].rate / row[PROXY].rate
+        text += (
+            f"; target: new sessions at >= 0.8x the no-session throughput:"
+            f" {row[NEW].rate:.0f} against {row[PROXY].rate:.0f} req/s = {share:.2f}x"
+            f"  {'PASS' if share >= 0.8 else 'MISS'}"
+        )
     if stream and row[DIRECT].ttft_p50 is not None:
         added = {
             target: (result.ttft_p50 - row[DIRECT].ttft_p50) * 1e3
@@ -141,6 +150,7 @@ async def benchmark(directory: Path, sizes: Sizes, with_litellm: bool = True) ->
                 DIRECT: upstream_url + "/chat/completions",
                 PROXY: proxy_url + "/v1/chat/completions",
                 SESSION: proxy_url + "/v1/chat/completions",
+                NEW: proxy_url + "/v1/chat/completions",
             }
             if not with_litellm:
                 return report(await measure(urls, sizes))

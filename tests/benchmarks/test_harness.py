@@ -43,12 +43,16 @@ def test_every_benchmark_prints_its_table() -> None:
     }, out
 
     rows = re.findall(
-        rf"^(no|yes)\s+(1|32)\s+(direct|context-proxy \+ session|context-proxy|litellm proxy)"
+        rf"^(no|yes)\s+(1|32)\s+"
+        r"(direct|context-proxy \+ session|context-proxy, new sessions|context-proxy"
+        r"|litellm proxy)"
         rf"\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})",
         sections["overhead"],
         re.MULTILINE,
     )
-    assert len(rows) == 16, sections["overhead"]
+    assert len(rows) == 20, sections["overhead"]
+    shares = re.findall(r"new sessions at >= 0.8x the no-session throughput: .* = (\S+)x", out)
+    assert len(shares) == 2 and all(float(share) > 0 for share in shares), sections["overhead"]
     assert all(float(value) > 0 for row in rows for value in row[3:])
     summaries = re.findall(r"overhead ratio \(b-a\)/\(c-a\) (\S+); throughput (\S+)x", out)
     assert len(summaries) == 4 and all(_finite(r) and _finite(t) for r, t in summaries)

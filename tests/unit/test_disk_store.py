@@ -172,3 +172,22 @@ async def test_too_little_free_space_is_found_before_a_turn(tmp_path: Path) -> N
     roomy = TimedStore(DiskSessionStore(str(tmp_path), min_free_bytes=1), "disk")
     await roomy.writable()
     await roomy.close()
+
+
+async def test_the_log_is_copied_into_the_database_beside_the_commits(tmp_path: Path) -> None:
+    """No commit waits for a checkpoint; the store starts one after every few megabytes
+    it commits, so the write-ahead log never grows without bound."""
+    store = DiskSessionStore(str(tmp_path))
+    text = "x" * 2000
+    for number in range(3):
+        transcript = entries(*(f"{number} {i} {text}" for i in range(1000)))  # 2+ MB each
+        assert await store.commit(meta(transcript, session_id=f"s{number}"), 0, 0, transcript)
+    database = tmp_path / FILE
+
+    async def copied() -> bool:
+        return database.stat().st_size > 4 << 20
+
+    await eventually_async(copied, "a checkpoint")
+    # What was copied is what was committed, read by another connection.
+    assert rows(tmp_path, "SELECT count(*) FROM messages") == [(3000,)]
+    await store.close()

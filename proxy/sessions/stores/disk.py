@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import secrets
 import sqlite3
@@ -44,11 +45,13 @@ from proxy.sessions.stores.sqlite import Busy, Database
 __all__ = ["DiskSessionStore"]
 
 T = TypeVar("T")
+logger = logging.getLogger("context_proxy.stores")
 FILE = "sessions.sqlite3"
 LOCK_FILE = "turns.lock"
 _EXPIRE_EVERY = 100  # commits between two sweeps of expired sessions
 _INLINE_ROWS = 16  # rows read or written on the event loop; more go to the worker thread
 _WAIT_SECONDS = 60.0  # how long the worker thread waits for another process's lock
+_CHECKPOINT_BYTES = 4 << 20  # written between two checkpoints (SQLite's default: ~4 MB)
 
 
 class DiskSessionStore:
@@ -64,6 +67,7 @@ class DiskSessionStore:
         self, directory: str, ttl_seconds: float | None = None, min_free_bytes: int = 0
     ) -> None:
         self._directory = Path(directory)
+        self._path = str(self._directory / FILE)
         self._min_free = min_free_bytes
         self._databases: tuple[Database, Database] | None = None
         self._file: tuple[int, int] | None = None  # the database file opened: (device, inode)
@@ -73,8 +77,11 @@ class DiskSessionStore:
             self._open()
         self._ttl = ttl_seconds
         self._commits = 0
+        self._logged = 0  # bytes committed since the last checkpoint was started
+        self._checkpoint: asyncio.Future[None] | None = None
         self._parsed = ParsedMetas()
         self._old: Any = None  # release 0.1's diskcache, opened when first needed
+        self._may_have_legacy = True
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="disk-store")
 
     def _open(self) -> tuple[Database, Database]:
@@ -188,7 +195,20 @@ class DiskSessionStore:
             self._commits += 1
             if self._ttl and self._commits % _EXPIRE_EVERY == 0:
                 await self._call(Database.expire, inline=False)
+            self._logged += len(data) + sum(map(len, entries)) + len(plan or b"")
+            self._checkpointed()
         return done
+
+    def _checkpointed(self) -> None:
+        """Start a checkpoint on the worker thread once enough was written since the last
+        (`Database.checkpoint`): no request waits for it, and one runs at a time."""
+        if self._logged < _CHECKPOINT_BYTES or (self._checkpoint and not self._checkpoint.done()):
+            return
+        self._logged = 0
+        _, patient = self._open()
+        loop = asyncio.get_running_loop()
+        self._checkpoint = loop.run_in_executor(self._thread, Database.checkpoint, patient)
+        self._checkpoint.add_done_callback(_log_failure)
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
         _check(tenant)
@@ -245,7 +265,7 @@ class DiskSessionStore:
         the open connections write would go to a file nobody reads again."""
         self._open()
         try:
-            stat = (self._directory / FILE).stat()
+            stat = os.stat(self._path)
         except FileNotFoundError:
             stat = None
         if stat is None or (stat.st_dev, stat.st_ino) != self._file:
@@ -332,14 +352,24 @@ class DiskSessionStore:
         return bool(await self._call(lambda _: cache.delete(key), inline=False))
 
     def _legacy_cache(self) -> Any:
-        """Release 0.1's diskcache database in this directory, if there is one."""
-        if self._old is None and (self._directory / "cache.db").is_file():
+        """Release 0.1's diskcache database in this directory, if there is one (looked
+        for until found absent once: no release writes one any more)."""
+        if self._old is None and self._may_have_legacy:
+            self._may_have_legacy = (self._directory / "cache.db").is_file()
+        if self._old is None and self._may_have_legacy:
             import diskcache
 
             self._old = diskcache.Cache(
                 str(self._directory), eviction_policy="none", size_limit=2**62
             )
         return self._old
+
+
+def _log_failure(future: asyncio.Future[None]) -> None:
+    """A checkpoint that failed is tried again after the next few megabytes: the log
+    holds what it did not copy, so nothing is lost."""
+    if not future.cancelled() and (error := future.exception()) is not None:
+        logger.warning("session store checkpoint failed: %s", type(error).__name__)
 
 
 def _lock_key(tenant: str, session_id: str) -> str:

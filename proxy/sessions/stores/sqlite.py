@@ -95,6 +95,9 @@ class Database:
         )
         self._connection.execute("PRAGMA journal_mode=WAL")
         self._connection.execute("PRAGMA synchronous=NORMAL")
+        # No commit copies the log into the database (and syncs it) on its way: the store
+        # does it beside the requests (`checkpoint`), on its worker thread.
+        self._connection.execute("PRAGMA wal_autocheckpoint=0")
 
     def create(self) -> None:
         self._connection.executescript(SCHEMA)  # idempotent: IF NOT EXISTS throughout
@@ -177,12 +180,13 @@ class Database:
                 " WHERE tenant = ? AND session = ?",
                 (tenant, session),
             ).fetchone()
-            if row is not None and _expired(row[3]):
+            expired = row is not None and _expired(row[3])
+            if expired:
                 row = None
             if (row[0] if row else 0) != expected:
                 return False
             length, count = (row[1], row[2]) if row else (0, 0)
-            if row is None:  # absent, or expired: nothing of it may survive
+            if expired:  # nothing of it may survive (an absent session has no rows at all)
                 self._remove(tenant, session)
             if keep < length:
                 self._cut("messages", tenant, session, keep)
@@ -311,6 +315,11 @@ class Database:
         reads may still refuse writes: a full volume, a damaged file)."""
         with self.transaction() as connection:
             connection.execute("INSERT OR REPLACE INTO probe VALUES (1, ?)", (time.time(),))
+
+    def checkpoint(self) -> None:
+        """Copy what the write-ahead log holds into the database, as far as no reader
+        still needs it (PASSIVE: it waits for no one)."""
+        self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _cut(self, table: str, tenant: str, session: str, keep: int) -> None:
         self._connection.execute(
