@@ -172,6 +172,27 @@ def test_a_tenant_sees_its_sessions_turn_by_turn_and_deletes_one(
     page.close()
 
 
+def test_a_turn_sent_whole_uncounted_says_so(
+    upstream: FakeUpstream, start_proxy, browser: Browser
+) -> None:
+    """A session opened with a long conversation far from its budget is not tokenized
+    (docs/memory.md): its turn says so, rather than "0 of 0 tokens"."""
+    config = proxy_config(upstream, auth=KEYS)
+    config["model_list"][0]["model_info"] = {"max_input_tokens": 1_000_000}
+    url = start_proxy(config)
+    long = [{"role": "user", "content": f"note {i}: " + "word " * 30} for i in range(300)]
+    reply = client(url, "long-opening", key=KEY_A).chat.completions.with_raw_response.create(
+        model=MODEL, messages=long
+    )
+    assert "X-Context-Tokens-Sent" not in reply.headers
+    page = logged_in(browser, url, KEY_A)
+    page.locator("#sessions tbody tr").first.click()
+    turn = page.locator("#turns > li").first
+    expect(turn).to_contain_text("Sent whole, far from the budget: not counted")
+    expect(turn).not_to_contain_text("0 of 0 tokens")
+    page.close()
+
+
 def test_an_admin_sees_every_tenant(demo_url: str, browser: Browser) -> None:
     page = logged_in(browser, demo_url, ADMIN)
     rows = page.locator("#sessions tbody tr")
