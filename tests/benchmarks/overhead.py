@@ -93,13 +93,13 @@ async def measure(urls: dict[str, str], sizes: Sizes) -> dict[tuple[bool, int, s
 def report(results: dict[tuple[bool, int, str], Result]) -> str:
     """The table, then what it means: own time, the ratio to LiteLLM's, throughput."""
     lines = [
-        f"{'stream':6} {'conc':>4}  {'target':24} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'stream':6} {'conc':>4}  {'target':27} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'req/s':>8} {'TTFT p50 ms':>12}"
     ]
     for (stream, concurrency, target), result in results.items():
         ttft = result.ttft_p50
         lines.append(
-            f"{'yes' if stream else 'no':6} {concurrency:>4}  {target:24} "
+            f"{'yes' if stream else 'no':6} {concurrency:>4}  {target:27} "
             f"{result.p50 * 1e3:8.2f} {result.p99 * 1e3:8.2f} {result.rate:8.0f} "
             f"{ttft * 1e3 if ttft is not None else float('nan'):12.2f}"
         )
