@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 # threshold each time one is freed, and its trim threshold with it, so the heap keeps
 # its high-water mark. Fixed, the trim threshold stays low (the heap gives back its top);
 # at 32 MiB, buffers up to that come from the heap: a buffer in mmap of its own costs
-# its page faults each time (0.4-0.9 ms for 1.4 MB here, 0.03 ms from the heap; the
-# doors benchmark put the proxy's CPU time 2-5 ms lower at 5,000 messages than at
-# 256 KiB, with the same resident memory after its long runs).
+# its page faults each time (0.4-0.9 ms for 1.4 MB here, 0.03 ms from the heap). Two
+# proxies taking turns on the same 5,000-message turns: 4-5 ms less CPU a request at
+# 32 MiB than at 256 KiB (a third), resident memory within 3% (docs/performance.md).
 _MMAP_THRESHOLD = 32 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number, in glibc's malloc.h
 
