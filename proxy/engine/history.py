@@ -148,10 +148,12 @@ class History:
         """The totals (by `BOUND` alone) and the new messages, uncounted, where the turn
         may send its history whole without tokenizing it: a session that began with a
         long conversation far from its budget (`_COUNT_NOW_BYTES`) and has stayed there,
-        unedited and unsummarized. Its bound is the serialized conversation's for a first
-        request, then grows by each new message's; None where counting is due."""
+        unsummarized. Its bound is the serialized conversation's for a first request,
+        then grows by each new message's (and a retry or an edit takes the cut messages'
+        away); None where counting is due."""
+        assert request.key is not None
         new_messages = request.conversation[match.start :]
-        if match.kind not in ("new", "full", "append") or not new_messages:
+        if match.kind not in ("new", "full", "append", "fork"):
             return None
         if meta is None or match.keep == 0:
             if serialized is None or len(serialized) <= _COUNT_NOW_BYTES:
@@ -163,10 +165,14 @@ class History:
                 new_messages, lambda: _entries(new_messages, match, []), request.size
             )
             return {BOUND.name: bound}, new
-        if meta.checkpoint is not None or match.keep != meta.length:
-            return None
         carried = meta.totals.get(BOUND.name)
-        if carried is None or carried > request.uncounted:
+        if carried is None or meta.checkpoint is not None:
+            return None
+        if match.keep < meta.length:  # what a retry or an edit cuts leaves the bound
+            cut = await self._store.messages(*request.key, match.keep, meta.length)
+            cut = await self.counted(cut, {BOUND.name}, BOUND)
+            carried -= sum(entry.tokens[BOUND.name] for entry in cut)
+        if carried > request.uncounted:
             return None
         new = await off_loop(
             new_messages, lambda: _entries(new_messages, match, [BOUND]), request.size
@@ -246,6 +252,11 @@ class History:
         the kept messages once."""
         assert request.key is not None
         keep = match.keep
+        if _tail_cut(meta, keep, names):  # a retry, a regenerated reply: read what is cut
+            cut = await self._store.messages(*request.key, keep, meta.length)
+            cut = await self.counted(cut, names, request.counter)
+            totals = {n: meta.totals[n] - sum(s.tokens[n] for s in cut) for n in names}
+            return totals, meta.checkpoint, meta.checkpoints
         if stored is None or len(stored) < keep:
             stored = await self._store.messages(*request.key, 0, keep)
         kept = await self.counted(stored[:keep], names, request.counter)
@@ -324,6 +335,26 @@ class History:
         while held > _WINDOW_MESSAGES and len(self._windows) > 1:
             held -= len(self._windows.popitem(last=False)[1][1])
         return stored
+
+
+def _tail_cut(meta: SessionMeta, keep: int, names: set[str]) -> bool:
+    """Whether cutting the transcript to `keep` leaves every count known but the cut
+    part's: the session is counted by every tokenizer in `names`, and its summary (if
+    any, with no stubs) covers no message that is cut. Then the totals are the meta's
+    less the cut messages', and the summaries in effect stay."""
+    checkpoint = meta.checkpoint
+    return (
+        keep < meta.length
+        and names <= meta.totals.keys()
+        and (
+            checkpoint is None
+            or (
+                checkpoint.covers_until <= keep
+                and names <= checkpoint.before.keys()
+                and not checkpoint.stubbed
+            )
+        )
+    )
 
 
 def _unmarked(entries: list[StoredMessage]) -> list[StoredMessage]:

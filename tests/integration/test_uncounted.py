@@ -151,3 +151,27 @@ def test_counting_starts_once_the_bound_nears_the_budget_and_then_plans_as_ever(
             break
     else:
         pytest.fail("the conversation never outgrew its budget")
+
+
+def test_a_retry_keeps_the_session_as_it_was(upstream: FakeUpstream, start_proxy) -> None:
+    """A retried or regenerated last turn cuts the reply it replaces: the totals are the
+    session's less what was cut (read alone), the same as a fresh session's count of
+    that conversation, counted or not."""
+    url = start(start_proxy, upstream)
+    short = conversation()[:31]  # 4 KB: counted from its first turn
+    first = turn(url, "retried", short)
+    again = turn(url, "retried", short)  # the same request again: its reply replaced
+    assert again.headers[TOKENS_ORIGINAL] == first.headers[TOKENS_ORIGINAL]
+    edited = [*short[:-1], {"role": "user", "content": "Say it differently."}]
+    regenerated = turn(url, "retried", edited)
+    fresh = turn(url, "fresh", edited)
+    assert regenerated.headers[TOKENS_ORIGINAL] == fresh.headers[TOKENS_ORIGINAL]
+    stored = httpx.get(url + "/v1/sessions/retried", headers=KEY).json()["messages"]
+    assert stored[:-1] == edited and stored[-1]["role"] == "assistant"
+
+    long = conversation()  # uncounted: a retry leaves it so, and stores its reply once
+    turn(url, "long", long)
+    retried = turn(url, "long", long)
+    assert TOKENS_SENT not in retried.headers
+    stored = httpx.get(url + "/v1/sessions/long", headers=KEY).json()["messages"]
+    assert len(stored) == len(long) + 1 and stored[:-1] == long
