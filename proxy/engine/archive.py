@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from proxy.config.settings import Settings
 from proxy.conversation.identity import GENESIS, Message
-from proxy.engine.history import off_loop
+from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan

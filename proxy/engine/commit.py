@@ -23,9 +23,11 @@ from proxy.costs.receipts import Receipt, TurnCost, turn_cost
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine import calibration
 from proxy.engine.ahead import Ahead
-from proxy.engine.history import History, counter_for_name, off_loop
+from proxy.engine.history import History
+from proxy.engine.offload import off_loop
 from proxy.engine.remembering import Memories
 from proxy.engine.summarizer import Summaries
+from proxy.engine.totals import counter_for_name
 from proxy.engine.types import Request, State, Turn
 from proxy.errors import ProxyError, SessionConflict
 from proxy.observability import metrics

@@ -19,7 +19,7 @@ from proxy.conversation.validation import validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
 from proxy.engine.caching import cache_key, marks_in
-from proxy.engine.history import off_loop
+from proxy.engine.offload import off_loop
 from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.reconcile import frame_of
 from proxy.engine.types import Request, RequestContext, State, Turn

@@ -21,7 +21,8 @@ from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.archive import Archive
-from proxy.engine.history import History, off_loop
+from proxy.engine.history import History
+from proxy.engine.offload import off_loop
 from proxy.engine.stubs import Stubs
 from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request, State

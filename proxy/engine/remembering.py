@@ -26,7 +26,7 @@ import orjson
 from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.engine.archive import Archive, last_unit
-from proxy.engine.history import off_loop
+from proxy.engine.offload import off_loop
 from proxy.engine.types import Request
 from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text

@@ -21,7 +21,7 @@ from proxy.conversation.tokens import counter_for
 from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine.breaker import Breaker
-from proxy.engine.history import off_loop
+from proxy.engine.offload import off_loop
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels

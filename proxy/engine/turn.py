@@ -31,8 +31,9 @@ from proxy.engine.archive import Archive
 from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
-from proxy.engine.history import History, off_loop
+from proxy.engine.history import History
 from proxy.engine.intake import Intake
+from proxy.engine.offload import off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories

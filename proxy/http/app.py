@@ -27,7 +27,7 @@ from proxy.doors.chat.door import ChatDoor
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
 from proxy.engine.events import TurnEvents
-from proxy.engine.history import pause
+from proxy.engine.offload import pause
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
 from proxy.errors import InternalError, InvalidRequest, ProxyError
