@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from proxy.config.settings import Settings
-from proxy.conversation.identity import Message, split_system
+from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
 from proxy.conversation.tokens import BOUND, CountCache, counter_for, token_bound
 from proxy.conversation.validation import validate_messages
@@ -86,29 +86,18 @@ class Intake:
         if key is None:
             return request
         trigger = fold_trigger(request, self.settings.context.summarize_at)
-        bound = self._bounds(system, system_json, tools, tools_json)
-        return replace(request, uncounted=max(0, trigger - sum(bound)))
-
-    def _bounds(
-        self,
-        system: list[Message],
-        system_json: bytes,
-        tools: list[dict[str, Any]] | None,
-        tools_json: bytes,
-    ) -> tuple[int, int]:
-        """The system messages' and the tools' tokens by `BOUND` (once per process)."""
-        return (
+        bounds = (  # by `BOUND`, counted once per process
             self._counts.messages(BOUND, system, system_json),
             self._counts.tools(BOUND, tools, tools_json),
         )
+        return replace(request, uncounted=max(0, trigger - sum(bounds)), bounds=bounds)
 
-    def bounded(self, body: dict[str, Any], request: Request) -> Request:
+    @staticmethod
+    def bounded(request: Request) -> Request:
         """The request as a turn plans it while its session is known only by its bound
         (`State.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
         (within budget by construction) sends the history whole."""
-        tools = body.get("tools")
-        system_json, tools_json = orjson.dumps(request.system), orjson.dumps(tools or [])
-        system_tokens, tools_tokens = self._bounds(request.system, system_json, tools, tools_json)
+        system_tokens, tools_tokens = request.bounds
         return replace(
             request, counter=BOUND, system_tokens=system_tokens, tools_tokens=tools_tokens
         )

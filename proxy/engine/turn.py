@@ -209,7 +209,7 @@ class Engine:
             state = await self._history.state(request)
             request = self._intake.calibrated(body, context, request, state)
             if not state.counted:
-                request = self._intake.bounded(body, request)
+                request = self._intake.bounded(request)
             self._intake.count_guessed_limit(request.model)
             if state.match.kind == "chapter":
                 state = await self._chapters.chapter(request, state)

@@ -87,8 +87,10 @@ class Request:
     cache_marks: int | None = None
     cache_key: str | None = None
     # Tokens of history (by `BOUND`) a session's turn may send whole without counting
-    # it: what the fold trigger leaves beside the system messages' and tools' bound.
+    # it: what the fold trigger leaves beside the system messages' and tools' bound,
+    # which are `bounds` (system, tools).
     uncounted: int = 0
+    bounds: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -356,7 +356,8 @@ class DiskSessionStore:
         for until found absent once: no release writes one any more)."""
         if self._old is None and self._may_have_legacy:
             self._may_have_legacy = (self._directory / "cache.db").is_file()
-        if self._old is None and self._may_have_legacy:
+            if not self._may_have_legacy:
+                return None
             import diskcache
 
             self._old = diskcache.Cache(
