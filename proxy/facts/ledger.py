@@ -22,7 +22,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.facts.literals import _normalize, missing_facts
-from proxy.facts.statements import statements, subject_words
+from proxy.facts.statements import corrections, credential_like, statements, subject_words
 from proxy.observability.redaction import redact
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Fact",
     "Valued",
     "facts_in",
+    "holds_secret",
     "merge",
     "message_text",
     "names",
@@ -58,7 +59,10 @@ _FILLER = frozenset(
     """.split()  # noqa: SIM905
 )
 # A value said to be a credential, or shaped like one, is never a fact to keep or share.
-_CREDENTIAL = re.compile(r"key|token|secret|password|passphrase|credential")
+_CREDENTIAL = re.compile(
+    r"key|token|secret|password|passphrase|passwd|credential|\bcreds?\b|login|logon|\bpwd\b"
+    r"|passcode|\bpin\b|\botp\b|\b2fa\b|\bmfa\b|recovery code|cookie"
+)
 
 
 class Valued:
@@ -97,6 +101,9 @@ class Fact(Valued):
     time: float
     mentions: int = 1
     superseded_by: str | None = None  # the value that replaced it, if one did
+    # A correction's old value ("I said 8443 earlier, it's 9443"): until `merge` finds
+    # the fact that had it, the subject is only what the correction named, if anything.
+    corrects: str | None = None
 
     def to_list(self) -> list[Any]:
         return [
@@ -166,11 +173,30 @@ def facts_in(text: str, source: int, time: float) -> list[Fact]:
     """The statements of one message as facts; none that is (or is said to be) a
     credential: a password said in a conversation stays in its message, where recall
     finds it, and is never pinned, noted or shared with another session."""
-    return [
-        Fact(kind, subject, value, source, time)
-        for kind, subject, value in statements(text)
-        if not _CREDENTIAL.search(subject.casefold()) and redact(value) == value
+    found = [Fact(kind, subject, value, source, time) for kind, subject, value in statements(text)]
+    found += [
+        Fact("text", subject, value, source, time, corrects=old)
+        for subject, old, value in corrections(text)
     ]
+    return [fact for fact in found if not _secret(fact)]
+
+
+def holds_secret(text: str) -> bool:
+    """Whether `text` has a credential in it: by its shape, or said to be one ("the
+    deploy password is ZEBRA-4471"). Such a message is never shared with another session."""
+    if credential_like(text) or redact(text) != text:
+        return True
+    return any(_CREDENTIAL.search(subject.casefold()) for _, subject, _ in statements(text))
+
+
+def _secret(fact: Fact) -> bool:
+    """Whether a fact is, or is said to be, a credential."""
+    value = fact.value
+    return (
+        bool(_CREDENTIAL.search(fact.subject.casefold()))
+        or redact(value) != value
+        or (credential_like(value))
+    )
 
 
 @functools.lru_cache(maxsize=8192)
@@ -191,7 +217,14 @@ def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
     facts = list(ledger)
     where = {fact.key: i for i, fact in enumerate(facts) if fact.current}
     for fact in new:
+        if fact.corrects is not None:
+            corrected = _corrected(facts, where, fact)
+            if corrected is None:
+                continue  # a value nobody had: nothing to correct
+            fact = corrected
         index = where.get(fact.key)
+        if index is None:
+            index = _alias(facts, where, fact)
         if index is None:
             where[fact.key] = len(facts)
             facts.append(fact)
@@ -203,9 +236,41 @@ def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
             )
         else:
             facts[index] = replace(old, superseded_by=fact.value)
+            if len(old.key.split()) > len(fact.key.split()):  # an alias: the fuller name
+                fact = replace(fact, subject=old.subject)
+            where.pop(old.key, None)
             where[fact.key] = len(facts)
             facts.append(fact)
     return _capped(facts)
+
+
+def _corrected(facts: list[Fact], where: dict[str, int], fact: Fact) -> Fact | None:
+    """A correction as a fact of the subject whose current value it corrects (the latest
+    such, among those whose subject has the words the correction named)."""
+    old = _normalize(fact.corrects or "")
+    named = set(subject_key(fact.subject).split())
+    for index in sorted(where.values(), reverse=True):
+        had = facts[index]
+        if _normalize(had.value) == old and named <= set(had.key.split()):
+            kind = had.kind if had.kind == "text" else fact.kind
+            return replace(fact, kind=kind, subject=had.subject, corrects=None)
+    return None
+
+
+def _alias(facts: list[Fact], where: dict[str, int], fact: Fact) -> int | None:
+    """The one current fact of a value of the same kind whose subject says more or less
+    than `fact`'s in the same words ("kube version" and "cluster kube version"), at
+    least two of them shared; none when several could be meant."""
+    words = set(fact.key.split())
+    found = None
+    for key, index in where.items():
+        other = set(key.split())
+        if len(words & other) < 2 or not (words <= other or other <= words):
+            continue
+        if facts[index].kind != fact.kind or found is not None:
+            return None
+        found = index
+    return found
 
 
 def ranked(facts: Iterable[Fact], query: str) -> list[Fact]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from proxy.facts.literals import fact_spans
 
-__all__ = ["statements", "subject_words"]
+__all__ = ["corrections", "credential_like", "statements", "subject_words"]
 
 MAX_SUBJECT_WORDS = 8
 MAX_VALUE_WORDS = 12
@@ -36,8 +36,10 @@ _LINK = re.compile(
     r"\s(?:now\s+)?(?:runs?|starts?|lives?|sits?|happens?|leaves?|go(?:es)?|ships?|opens?"
     r"|closes?|arrives?|departs?|meets?|expires?|renews?|ends?)"
     r"\s+(?:at|in|on|under|through|via|from|by)\s"
-    r"|\s(?:(?:has|have)\s+(?:been\s+)?|got\s+|was\s+|were\s+)"
-    r"(?:changed|moved|updated|set|switched|bumped|raised|lowered|increased|decreased)\s+to\s"
+    r"|\s(?:(?:has|have)\s+(?:been\s+)?|got\s+|was\s+|were\s+)?(?:changed|moved|updated"
+    r"|switched|bumped|raised|lowered|increased|decreased|pushed|upgraded|downgraded|migrated"
+    r"|shifted|slipped|rescheduled|went\s+up|went\s+down|dropped|grew|rose|fell)\s+to\s"
+    r"|\s(?:(?:has|have)\s+(?:been\s+)?|got\s+|was\s+|were\s+)set\s+to\s"
     r"|\s(?:is|are|was|will\s+be|becomes|remains|stays)"
     r"(?:\s+(?:now|still|currently|officially|actually|going\s+to\s+be))?"
     r"(?:\s+(?:set|changed|moved|switched)\s+to)?\s"
@@ -49,7 +51,10 @@ _LINK = re.compile(
 _FORMS = [
     re.compile(
         r"(?:please\s+|let's\s+|we\s+|we've\s+|we\s+have\s+|i\s+|i've\s+)?"
-        r"(?:set|change|changed|move|moved|switch|switched|update|updated|bump|bumped)\s+"
+        r"(?:set|change|changed|move|moved|switch|switched|update|updated|bump|bumped|raise"
+        r"|raised|lower|lowered|increase|increased|decrease|decreased|reduce|reduced|drop"
+        r"|dropped|cut|push|pushed|extend|extended|upgrade|upgraded|downgrade|downgraded"
+        r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed)\s+"
         r"(?P<s>.+?)\s+to\s+(?P<v>.+)$",
         re.I,
     ),
@@ -59,6 +64,11 @@ _FORMS = [
         re.I,
     ),
     re.compile(r"(?P<v>.+?)\s+replaces\s+.+?\s+as\s+(?P<s>.+)$", re.I),
+    re.compile(  # "Priya took over on-call from Sam."
+        r"(?P<v>.+?)\s+(?:took|takes|has\s+taken|is\s+taking)\s+over\s+(?:as\s+)?"
+        r"(?P<s>.+?)(?:\s+from\s+.+)?$",
+        re.I,
+    ),
     re.compile(
         r"(?:we|i|we're|we\s+are|i'm)?\s*(?:settled\s+on|going\s+with|went\s+with|"
         r"picked|chose|choose|go\s+with)\s+(?P<v>.+?)\s+(?:as|for)\s+(?P<s>.+)$",
@@ -76,7 +86,8 @@ _FORMS = [
 _VALUE_END = re.compile(
     r",?\s+(?:not|which|who|because|since|although|though|unless|whatever|please|just|"
     r"as\s+of|and\s+(?:the|our|we|i|you|they)|so\s+that|for\s+now|sharp)\b"
-    r"|,\s+(?:the|our|my|its|their)\s|,\s+(?:so|but|and|as|if)\s|\s\(|\s+but\s",
+    r"|,\s+(?:the|our|my|its|their)\s|,\s+(?:so|but|and|as|if)\s|\s\(|\s+but\s"
+    r"|,?\s+(?:scratch\s+that|sorry|i\s+mean|correction|no\s+wait|wait|oops|my\s+bad)\b",
     re.I,
 )
 _DETERMINERS = re.compile(
@@ -99,6 +110,9 @@ _PRONOUNS = frozenset(
         "there",
         "here",
         "what",
+        "why",
+        "how",
+        "whether",
         "which",
         "who",
         "one",
@@ -114,6 +128,35 @@ _PRONOUNS = frozenset(
 _HEARSAY = re.compile(
     r"\b(?:if|whether|unless|maybe|perhaps|think|thinks|thought|suggest\w*|wonder\w*|"
     r"should|would|could|might|may|asked|says|said|let's|let)\b",
+    re.I,
+)
+# What makes a clause a guess, not an assertion, before its subject or as its value's
+# first word ("probably the TTL is 600s", "the TTL is probably 600s", "my guess: …").
+_HEDGE = re.compile(
+    r"\b(?:probably|likely|possibly|maybe|perhaps|guess\w*|suspect\w*|seems?|apparently|"
+    r"assum\w*|bet|hunch|suppos\w*|imagin\w*|hope|hoping|presumably|think|thinks|thought|"
+    r"believe\w*|wonder\w*|if|unless|whether|would|could|might|hypothetically)\b",
+    re.I,
+)
+# "cluster: kube version 1.27": a label, then what of it the value is.
+_NAMED_VALUE = re.compile(
+    r"(?P<words>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,2})\s+(?P<value>v?\d[\d.]*)"
+)
+_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”"}
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
+# A word a secret is made of: upper and lower case and digits (8+ characters between
+# dashes, no dots: not a version or a model's name), or letters and digits with a symbol
+# passwords use (7+).
+_MIXED = re.compile(r"(?=[^.]*[A-Z])(?=[^.]*[a-z])(?=[^.]*\d)[^.\s]{8,}")
+_SYMBOLED = re.compile(r"(?=.*[A-Za-z])(?=.*\d)(?=.*[!#$%^&*?~+]).{7,}")
+_URL_LOGIN = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+# "oops, I said 8443 for auth earlier, it's 9443": a value said before, corrected.
+_CORRECTION = re.compile(
+    r"(?:^|[,.;:!]\s*|\b(?:oops|sorry|correction|wait)\W+)i\s+(?:said|wrote|gave|put|meant)\s+"
+    r"[`\"']?(?P<old>[^\s,`\"']+)[`\"']?(?:\s+(?:for|as)\s+(?:the\s+)?(?P<s>[^,]+?))?"
+    r"(?:\s+(?:earlier|before|above|yesterday))?\s*[,;:—–-]+\s*(?:but\s+)?(?:it['’]s|it\s+is|"
+    r"it\s+should\s+be|should\s+be|the\s+right\s+(?:one|value)\s+is|actually|really)\s+"
+    r"(?P<v>.+)$",
     re.I,
 )
 _CLAUSE_START = re.compile(r"(?:the|our|my|a|an|we|i|you|they|it|this|that)\b", re.I)
@@ -164,6 +207,33 @@ def _statements(text: str) -> Iterator[tuple[str, str, str]]:
                 continue
             pending = None
             yield from _clause(sentence.rstrip(".!"))
+
+
+def corrections(text: str) -> Iterator[tuple[str, str, str]]:
+    """Every (subject or "", old value, new value) of a correction of something said
+    before ("I said 8443 for auth earlier, it's 9443"): the ledger finds the fact whose
+    value was the old one."""
+    for line in text.splitlines():
+        for sentence in _SENTENCES.split(line):
+            found = _CORRECTION.search(sentence.strip().rstrip(".!"))
+            if found is None:
+                continue
+            value = _statement("correction", _end_value(found["v"])[0])
+            if value is not None:
+                yield (_subject(found["s"] or "") or "").strip(), found["old"], value[2]
+
+
+def credential_like(value: str) -> bool:
+    """Whether `value` holds something shaped like a secret: a URL's `user:pass@`, or a
+    word (or part of a `user:pass`, `KEY=value` pair) that mixes case and digits as
+    passwords and keys do ("acme-guest / Lumen2025!", "svc-deploy:Xk9#pq2!")."""
+    if _URL_LOGIN.search(value):
+        return True
+    for word in value.split():
+        for part in re.split(r"[=:/@]", word.strip("`'\"“”,;()[]")):
+            if _SYMBOLED.fullmatch(part) or any(map(_MIXED.fullmatch, re.split(r"[-_]", part))):
+                return True
+    return False
 
 
 def subject_words(subject: str) -> list[str]:
@@ -220,8 +290,13 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
         lead = clause[start : link.start()]
         cut = max((b.end() for b in _BOUNDARY.finditer(lead)), default=0)
         subject, value = lead[cut:], clause[link.end() :]
-        if link.group().strip() in {":", "—", "–", "="} and _CLAUSE_START.match(value):
+        mark = link.group().strip()
+        if mark in {":", "—", "–", "="} and _CLAUSE_START.match(value):
             continue  # "Note: the build is green" is a lead-in, then a clause
+        if mark == "=" and clause.count("=") > 1:
+            continue  # "issuer=C = US, CN = R3": the fields of a record about something else
+        if _HEDGE.search(clause[: start + cut]) or _HEDGE.match(value.lstrip()):
+            continue  # "my guess: the limit is 50", "the TTL is probably 600s"
         if link.group().strip() not in {":", "—", "–", "="} and _is_literal(subject):
             inverse = re.match(r"(?:the|our|my)\s+(.+)$", value, re.I)  # "X is the Y"
             if inverse:
@@ -231,6 +306,8 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
         value, end = _end_value(value)
         if end < len(clause) - link.end() and link.group().strip() in {":", "—", "–", "="}:
             continue  # "echo: [log] The report lists …, and the …": a label, then prose
+        if mark == ":" and (named := _NAMED_VALUE.fullmatch(value.strip().rstrip(".!"))):
+            subject, value = f"{subject} {named['words']}", named["value"]
         found = _statement(subject, value)
         if found:
             return found, link.end() + end
@@ -239,15 +316,23 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
 
 def _end_value(value: str) -> tuple[str, int]:
     end = _VALUE_END.search(value)
-    return (value[: end.start()], end.start()) if end else (value, len(value))
+    value, cut = (value[: end.start()], end.start()) if end else (value, len(value))
+    comma = value.find(", ")
+    while comma != -1:  # "12, queue was backing up": a clause of its own after the value
+        if _LINK.search(f" {value[comma + 2 :]} "):
+            return value[:comma], comma
+        comma = value.find(", ", comma + 2)
+    return value, cut
 
 
 def _statement(subject: str, value: str) -> tuple[str, str, str] | None:
     """(kind, subject, value) when both are what a statement has."""
     subject_ = _subject(subject)
+    if subject_ is None or credential_like(value):
+        return None
     value = re.sub(r"^(?:at|on|in|under)\s+", "", value.strip().rstrip(".,;:!").strip())
-    value = re.sub(r"\s+(?:now|again|too|please)$", "", value).strip("`\"'“”").strip()
-    if subject_ is None or not value or re.match(r"(?:not|n't|never|no)\b", value, re.I):
+    value = _unquoted(re.sub(r"\s+(?:now|again|too|please)$", "", value))
+    if not value or re.match(r"(?:not|n't|never|no)\b", value, re.I):
         return None
     if len(value) > MAX_VALUE_CHARS or len(value.split()) > MAX_VALUE_WORDS:
         return None
@@ -259,6 +344,20 @@ def _statement(subject: str, value: str) -> tuple[str, str, str] | None:
     return (spans[0][0] if spans else "text", subject_, value)
 
 
+def _unquoted(value: str) -> str:
+    """`value` without the quotes around it, or "" when it is not a whole span: a quote,
+    backtick or bracket left open or closed twice (`RollingUpdate"}`, "`make deploy")."""
+    value = value.strip()
+    close = _QUOTES.get(value[:1])
+    if close and len(value) > 1 and value.endswith(close) and close not in value[1:-1]:
+        value = value[1:-1].strip()
+    if value.count("`") % 2 or value.count('"') % 2 or value[:1] in "'“" or value[-1:] == "”":
+        return ""
+    if any(value.count(left) != value.count(right) for left, right in _PAIRS):
+        return ""
+    return value
+
+
 def _subject(text: str) -> str | None:
     """The noun phrase `text` ends with, without determiners; None when it is not one."""
     text = _TRAILING.sub("", _DETERMINERS.sub("", text.strip().strip("`\"'“”*")))
@@ -267,7 +366,7 @@ def _subject(text: str) -> str | None:
         return ""  # "it": the subject of the statement before it
     if not words or len(words) > MAX_SUBJECT_WORDS or words[0] in _PRONOUNS:
         return None
-    if _HEARSAY.search(text) or re.search(r"[{}\[\]\"=<>]", text):
+    if _HEARSAY.search(text) or _HEDGE.search(text) or re.search(r"[{}\[\]\"=<>]", text):
         return None
     if not any(c.isalpha() for c in text):
         return None

@@ -20,7 +20,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.facts.ledger import Fact, Valued, terms
+from proxy.facts.ledger import Fact, Valued, holds_secret, terms
 from proxy.facts.literals import _normalize
 from proxy.recall.index import later_values
 from proxy.summary.fold import render_transcript
@@ -150,6 +150,8 @@ def recalled_message(
     used = counter.count_message({"role": "system", "content": MEMORY_RECALL_PREFIX})
     for start, messages in units:
         text = f"[earlier conversation, message {start}] " + render_transcript(messages)
+        if holds_secret(text):
+            continue  # a credential said in one conversation stays in it
         notes = later_values(text, memory, current, noted)
         if notes:
             text += "\n(Since then: " + "; ".join(notes) + ".)"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -112,3 +113,91 @@ def test_a_full_ledger_drops_ids_without_a_subject_before_named_facts() -> None:
     assert len(ledger) == MAX_FACTS
     assert ledger[0].value == "$4,250"
     assert ledger[-1].value == f"worker-{MAX_FACTS + 19}"
+
+
+def current(ledger: list[Fact]) -> dict[str, str]:
+    return {fact.subject: fact.value for fact in ledger if fact.current}
+
+
+@pytest.mark.parametrize(
+    ("first", "update", "expected"),
+    [
+        (
+            "worker concurrency: 8 per node",
+            "raised worker concurrency to 12, queue was backing up",
+            {"worker concurrency": "12"},
+        ),
+        (
+            "The staging db is db-stg-01.internal.",
+            "heads up, the staging db moved to `db-stg-03.internal`",
+            {"staging db": "db-stg-03.internal"},
+        ),
+        ("The demo is on Tuesday.", "demo got pushed to Thursday", {"demo": "Thursday"}),
+        ("The node pool is 6.", "bumped the node pool to 9", {"node pool": "9"}),
+        ("On-call: Sam Ortiz", "Priya Nair took over on-call from Sam", {"on-call": "Priya Nair"}),
+        ("The queue is RabbitMQ.", "we switched the queue to SQS", {"queue": "SQS"}),
+        # An alias: the same subject named with fewer (or more) of its words.
+        (
+            "cluster: kube version 1.27",
+            "kube version is now 1.29",
+            {"cluster kube version": "1.29"},
+        ),
+        # A correction, later, by the value it corrects.
+        (
+            "The auth port is 8443.",
+            "oops I said 8443 for auth earlier, it's 9443",
+            {"auth port": "9443"},
+        ),
+        # A correction in the same breath.
+        ("", "the cutoff is 20.11.0, scratch that, it's 20.11.1", {"cutoff": "20.11.1"}),
+    ],
+)
+def test_an_update_said_the_way_people_say_it_supersedes_the_value(
+    first: str, update: str, expected: dict[str, str]
+) -> None:
+    """Issue 40: one current value per subject, whichever verb or name the update uses;
+    the earlier value kept only as history."""
+    ledger = said(first, update)
+    assert current(ledger) == expected
+    assert all(fact.superseded_by in expected.values() for fact in ledger if not fact.current)
+
+
+def test_a_correction_of_a_value_nobody_had_and_an_ambiguous_alias_change_nothing() -> None:
+    assert current(said("The auth port is 8443.", "I said 7000 earlier, it's 9443")) == {
+        "auth port": "8443"
+    }
+    ledger = said(
+        "The staging host port is 8080.", "The prod host port is 9090.", "host port: 7070"
+    )
+    assert current(ledger) == {
+        "staging host port": "8080",
+        "prod host port": "9090",
+        "host port": "7070",
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "guest wifi login is acme-guest / Lumen2025!",
+        "wifi: acme-guest / Lumen2025!",
+        "the api creds: svc-deploy:Xk9#pq2!",
+        "DATABASE_URL=postgres://app:S3cr3t!@db-1:5432/app",
+        "The shared account for the vendor portal is ops@acme.io / Tr0ub4dor",
+        "The alarm pin is 4471.",
+    ],
+)
+def test_a_credential_is_known_by_its_shape_as_well_as_by_its_subject(text: str) -> None:
+    """Issue 40: a password without the word "password" is never a fact (so never pinned,
+    noted or shared through memory), and never cut to a wrong one ("Lumen2025")."""
+    assert facts_in(text, 0, 0.0) == []
+
+
+def test_ordinary_values_are_not_taken_for_credentials() -> None:
+    ledger = said(
+        "The release branch is release/2024.11-hotfix.",
+        "To deploy, run `make deploy-search TAG=v2.4.1`.",
+        "The invoice number is INV-88213.",
+        "The model is SmolLM2-135M-Instruct.",
+    )
+    assert len(current(ledger)) == 4

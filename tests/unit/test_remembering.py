@@ -86,3 +86,20 @@ async def test_a_message_no_fact_was_read_from_is_recalled_from_another_session(
     recalled = block(parts.upstream.sent[-1], MEMORY_RECALL_PREFIX)
     assert recalled is not None and "old boathouse stairs" in recalled
     assert parts.upstream.sent[-1]["messages"][-1] == said("Where did we leave the kayak?")
+
+
+async def test_a_credential_is_never_shared_with_another_session(parts: Parts) -> None:
+    """Issue 40: a password said without the word "password" is neither remembered as a
+    fact nor recalled verbatim from another session of the same memory."""
+    await tell(
+        parts,
+        "onboarding",
+        "The guest wifi login is acme-guest / Lumen2025!",
+        "The wifi network for guests is ACME-GUEST-5G.",
+    )
+    await tell(parts, "visitor", "What is the guest wifi login?")
+    sent = str(parts.upstream.sent[-1]["messages"])
+    assert "Lumen2025" not in sent
+    assert "ACME-GUEST-5G" in sent  # what is not a secret is still shared
+    memory = await parts.engine.memories.memory("t1", "team")
+    assert memory is not None and all("Lumen2025" not in f.value for f in memory.facts)

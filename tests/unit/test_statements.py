@@ -110,6 +110,14 @@ def test_a_statement_keeps_its_qualified_subject_and_its_whole_value(
         "It is 8080.",
         "echo: [history-ab12 turn 5] The report lists revenue, costs and the hiring plan.",
         "The billing review went fine.",
+        # Issue 40: a question, a hunch, a record about something else, a cut span.
+        "why: docker eating 30 GB",
+        "probably the TTL is 600s",
+        "the TTL is probably 600s",
+        "my guess: the limit is 50 req/s",
+        "issuer=C = US, O = Let's Encrypt, CN = R3",
+        'strategy: RollingUpdate"}',
+        "the deploy command is `make deploy",
         'billing-worker-0 INFO request handled in 5 ms status=200\n{"order_id": "ORD-1"}: shipped',
     ],
 )
