@@ -15,8 +15,16 @@ from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text, terms
-from proxy.recall.index import Hit, Recalled, RecallIndex, recall_message, segment
+from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text
+from proxy.recall.index import (
+    ASKING,
+    Hit,
+    Recalled,
+    RecallIndex,
+    asked_terms,
+    recall_message,
+    segment,
+)
 from proxy.sessions.records import Checkpoint, Inserts, SessionKey, SessionMeta
 from proxy.sessions.store import SessionStore
 
@@ -51,7 +59,12 @@ class Archived:
         segments = [c.index for c in checkpoints if c.index is not None]
         ledgers = [c.ledger for c in checkpoints if c.ledger is not None]
         ledger = ledgers[-1] if ledgers else self.ledger
-        keys = [(frozenset(f.key.split()), f.source) for f in ledger if f.current and f.subject]
+        # A subject's words of asking are not what names it ("go live date" is asked for
+        # as "when do we go live?"), and a subject of only such words is named by none.
+        keys = [
+            (frozenset(f.key.split()) - ASKING, f.source) for f in ledger if f.current and f.subject
+        ]
+        keys = [(words, source) for words, source in keys if words]
         stubs = checkpoints[-1].stubs_index
         return Archived(
             self.count + len(checkpoints),
@@ -66,7 +79,7 @@ class Archived:
         """`hits` after the units where the facts `query` names were stated (the ledger
         knows where): "what is the payments lead?" wants where the payments lead was
         said, which plain ranking can place below a question that named it too."""
-        wanted = set(terms(query))
+        wanted = set(asked_terms(query))
         first: dict[int, Hit] = {}
         for words, source in self.stated:
             if len(first) == _STATED:

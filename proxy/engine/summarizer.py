@@ -368,4 +368,9 @@ def _archived(
         for offset, message in enumerate(messages)
         for fact in facts_in(message_text(message), start + offset, now)
     ]
-    return segment(start, messages, follows), tuple(merge(ledger, facts)), [f.value for f in facts]
+    stated = [(fact.source, fact.subject) for fact in facts]  # what each message states
+    return (
+        segment(start, messages, follows, stated),
+        tuple(merge(ledger, facts)),
+        [f.value for f in facts],
+    )

@@ -6,7 +6,10 @@ covered (so a message is indexed once, when it leaves the window). A document is
 a message and the tool results that answer it, so a tool call never comes back without
 its result. Ranking is BM25 over the query's terms, blended with recency (a later unit
 outranks an earlier one of equal relevance, so an updated value beats the one it
-replaced). Pure: the caller reads the segments and the messages from the store.
+replaced); a unit that states a value about what is asked outranks one that only
+shares its words. The words every question shares ("remind me again where ... lives")
+are not what is asked: they find nothing. Pure: the caller reads the segments and the
+messages from the store.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from proxy.facts.ledger import Fact, Valued, message_text, terms
 from proxy.summary.fold import render_transcript
 
 __all__ = [
+    "ASKING",
     "RECALL_PREFIX",
     "Hit",
     "RecallIndex",
     "Recalled",
+    "asked_terms",
     "documents",
     "later_values",
     "recall_message",
@@ -45,13 +50,42 @@ _MAX_QUERY_TERMS = 48
 _EXCERPT_CHARS = 240  # around each matching term, when a message must be cut
 _EARLIER = 0.5  # a query term's weight when only the turns before the newest have it
 _DISTINCTIVE = 0.05  # a hit needs a query term found in at most this share of the units
+_COMMON = 0.25  # a term in more of the units than this (and than _FEW) is the session's jargon
+_FEW = 8
+_ALIKE = 2  # units the query cannot tell apart (same length, same counts) before the rest
+_STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
+# The words of asking, not of what is asked: every probe has some ("quick check: where does
+# X live again?"), so a unit that shares only these would come back for every question.
+ASKING = frozenset(
+    """
+    remind reminder again quick quickly check checking tell told know knew known recall
+    recalled recalling say said says saying still wondering wonder wondered where live lives
+    living remember remembered mind forgot forget forgotten ask asked asking question
+    mention mentioned confirm double sure exactly hey hi hello thanks thank sorry btw oh
+    um whats wheres decide decided agree agreed settle settled think thought believe look
+    find anyone
+    """.split()  # noqa: SIM905
+)
 
 
-def segment(start: int, messages: Sequence[Message], follows: str) -> dict[str, Any]:
+def asked_terms(text: str) -> list[str]:
+    """`terms` of a question without the words of asking: what it asks about."""
+    return [term for term in terms(text) if term not in ASKING]
+
+
+def segment(
+    start: int,
+    messages: Sequence[Message],
+    follows: str,
+    stated: Iterable[tuple[int, str]] = (),
+) -> dict[str, Any]:
     """The index of transcript[start:start + len(messages)], one fold's span: its units
     (start, end, length in terms) and its postings (term -> [[unit, count], ...]).
     `follows` is the chain value of the summary it extends, so a reader can tell a
-    segment that continues its cached index from one after an edit of history."""
+    segment that continues its cached index from one after an edit of history.
+    `stated` holds (transcript position, subject) of the statements the span makes (the
+    facts the fold found): each subject's terms are posted as "=" + term for its unit,
+    so search tells a unit that states a value about a subject from one that names it."""
     units: list[list[int]] = []
     postings: dict[str, list[list[int]]] = {}
     bounds = [i for i, m in enumerate(messages) if m.get("role") != "tool" or i == 0]
@@ -62,6 +96,14 @@ def segment(start: int, messages: Sequence[Message], follows: str) -> dict[str, 
         units.append([start + first, start + last, sum(counted.values())])
         for term, count in counted.items():
             postings.setdefault(term, []).append([number, count])
+    about: dict[str, set[int]] = {}
+    for position, subject in stated:
+        at = bisect.bisect_right(bounds, position - start) - 1
+        if 0 <= position - start < len(messages) and at >= 0:
+            for term in terms(subject):
+                about.setdefault(_STATED + term, set()).add(at)
+    for key, numbers in about.items():
+        postings[key] = [[number, 1] for number in sorted(numbers)]
     return {"follows": follows, "units": units, "postings": postings}
 
 
@@ -128,24 +170,26 @@ class RecallIndex:
         floor: float = 0.0,
         earlier: str = "",
     ) -> list[Hit]:
-        """Units whose terms in common with `query` are distinctive together (expected in
-        at most 5% of the units: chatter that shares only common words is not worth
-        recalling), best first: BM25 times the share of the query's terms matched
-        (normalized to the best hit) times `relevance_weight`, plus recency (0 for the
-        first unit, 1 for the last) times `recency_weight`; none whose relevance is below
-        `floor` times the best one's. Terms only in `earlier` (the turns before the
-        newest) weigh half: the newest message is what is being asked. Work follows the
+        """Units that match what `query` asks (its terms, the words of asking aside), best
+        first: BM25 times the share of the query's terms matched (normalized to the best
+        hit), doubled at most for the share it states a value about, times
+        `relevance_weight`, plus recency (0 for the first unit, 1 for the last) times
+        `recency_weight`; none whose relevance is below `floor` times the best one's.
+        Terms only in `earlier` (the turns before the newest) weigh half and find
+        nothing alone: the newest message is what is being asked. Work follows the
         postings of the query's terms."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
         average = self.length / count or 1.0
-        weight = dict.fromkeys(terms(earlier), _EARLIER) | dict.fromkeys(terms(query), 1.0)
+        weight = dict.fromkeys(asked_terms(earlier), _EARLIER)
+        weight |= dict.fromkeys(asked_terms(query), 1.0)
         wanted = [term for term in weight if term in self.postings]
         wanted.sort(key=lambda term: len(self.postings[term]))
         del wanted[_MAX_QUERY_TERMS:]
         scores: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
+        counts: dict[int, list[int]] = {}
         for term in wanted:
             entries = self.postings[term]
             idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
@@ -154,17 +198,19 @@ class RecallIndex:
                 tf = frequency * (_K1 + 1) / (frequency + _K1 * (1 - _B + _B * size / average))
                 scores[unit] = scores.get(unit, 0.0) + idf * weight[term] * tf
                 matched.setdefault(unit, []).append(term)
-        # The share of units expected to hold all of a unit's matched terms (as if terms
-        # were independent): "mobile", "launch" and "date" are each common, together rare.
-        share = {term: math.log(len(self.postings[term]) / count) for term in wanted}
-        rare = math.log(max(2, _DISTINCTIVE * count) / count)
-        scores = {u: v for u, v in scores.items() if sum(share[t] for t in matched[u]) <= rare}
+                counts.setdefault(unit, []).append(frequency)
+        scores = {u: v for u, v in scores.items() if self._asked(matched[u], weight, count)}
         if not scores:
             return []
         # A unit that has more of the query's terms outranks one that has a few of them
-        # more often ("payments lead" over a short "lead").
+        # more often ("payments lead" over a short "lead"); one that states a value
+        # about them outranks one that only names them (the question asked before).
         total = sum(weight[term] for term in wanted)
-        scores = {u: v * sum(weight[t] for t in matched[u]) / total for u, v in scores.items()}
+        stated = self._stating(wanted, weight, scores)
+        scores = {
+            u: v * (sum(weight[t] for t in matched[u]) + stated.get(u, 0.0)) / total
+            for u, v in scores.items()
+        }
         best = max(scores.values()) or 1.0
         scores = {u: v for u, v in scores.items() if v >= floor * best}
         last = max(count - 1, 1)
@@ -172,10 +218,45 @@ class RecallIndex:
         def blended(unit: int) -> float:
             return relevance_weight * scores[unit] / best + recency_weight * unit / last
 
-        ranked = sorted(scores, key=blended, reverse=True)[:limit]
+        # Units the query cannot tell apart (the same length and counts of its terms:
+        # "Noted, the webhook handler." said eleven times) are likely copies: past the
+        # latest few they wait until the distinct ones are taken.
+        alike: Counter[tuple[Any, ...]] = Counter()
+        first: list[int] = []
+        rest: list[int] = []
+        for unit in sorted(scores, key=blended, reverse=True):
+            signature = (self.units[unit][2], *matched[unit], *counts[unit])
+            alike[signature] += 1
+            (first if alike[signature] <= _ALIKE else rest).append(unit)
+        ranked = [*first, *rest][:limit]
         return [
             Hit(self.units[u][0], self.units[u][1], blended(u), tuple(matched[u])) for u in ranked
         ]
+
+    def _asked(self, matched: list[str], weight: dict[str, float], count: int) -> bool:
+        """Whether a unit's matched terms are what the newest message asks, not chatter:
+        distinctive together (expected in at most 5% of the units: "mobile", "launch"
+        and "date" are each common, together rare, as if terms were independent), with
+        one of the newest message's that is not in a quarter of the units (the session's
+        jargon, in every question, finds the same units for all of them)."""
+        rare = math.log(max(2, _DISTINCTIVE * count) / count)
+        if sum(math.log(len(self.postings[term]) / count) for term in matched) > rare:
+            return False
+        common = max(_COMMON * count, _FEW)
+        return any(weight[t] == 1.0 and len(self.postings[t]) <= common for t in matched)
+
+    def _stating(
+        self, wanted: list[str], weight: dict[str, float], scores: dict[int, float]
+    ) -> dict[int, float]:
+        """The weight of the query's terms each scored unit states a value about (the
+        subject of a statement in it has them), from the "=" postings: work follows the
+        query's terms."""
+        stated: dict[int, float] = {}
+        for term in wanted:
+            for unit, _ in self.postings.get(_STATED + term, ()):
+                if unit in scores:
+                    stated[unit] = stated.get(unit, 0.0) + weight[term]
+        return stated
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,23 +284,20 @@ def recall_message(
     """The labelled block of recalled units, best first until `room` tokens are used,
     shown in conversation order. A unit that alone is too big comes as excerpts around
     its matching terms (a single message) or not at all (a tool unit stays whole). A
-    value the ledger says was replaced later is followed by a note naming the current one."""
+    value the ledger says was replaced later is followed by a note naming the current one.
+    Units of the same text are shown once, as the latest (the one in effect)."""
     chosen: list[tuple[int, str, frozenset[str] | None]] = []
     current = {fact.key: fact.value for fact in ledger if fact.current}
     noted: set[str] = set()
     used = counter.count_message({"role": "system", "content": RECALL_PREFIX})
-    for hit, messages in hits:
-        text, terms = f"[message {hit.start}] " + render_transcript(messages), None
+    for hit, messages, rendered in _distinct(hits):
+        text, terms = f"[message {hit.start}] " + rendered, None
         if used + counter.count_text(text) + 1 > room and len(messages) == 1:
             if messages[0].get("role") == "tool":  # an output: the lines that match
                 label = f"[message {hit.start}, the lines that match] "
-                text = label + _matching_lines(
-                    render_transcript(messages), hit.terms, room - used - 16, counter
-                )
+                text = label + _matching_lines(rendered, hit.terms, room - used - 16, counter)
             else:
-                text = f"[message {hit.start}, excerpt] " + _excerpt(
-                    render_transcript(messages), hit.terms
-                )
+                text = f"[message {hit.start}, excerpt] " + _excerpt(rendered, hit.terms)
             terms = frozenset(hit.terms)
         notes = later_values(text, ledger, current, noted)
         if notes:
@@ -238,6 +316,24 @@ def recall_message(
             return Recalled(message, {start: terms for start, _, terms in chosen})
         chosen.pop()  # our estimate was short
     return None
+
+
+def _distinct(
+    hits: Sequence[tuple[Hit, list[Message]]],
+) -> list[tuple[Hit, list[Message], str]]:
+    """`hits` with their rendered text, a text met again dropped: each at the rank of
+    its best copy, as its latest copy (the same reply or paste said several times is
+    one unit, and the latest is the one in effect). Hashes of the bounded hits' texts."""
+    latest: dict[str, tuple[Hit, list[Message]]] = {}
+    order: list[str] = []
+    for hit, messages in hits:
+        rendered = render_transcript(messages)
+        known = latest.get(rendered)
+        if known is None:
+            order.append(rendered)
+        if known is None or known[0].start < hit.start:
+            latest[rendered] = (hit, messages)
+    return [(*latest[rendered], rendered) for rendered in order]
 
 
 def _excerpt(text: str, matched: Sequence[str]) -> str:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
 
 from proxy.conversation.tokens import counter_named
-from proxy.facts.ledger import facts_in, merge
-from proxy.recall.index import RECALL_PREFIX, RecallIndex, recall_message, segment
+from proxy.facts.ledger import facts_in, merge, message_text
+from proxy.recall.index import RECALL_PREFIX, Recalled, RecallIndex, recall_message, segment
 
 COUNTER = counter_named("char")
 
@@ -101,3 +103,147 @@ def test_a_long_message_comes_back_as_excerpts_around_its_matches() -> None:
     assert recalled.covers(index.search("deploy key", 1)[0])
     assert not recalled.covers(index.search("filler deploy", 1)[0])
     assert COUNTER.count_message(block) <= 200
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def _indexed(messages: list[dict[str, Any]]) -> RecallIndex:
+    """One segment of `messages`, with the statements they make (as a fold indexes)."""
+    stated = [
+        (at, fact.subject)
+        for at, message in enumerate(messages)
+        for fact in facts_in(message_text(message), at, 0)
+    ]
+    return RecallIndex().extended([segment(0, messages, "", stated)])
+
+
+def _block(index: RecallIndex, messages: list[dict[str, Any]], probe: str) -> Recalled | None:
+    """The recall block a probe gets, as the engine asks for it (12 hits, floor 0.5)."""
+    hits = index.search(probe, 12, 0.8, 0.2, 0.5)
+    return recall_message([(h, messages[h.start : h.end]) for h in hits], [], COUNTER, 4000)
+
+
+_SUBJECTS = [
+    ("webhook handler", "src/payments/webhook.py"),
+    ("staging database host", "db-stg-2.internal"),
+    ("retry limit", "7 attempts"),
+    ("deploy window", "Tuesdays at 14:00 UTC"),
+    ("search service port", "9200"),
+    ("billing export bucket", "s3://acme-billing-exports"),
+    ("auth token lifetime", "45 minutes"),
+    ("mobile release version", "v4.12.0"),
+    ("metrics dashboard", "https://grafana.acme.dev/d/ops"),
+    ("payments lead", "Lena Moreau"),
+    ("cache eviction policy", "LRU with a 10 GB cap"),
+    ("nightly backup time", "02:30 UTC"),
+]
+
+
+def _conversation() -> list[dict[str, Any]]:
+    """A long chat: a question-like line full of asking words, then each subject named,
+    stated once and acknowledged with the same "Noted.", among chatter."""
+    messages = [
+        user("Quick check before we start: can you remind me where things live again?"),
+        assistant("Sure, I will tell you what I know and recall where it was said."),
+    ]
+    for n, (subject, value) in enumerate(_SUBJECTS):
+        messages += [
+            user(f"Moving on to item {n}, the {subject}."),
+            assistant(f"Sure, tell me about the {subject}."),
+            user(f"The {subject} is {value}."),
+            assistant("Noted."),
+            user(f"Chatter {n}: lunch was fine, the weather is grey, nothing else today."),
+        ]
+    return messages
+
+
+def test_identical_units_are_one_in_a_block_the_latest() -> None:
+    said = "The sync job retries five times, with backoff."
+    messages = [user("Lunch?"), assistant(said), user("ok"), assistant(said), user("x")]
+    messages += [assistant(said), user("The sync job owner is Ada.")]
+    index = _indexed(messages)
+    hits = [(h, messages[h.start : h.end]) for h in index.search("sync job retries", 12)]
+    assert {h.start for h, _ in hits} >= {1, 3, 5}
+    recalled = recall_message(hits, [], COUNTER, 4000)
+    assert recalled is not None
+    content = recalled.message["content"]
+    assert content.count(said) == 1 and "[message 5]" in content  # the latest copy
+    assert 1 not in recalled.shown and 3 not in recalled.shown and 5 in recalled.shown
+
+
+def test_a_probe_that_shares_only_asking_words_gets_nothing() -> None:
+    messages = _conversation()
+    index = _indexed(messages)
+    for probe in [
+        "Remind me again, what did we say? I keep forgetting.",
+        "Can you tell me again, quick?",
+        "Quick check: where does it live again?",
+    ]:
+        assert index.search(probe, 12) == [], probe
+    # Terms only the turns before the newest have find nothing alone.
+    assert index.search("Remind me again?", 12, earlier="the retry limit") == []
+    asking = messages[0]["content"]
+    hits = index.search("Quick check: where does the webhook handler live again?", 12)
+    assert hits and all(messages[h.start]["content"] != asking for h in hits)
+    assert all(set(h.terms) <= {"webhook", "handler"} for h in hits)
+
+
+def test_the_answer_that_states_the_path_outranks_the_question_and_the_copies() -> None:
+    before = "Next up is the webhook handler."
+    answer = "The webhook handler lives in src/payments/webhook.py."
+    question = "Where does the webhook handler live, and who owns the billing code by it?"
+    messages = [user(question), assistant("Let me look.")]
+    for n in range(10):
+        messages += [user(before), assistant(f"Sure ({n}).")]
+    messages += [user(before), assistant(answer), user(before)]  # said before and after
+    messages += [user(f"chatter {n} about lunch and the weather") for n in range(60)]
+    copies = [at for at, m in enumerate(messages) if m["content"] == before]
+    stated = next(at for at, m in enumerate(messages) if m["content"] == answer)
+    assert len(copies) == 12
+    index = _indexed(messages)
+    probe = "Where does the webhook handler live again?"
+    ranked = [h.start for h in index.search(probe, 12)]
+    assert ranked[0] == stated  # above the question asked before it and every copy
+    assert ranked[1:3] == [copies[-1], copies[-2]]
+    assert ranked[3] == 0  # copies past the latest two wait for the distinct units
+    recalled = _block(index, messages, probe)
+    assert recalled is not None
+    content = recalled.message["content"]
+    assert answer in content and content.count(before) == 1
+    assert f"[message {copies[-1]}] user: {before}" in content  # the latest copy
+
+
+def test_no_unit_comes_back_for_every_probe() -> None:
+    messages = _conversation()
+    index = _indexed(messages)
+    probes = [
+        form.format(subject)
+        for subject, _ in _SUBJECTS
+        for form in [
+            "Quick check: where does the {} live again?",
+            "Remind me, what's the {} again?",
+            "What did we say the {} was? I keep forgetting.",
+        ]
+    ]
+    seen: Counter[int] = Counter()
+    for probe in probes:
+        recalled = _block(index, messages, probe)
+        assert recalled is not None, probe
+        content = recalled.message["content"]
+        texts = re.findall(r"\[message \d+\] (.*)", content)
+        assert len(texts) == len(set(texts)), probe  # distinct units
+        seen.update(list(recalled.shown))
+        value = next(v for s, v in _SUBJECTS if s in probe)
+        assert value in content, probe  # the unit that states it
+    assert max(seen.values()) < len(probes) // 3
+
+
+def test_a_unit_that_shares_only_the_sessions_common_words_is_no_hit() -> None:
+    jargon = [user(f"Atlas project team sync {n}: notes filed.") for n in range(30)]
+    chatter = [user(f"lunch {n}") for n in range(60)]
+    said = [user("The Atlas budget is $40k."), user("Atlas project team: all hands on Friday.")]
+    index = RecallIndex().extended([segment(0, [*jargon, *chatter, *said], "")])
+    hits = index.search("what is the Atlas project team budget?", 12)
+    assert [hit.start for hit in hits] == [90]
