@@ -1,5 +1,5 @@
-"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|cost|doors|all|soak]
-[--quick] [--no-litellm]`.
+"""`python -m tests.benchmarks [overhead|history|stores|context|scorecard|adversarial|cost|doors
+|all|soak] [--quick] [--no-litellm]`.
 
 `soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
 all three doors (`tests/benchmarks/soak.py`).
@@ -20,10 +20,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks import context, cost, doors, history, overhead, scorecard, soak, stores
+from tests.benchmarks import (
+    adversarial,
+    context,
+    cost,
+    doors,
+    history,
+    overhead,
+    scorecard,
+    soak,
+    stores,
+)
 
 # `all`; the soak runs alone
-BENCHMARKS = ("overhead", "history", "stores", "context", "scorecard", "cost", "doors")
+BENCHMARKS = (
+    "overhead",
+    "history",
+    "stores",
+    "context",
+    "scorecard",
+    "adversarial",
+    "cost",
+    "doors",
+)
 
 
 def machine() -> str:
@@ -80,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 text = asyncio.run(soak.benchmark(Path(directory), seconds))
             elif name == "scorecard":
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
+            elif name == "adversarial":
+                text = adversarial.benchmark(Path(directory), quick=args.quick)
             elif name == "cost":
                 text = cost.benchmark(Path(directory), quick=args.quick)
             elif name == "doors":

@@ -38,6 +38,7 @@ def test_every_benchmark_prints_its_table() -> None:
         "stores",
         "context",
         "scorecard",
+        "adversarial",
         "cost",
         "doors",
     }, out
