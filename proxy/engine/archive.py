@@ -15,7 +15,7 @@ from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, merge, message_text, names, recent_text
+from proxy.facts.ledger import Fact, facts_in, merge, names, recent_text, stated_text
 from proxy.recall.index import (
     ASKING,
     Hit,
@@ -305,11 +305,11 @@ def _with_later_values(
         fact.key: fact
         for _, messages in found
         for message in messages
-        for fact in facts_in(message_text(message), 0, 0.0)
+        for fact in facts_in(stated_text(message), 0, 0.0)
     }
     if not recalled:
         return []
-    texts = [message_text(m) for m in window if m.get("role") != "system"]
+    texts = [stated_text(m) for m in window if m.get("role") != "system"]
     later = [
         fact
         for index, text in enumerate(texts)

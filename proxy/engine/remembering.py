@@ -29,7 +29,7 @@ from proxy.engine.archive import Archive, last_unit
 from proxy.engine.offload import off_loop
 from proxy.engine.types import Request
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, message_text, recent_text
+from proxy.facts.ledger import Fact, facts_in, message_text, recent_text, stated_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
 from proxy.recall.index import Hit
 from proxy.sessions.records import CAS_ATTEMPTS, Inserts, StoredMessage
@@ -216,5 +216,5 @@ def _said(messages: list[Message]) -> list[tuple[Fact, str]]:
         (fact, str(message.get("role")))
         for message in messages
         if message.get("role") in ("user", "assistant", "tool")
-        for fact in facts_in(message_text(message), 0, now)
+        for fact in facts_in(stated_text(message), 0, now)
     ]

@@ -22,7 +22,7 @@ from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine.breaker import Breaker
 from proxy.engine.offload import off_loop
-from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned
+from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned, stated_text
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.recall.index import segment
@@ -366,7 +366,7 @@ def _archived(
     facts = [
         fact
         for offset, message in enumerate(messages)
-        for fact in facts_in(message_text(message), start + offset, now)
+        for fact in facts_in(stated_text(message), start + offset, now)
     ]
     stated = [(fact.source, fact.subject) for fact in facts]  # what each message states
     return (

@@ -37,6 +37,7 @@ __all__ = [
     "pinned",
     "ranked",
     "recent_text",
+    "stated_text",
     "terms",
 ]
 
@@ -136,6 +137,16 @@ def message_text(message: Message) -> str:
         if isinstance(function, dict):
             parts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
     return "\n".join(parts)
+
+
+def stated_text(message: Message) -> str:
+    """The words of a message that can state a fact: the user's and the assistant's own
+    text; not a tool's output nor a call's arguments, whose fields describe what the tool
+    was asked about ("Image:", "Client Version:"), not a subject of the conversation (they
+    stay in their message, where recall finds them)."""
+    if message.get("role") == "tool":
+        return ""
+    return message_text({"content": message.get("content")})
 
 
 def recent_text(conversation: Sequence[Message], messages: int = 3, chars: int = 4000) -> str:

@@ -82,7 +82,7 @@ _COMMON_WORDS = """
     see tell show give get find look email contact book schedule remind move change fix remove
     delete build start stop keep remember consider compare explain summarize translate
 """
-_COMMON = frozenset(_COMMON_WORDS.split())
+COMMON_WORDS = frozenset(_COMMON_WORDS.split())
 _ABBREVIATIONS = frozenset(
     {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "mt", "e", "g"}
 )
@@ -143,7 +143,7 @@ def _accept(kind: str, match: re.Match[str], text: str) -> tuple[int, str] | Non
     elif kind == "ident":
         keep = re.fullmatch(r"\d+(?:st|nd|rd|th)", fact) is None
     elif kind == "acronym":
-        keep = fact.casefold() not in _COMMON
+        keep = fact.casefold() not in COMMON_WORDS
     elif kind == "number":
         keep = len(fact) > 1
     elif kind == "name":
@@ -157,10 +157,10 @@ def _accept_name(fact: str, start: int, text: str) -> tuple[int, str] | None:
     """Drop common words at the ends; a lone word at a sentence start is not a name."""
     words = fact.split(" ")
     lead = 0
-    while lead < len(words) and words[lead].casefold() in _COMMON:
+    while lead < len(words) and words[lead].casefold() in COMMON_WORDS:
         lead += 1
     end = len(words)
-    while end > lead and words[end - 1].casefold() in _COMMON:
+    while end > lead and words[end - 1].casefold() in COMMON_WORDS:
         end -= 1
     if end == lead or (lead == 0 and end == 1 and _at_sentence_start(text, start)):
         return None

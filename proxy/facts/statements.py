@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from proxy.facts.literals import fact_spans
+from proxy.facts.literals import COMMON_WORDS, fact_spans
 
 __all__ = ["corrections", "credential_like", "statements", "subject_words"]
 
@@ -27,8 +27,17 @@ MAX_SENTENCE_CHARS = 600  # a longer "sentence" is a paste (a log, minified code
 
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+|;\s+")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
-_ROW = re.compile(r"^\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*$")
+_ROW = re.compile(r"^\s*\|(?:[^|\n]*\|){2,}\s*$")
 _RULE = re.compile(r"^[\s|:-]+$")
+# A table's column that says nothing of what its cells are ("| item | value |").
+_PLAIN_COLUMNS = frozenset({"", "value", "values", "setting", "details", "info", "current", "what"})
+_FENCE = re.compile(r"^\s*(?:```|~~~)")
+# A sentence that takes back the value just said ("… is 512Mi... wait no, 3Gi").
+_TAKEN_BACK = re.compile(
+    r"^(?:wait,?\s+no|no,?\s+wait|sorry|i\s+mean|scratch\s+that|make\s+that|rather)[,:]?\s+"
+    r"(?:it['’]s\s+|it\s+is\s+)?(?P<v>.+)$",
+    re.I,
+)
 # Where a clause's subject can start: after a lead-in ("Note for later:", "For the
 # record,", "… and", "Remember that").
 _BOUNDARY = re.compile(r"(?::|,|\s[—–-]|\band|\bthat|\bso|\bbut|\bthen)\s+", re.I)
@@ -91,9 +100,15 @@ _VALUE_END = re.compile(
     re.I,
 )
 _DETERMINERS = re.compile(
-    r"^(?:(?:the|our|my|your|their|this|that|a|an|new|so|and|also|then|now)\s+)+", re.I
+    r"^(?:(?:the|our|my|your|their|this|that|a|an|new|so|and|also|then|now|fyi|btw|ok|okay"
+    r"|ps|well|oh|anyway|plus|but)[,:]?\s+)+",
+    re.I,
 )
 _TRAILING = re.compile(r"(?:\s+(?:now|still|currently|officially|actually))+$", re.I)
+# Words after a value that are not of it ("450s right", "51 btw").
+_AFTER_VALUE = re.compile(
+    r"(?:,?\s+(?:right|btw|fyi|ok|okay|though|then|as\s+well|too|now|again|please))+$", re.I
+)
 _PRONOUNS = frozenset(
     [
         "it",
@@ -181,17 +196,36 @@ def statements(text: str) -> Iterator[tuple[str, str, str]]:
 
 def _statements(text: str) -> Iterator[tuple[str, str, str]]:
     pending = None  # "The codename? It's BLUE HERON.": a subject asked, then answered
-    for line in text.splitlines():
-        row = _ROW.match(line)
-        if row and not _RULE.match(line):
-            found = _statement(row[1], row[2])
-            if found:
-                yield found
+    lines = text.splitlines()
+    header: list[str] | None = None  # the columns of the table being read
+    fenced = False
+    for number, line in enumerate(lines):
+        if _FENCE.match(line):
+            fenced = not fenced  # code and configs: their keys name no subject of their own
             continue
+        if fenced:
+            continue
+        if _ROW.match(line):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            following = lines[number + 1] if number + 1 < len(lines) else ""
+            if _RULE.match(line):
+                continue
+            if header is None and _ROW.match(following) and _RULE.match(following):
+                header = [cell.casefold() for cell in cells]
+                continue
+            yield from _row(cells, header)
+            continue
+        header = None
         for sentence in _SENTENCES.split(_BULLET.sub("", line)):
             sentence = sentence.strip()
             if len(sentence) > MAX_SENTENCE_CHARS:
                 pending = None
+                continue
+            taken = _TAKEN_BACK.match(sentence.rstrip(".!"))
+            if taken and not _LINK.search(f" {taken['v']} "):
+                found = _statement("it", taken["v"])  # of the subject just said
+                if found:
+                    yield found
                 continue
             if sentence.endswith("?"):
                 that = re.search(r"\bthat\s+(.+)\?$", sentence, re.I)
@@ -209,18 +243,38 @@ def _statements(text: str) -> Iterator[tuple[str, str, str]]:
             yield from _clause(sentence.rstrip(".!"))
 
 
+def _row(cells: list[str], header: list[str] | None) -> Iterator[tuple[str, str, str]]:
+    """A table row's statements: its first cell is what it is about, each other cell the
+    value of its column's name ("| geo lookup | 5604 |" under "| service | port |" says
+    `geo lookup port: 5604`); a column that names nothing adds nothing to the subject."""
+    for column, cell in enumerate(cells[1:], 1):
+        name = header[column] if header and column < len(header) else ""
+        subject = cells[0] if name in _PLAIN_COLUMNS else f"{cells[0]} {name}"
+        found = _statement(subject, cell)
+        if found:
+            yield found
+
+
 def corrections(text: str) -> Iterator[tuple[str, str, str]]:
     """Every (subject or "", old value, new value) of a correction of something said
-    before ("I said 8443 for auth earlier, it's 9443"): the ledger finds the fact whose
-    value was the old one."""
+    before ("I said 8443 for auth earlier, it's 9443", "correction on the code: not X,
+    it's Y"): the ledger finds the fact whose value was the old one."""
     for line in text.splitlines():
         for sentence in _SENTENCES.split(line):
-            found = _CORRECTION.search(sentence.strip().rstrip(".!"))
+            sentence = sentence.strip().rstrip(".!")
+            found = _CORRECTION.search(sentence) or _NOT_BUT.search(sentence)
             if found is None:
                 continue
             value = _statement("correction", _end_value(found["v"])[0])
             if value is not None:
                 yield (_subject(found["s"] or "") or "").strip(), found["old"], value[2]
+
+
+_NOT_BUT = re.compile(
+    r"(?:correction\s+(?:on|for|to|about)\s+(?:the\s+)?(?P<s>[^:]+):\s*)?\bnot\s+"
+    r"[`\"']?(?P<old>[^\s,`\"']+)[`\"']?\s*[,;]\s*(?:it['’]s|it\s+is|but)\s+(?P<v>.+)$",
+    re.I,
+)
 
 
 def credential_like(value: str) -> bool:
@@ -297,12 +351,15 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
             continue  # "issuer=C = US, CN = R3": the fields of a record about something else
         if _HEDGE.search(clause[: start + cut]) or _HEDGE.match(value.lstrip()):
             continue  # "my guess: the limit is 50", "the TTL is probably 600s"
-        if link.group().strip() not in {":", "—", "–", "="} and _is_literal(subject):
+        name = subject.strip()  # "Nadia is the new owner": a name, then what it is
+        a_name = _is_literal(name) or bool(re.fullmatch(r"[A-Z][a-z]+", name) and not _common(name))
+        if link.group().strip() not in {":", "—", "–", "="} and a_name:
             inverse = re.match(r"(?:the|our|my)\s+(.+)$", value, re.I)  # "X is the Y"
-            if inverse:
-                found = _statement(_end_value(inverse[1])[0], subject)
+            if inverse:  # a subject is one noun phrase: what follows a comma is not of it
+                found = _statement(_end_value(inverse[1])[0].split(", ")[0], subject)
                 if found:
                     return found, len(clause)
+                continue
         value, end = _end_value(value)
         if end < len(clause) - link.end() and link.group().strip() in {":", "—", "–", "="}:
             continue  # "echo: [log] The report lists …, and the …": a label, then prose
@@ -331,7 +388,7 @@ def _statement(subject: str, value: str) -> tuple[str, str, str] | None:
     if subject_ is None or credential_like(value):
         return None
     value = re.sub(r"^(?:at|on|in|under)\s+", "", value.strip().rstrip(".,;:!").strip())
-    value = _unquoted(re.sub(r"\s+(?:now|again|too|please)$", "", value))
+    value = _unquoted(_AFTER_VALUE.sub("", value))
     if not value or re.match(r"(?:not|n't|never|no)\b", value, re.I):
         return None
     if len(value) > MAX_VALUE_CHARS or len(value.split()) > MAX_VALUE_WORDS:
@@ -366,11 +423,16 @@ def _subject(text: str) -> str | None:
         return ""  # "it": the subject of the statement before it
     if not words or len(words) > MAX_SUBJECT_WORDS or words[0] in _PRONOUNS:
         return None
-    if _HEARSAY.search(text) or _HEDGE.search(text) or re.search(r"[{}\[\]\"=<>]", text):
+    if _HEARSAY.search(text) or _HEDGE.search(text) or re.search(r"[{}\[\]\"=<>,]", text):
         return None
     if not any(c.isalpha() for c in text):
         return None
     return text
+
+
+def _common(word: str) -> bool:
+    """Whether a capitalized word is one for grammar ("Here", "Today"), not a name."""
+    return word.casefold() in _PRONOUNS or word.casefold() in COMMON_WORDS
 
 
 def _is_literal(text: str) -> bool:

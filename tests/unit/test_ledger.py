@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.facts.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked
+from proxy.facts.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked, stated_text
 
 
 def said(*texts: str) -> list[Fact]:
@@ -201,3 +201,24 @@ def test_ordinary_values_are_not_taken_for_credentials() -> None:
         "The model is SmolLM2-135M-Instruct.",
     )
     assert len(current(ledger)) == 4
+
+
+def test_a_tool_output_states_no_fact_of_the_conversation() -> None:
+    """`Image:` in one `kubectl describe` and another are two services' images, neither
+    named: a tool's fields are found by recall in their message, never pinned or noted
+    as replacing each other."""
+    outputs = [
+        {"role": "tool", "tool_call_id": "1", "content": "Name: report-exporter\nImage: reg/a:1.0"},
+        {"role": "tool", "tool_call_id": "2", "content": "Name: status-poller\nImage: reg/b:2.0"},
+    ]
+    assert [facts_in(stated_text(message), 0, 0.0) for message in outputs] == [[], []]
+    said = {"role": "user", "content": "The status poller image is reg/b:2.0."}
+    assert [f.value for f in facts_in(stated_text(said), 0, 0.0)] == ["reg/b:2.0"]
+
+
+def test_a_correction_that_says_what_it_is_not() -> None:
+    ledger = said(
+        "The billing code lives in libs/internal/billing.",
+        "correction on the billing code: not libs/internal/billing, it's services/core/billing",
+    )
+    assert current(ledger) == {"billing code": "services/core/billing"}

@@ -146,3 +146,51 @@ def test_it_names_the_subject_before_it_only_for_a_value_of_the_same_kind() -> N
     ]
     assert read("The invoice is INV-1. It is due on May 3.") == [("invoice", "INV-1")]
     assert read("Maria's flight lands at 07:20 CET.") == []  # not "Maria is …"
+
+
+def test_a_table_row_says_its_columns_of_what_its_first_cell_names() -> None:
+    """Issue 40: "| geo lookup | 5604 |" under "| service | port |" is the geo lookup's
+    port, not a "geo lookup" that is 5604."""
+    table = (
+        "| service | owner | port |\n|---|---|---|\n"
+        "| geo lookup | Dmitri Volkov | 5604 |\n| mail relay | Ana Ruiz | 9453 |"
+    )
+    assert read(table) == [
+        ("geo lookup owner", "Dmitri Volkov"),
+        ("geo lookup port", "5604"),
+        ("mail relay owner", "Ana Ruiz"),
+        ("mail relay port", "9453"),
+    ]
+
+
+def test_code_and_config_blocks_state_nothing_of_their_own() -> None:
+    """A key in a YAML or .env block belongs to what the block configures, which the key
+    does not name (`memory: 1Gi` of which service?): the block stays in its message."""
+    text = "Deploy file:\n```yaml\nlimits:\n  memory: 1Gi\nreplicas: 3\n```\nThe owner is Ana Ruiz."
+    assert read(text) == [("owner", "Ana Ruiz")]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "The push notifier memory limit is 512Mi... wait no, 3Gi. misread the dashboard",
+            [("push notifier memory limit", "512Mi"), ("push notifier memory limit", "3Gi")],
+        ),
+        ("fyi the push notifier queue: Kafka", [("push notifier queue", "Kafka")]),
+        (
+            "the session broker cache expiry is 450s right",
+            [("session broker cache expiry", "450s")],
+        ),
+        ("audit trail concurrency: 51 btw", [("audit trail concurrency", "51")]),
+        # A subject is one noun phrase: not two clauses.
+        (
+            "Nadia is the new chat bridge owner, Ingrid moved teams",
+            [("chat bridge owner", "Nadia")],
+        ),
+    ],
+)
+def test_what_is_said_around_a_statement_stays_out_of_it(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert read(text) == expected
