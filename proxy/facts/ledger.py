@@ -44,7 +44,7 @@ __all__ = [
 MAX_FACTS = 400
 """A ledger keeps at most this many facts (see `_capped` for which go)."""
 
-_TERM = re.compile(r"\w+")
+_TERM = re.compile(r"[^\W_]+")  # WORKER_CONCURRENCY is "worker concurrency"
 # A word list reads best as words.
 _FILLER = frozenset(
     """
@@ -212,9 +212,34 @@ def _secret(fact: Fact) -> bool:
 
 @functools.lru_cache(maxsize=8192)
 def subject_key(subject: str) -> str:
-    """A subject's words, filler aside, in order of the alphabet (asked for on every
-    request that offers remembered facts, so kept once worked out)."""
-    return " ".join(sorted({w for w in subject_words(subject) if w not in _FILLER}))
+    """A subject's words, filler aside, each as the one word of its synonyms ("broker" is
+    a "queue", "expiry" a "ttl"), in order of the alphabet (asked for on every request
+    that offers remembered facts, so kept once worked out)."""
+    subject = _MIN_VERSION.sub("cutoff", subject)
+    words = {_SYNONYMS.get(w, w) for w in subject_words(subject)}
+    return " ".join(sorted(words - _FILLER))
+
+
+# Words that name one thing in the talk of a software team: each as the first of its line.
+_SYNONYMS = {
+    word: line.split()[0]
+    for line in """
+    db database
+    k8s kube kubernetes
+    ttl expiry expiration
+    queue broker
+    code repo repository codebase source
+    demo walkthrough
+    owner maintainer
+    call oncall pager
+    prod production
+    staging stage stg
+    config configuration settings
+    env environment
+    """.strip().splitlines()
+    for word in line.split()
+}
+_MIN_VERSION = re.compile(r"\bmin(?:imum)?\s+version\b", re.I)
 
 
 def names(fact: Valued, text: str) -> bool:

@@ -34,8 +34,8 @@ _PLAIN_COLUMNS = frozenset({"", "value", "values", "setting", "details", "info",
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 # A sentence that takes back the value just said ("… is 512Mi... wait no, 3Gi").
 _TAKEN_BACK = re.compile(
-    r"^(?:wait,?\s+no|no,?\s+wait|sorry|i\s+mean|scratch\s+that|make\s+that|rather)[,:]?\s+"
-    r"(?:it['’]s\s+|it\s+is\s+)?(?P<v>.+)$",
+    r"[\s,;:—–-]*(?:wait,?\s+no|no,?\s+wait|sorry|i\s+mean|scratch\s+that|make\s+that|rather"
+    r"|my\s+bad)(?:,?\s+typo)?[,:]?\s+(?:it['’]s\s+|it\s+is\s+)?(?P<v>.+)$",
     re.I,
 )
 # Where a clause's subject can start: after a lead-in ("Note for later:", "For the
@@ -60,11 +60,12 @@ _LINK = re.compile(
 _FORMS = [
     re.compile(
         r"(?:please\s+|let's\s+|we\s+|we've\s+|we\s+have\s+|i\s+|i've\s+)?"
-        r"(?:set|change|changed|move|moved|switch|switched|update|updated|bump|bumped|raise"
+        r"(?:set|setting|change|changed|move|moved|switch|switched|update|updated|bump|bumped|raise"
         r"|raised|lower|lowered|increase|increased|decrease|decreased|reduce|reduced|drop"
         r"|dropped|cut|push|pushed|extend|extended|upgrade|upgraded|downgrade|downgraded"
-        r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed)\s+"
-        r"(?P<s>.+?)\s+to\s+(?P<v>.+)$",
+        r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed|pin|pinned|hand"
+        r"|handed|pass|passed)\s+(?:over\s+)?"
+        r"(?P<s>.+?)\s+(?:(?:over|down|up|back)\s+)?to\s+(?P<v>.+)$",
         re.I,
     ),
     re.compile(
@@ -89,6 +90,12 @@ _FORMS = [
         re.I,
     ),
     re.compile(r"to\s+(?P<s>.+?),\s+(?:run|use|type|call)\s+(?P<v>.+)$", re.I),
+    re.compile(  # "ignore what I said about the queue, the right value is SQS"
+        r"(?:please\s+)?(?:ignore|forget|disregard)\s+what\s+i\s+(?:said|wrote)\s+(?:about|for)\s+"
+        r"(?P<s>.+?),\s+(?:the\s+)?(?:right|correct|actual|real)\s+(?:value|one|number|answer)"
+        r"\s+is\s+(?P<v>.+)$",
+        re.I,
+    ),
     re.compile(r"(?:use|run)\s+(?P<v>.+?)\s+(?P<s>to\s+\w.+)$", re.I),
 ]
 # Where a value ends before its clause does.
@@ -96,7 +103,10 @@ _VALUE_END = re.compile(
     r",?\s+(?:not|which|who|because|since|although|though|unless|whatever|please|just|"
     r"as\s+of|and\s+(?:the|our|we|i|you|they)|so\s+that|for\s+now|sharp)\b"
     r"|,\s+(?:the|our|my|its|their)\s|,\s+(?:so|but|and|as|if)\s|\s\(|\s+but\s"
-    r"|,?\s+(?:scratch\s+that|sorry|i\s+mean|correction|no\s+wait|wait|oops|my\s+bad)\b",
+    r"|(?:,?\s+|\s*[—–]\s*)(?:scratch\s+that|sorry|i\s+mean|correction|no\s+wait|wait|oops"
+    r"|my\s+bad)\b|\s+(?:after|before|until|once|while)\s"
+    r"|,\s+(?:noting|noted|logging|writing|putting|pinning|recording|adding|thanks|thank\s+you"
+    r"|cheers)\b|\s+as\s+part\s+of\b",
     re.I,
 )
 _DETERMINERS = re.compile(
@@ -299,6 +309,12 @@ def _clause(clause: str) -> Iterator[tuple[str, str, str]]:
     """The statements of one sentence, left to right."""
     start = 0
     while start < len(clause):
+        taken = _TAKEN_BACK.match(clause, start) if start else None
+        if taken and not _LINK.search(f" {taken['v']} "):
+            found_back = _statement("it", taken["v"])  # "to us-east-1 — sorry, typo, eu-central-1"
+            if found_back:
+                yield found_back
+            return
         linked = _linked(clause, start)
         found = None
         for tail in _tails(clause, start):
@@ -372,14 +388,26 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
 
 
 def _end_value(value: str) -> tuple[str, int]:
+    quoted = _QUOTED.match(value)  # "`libs/x` as part of the cleanup": the quoted span
+    if quoted:
+        return quoted[1], quoted.end()
     end = _VALUE_END.search(value)
     value, cut = (value[: end.start()], end.start()) if end else (value, len(value))
     comma = value.find(", ")
     while comma != -1:  # "12, queue was backing up": a clause of its own after the value
-        if _LINK.search(f" {value[comma + 2 :]} "):
+        rest = value[comma + 2 :]
+        if _LINK.search(f" {rest} ") or _CLAUSE_VERB.search(rest):
             return value[:comma], comma
         comma = value.find(", ", comma + 2)
     return value, cut
+
+
+_QUOTED = re.compile(r"\s*(`[^`\n]+`)(?=\s+[a-z])")
+# A word that makes what follows a comma a clause, not more of a value.
+_CLAUSE_VERB = re.compile(
+    r"\b(?:is|are|was|were|has|have|had|been|it|we|they|i|nobody|someone|\w{3,}(?:ed|ing))\b",
+    re.I,
+)
 
 
 def _statement(subject: str, value: str) -> tuple[str, str, str] | None:

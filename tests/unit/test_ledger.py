@@ -148,6 +148,47 @@ def current(ledger: list[Fact]) -> dict[str, str]:
             "oops I said 8443 for auth earlier, it's 9443",
             {"auth port": "9443"},
         ),
+        # Synonyms: a broker is the queue, an expiry the TTL, a min version the cutoff.
+        (
+            "queue for pdf renderer is RabbitMQ btw",
+            "we switched the pdf renderer broker to Pub/Sub",
+            {"pdf renderer broker": "Pub/Sub"},
+        ),
+        (
+            "ok so the ledger sync cache expiry is 600s, noting it here",
+            "cut the ledger sync cache TTL to 300s, stale prices were showing",
+            {"ledger sync cache TTL": "300s"},
+        ),
+        (
+            "the release cutoff for media transcoder is 5.8.5",
+            "new media transcoder min version: 21.9.6",
+            {"release cutoff for media transcoder": "21.9.6"},
+        ),
+        (
+            "handed platform on-call over to Fatima, thanks Sam!",
+            "handed platform on-call over to Nadia, thanks Fatima!",
+            {"platform on-call": "Nadia"},
+        ),
+        (
+            "the cygnus node pool is 22",
+            "scaled the cygnus node pool down to 15, nobody was using it",
+            {"cygnus node pool": "15"},
+        ),
+        (
+            "fyi the media transcoder memory limit is 384Mi",
+            "ignore what I said about the media transcoder memory limit, the right value is 256Mi",
+            {"media transcoder memory limit": "256Mi"},
+        ),
+        (
+            "push notifier repo = legacy/mono/push-notifier",
+            "moved the push notifier source to `libs/internal/push` as part of the cleanup",
+            {"push notifier source": "libs/internal/push"},
+        ),
+        (
+            "",
+            "setting the tile server region to us-east-1 — sorry, typo, eu-central-1",
+            {"tile server region": "eu-central-1"},
+        ),
         # A correction in the same breath.
         ("", "the cutoff is 20.11.0, scratch that, it's 20.11.1", {"cutoff": "20.11.1"}),
     ],
