@@ -240,11 +240,19 @@ _SYNONYMS = {
     for word in line.split()
 }
 _MIN_VERSION = re.compile(r"\bmin(?:imum)?\s+version\b", re.I)
+# A key's word -> every way of saying it (`names`).
+_SAID_AS = {
+    one: tuple(word for word, its in _SYNONYMS.items() if its == one)
+    for one in set(_SYNONYMS.values())
+} | {"cutoff": ("cutoff", "min version", "minimum version")}
 
 
 def names(fact: Valued, text: str) -> bool:
-    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words."""
-    return all(word in text for word in fact.key.split())
+    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words, or
+    a synonym of each ("the pdf renderer broker" names the "pdf renderer queue")."""
+    return all(
+        any(said in text for said in _SAID_AS.get(word, (word,))) for word in fact.key.split()
+    )
 
 
 def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:

@@ -206,7 +206,14 @@ class RecallIndex:
         # more often ("payments lead" over a short "lead"); one that states a value
         # about them outranks one that only names them (the question asked before).
         total = sum(weight[term] for term in wanted)
-        stated = self._stating(wanted, weight, scores)
+        # Only a unit that has all the newest message asks about states a value of it:
+        # "media transcoder memory limit is 384Mi" says nothing of the transcoder's region.
+        asked = {term for term in wanted if weight[term] == 1.0}
+        stated = {
+            u: share
+            for u, share in self._stating(wanted, weight, scores).items()
+            if asked <= set(matched[u])
+        }
         scores = {
             u: v * (sum(weight[t] for t in matched[u]) + stated.get(u, 0.0)) / total
             for u, v in scores.items()

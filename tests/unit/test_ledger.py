@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.facts.ledger import MAX_FACTS, Fact, facts_in, merge, pinned, ranked, stated_text
+from proxy.facts.ledger import MAX_FACTS, Fact, facts_in, merge, names, pinned, ranked, stated_text
 
 
 def said(*texts: str) -> list[Fact]:
@@ -263,3 +263,9 @@ def test_a_correction_that_says_what_it_is_not() -> None:
         "correction on the billing code: not libs/internal/billing, it's services/core/billing",
     )
     assert current(ledger) == {"billing code": "services/core/billing"}
+
+
+def test_a_subject_is_named_by_any_of_its_synonyms() -> None:
+    (fact,) = said("pinning this: push notifier repo = legacy/mono/push-notifier")
+    assert names(fact, "moved the push notifier source to libs/internal/push-notifier")
+    assert not names(fact, "moved the push notifier queue to sqs")

@@ -247,3 +247,20 @@ def test_a_unit_that_shares_only_the_sessions_common_words_is_no_hit() -> None:
     index = RecallIndex().extended([segment(0, [*jargon, *chatter, *said], "")])
     hits = index.search("what is the Atlas project team budget?", 12)
     assert [hit.start for hit in hits] == [90]
+
+
+def test_a_statement_of_another_attribute_does_not_outrank_the_output_that_has_it() -> None:
+    """Asked for the media transcoder's region, a tool's JSON that has the service and
+    its region beats a statement of the transcoder's memory limit: only a unit with all
+    that is asked states a value of it."""
+    output = '{ "service": "media-transcoder", "region": "us-east-2", "tier": 2 }'
+    statement = "fyi the media transcoder memory limit is 384Mi"
+    messages = [user(output), assistant("Thanks.")]
+    for n in range(12):
+        messages.append(user(f"the service {n} region is eu-west-1"))  # "region" is common
+    messages += [user(f"chatter {n} about lunch and the weather") for n in range(40)]
+    messages += [user(statement), assistant("Noted.")]  # later: recency favours it
+    messages += [user(f"more chatter {n} about the weekend") for n in range(40)]
+    index = _indexed(messages)
+    ranked = [h.start for h in index.search("which region is the media transcoder in?", 12)]
+    assert ranked[0] == messages.index(user(output))
