@@ -15,7 +15,7 @@ from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, merge, names, recent_text, stated_text
+from proxy.facts.ledger import Fact, facts_in, merge, names, recent_text, related, stated_text
 from proxy.recall.index import (
     ASKING,
     Hit,
@@ -313,9 +313,10 @@ def _with_later_values(
     later = [
         fact
         for index, text in enumerate(texts)
-        if any(names(subject, text.casefold()) for subject in recalled.values())
+        # A later value may name the subject by an alias: one word fewer or more.
+        if any(names(subject, text.casefold(), spare=1) for subject in recalled.values())
         for fact in facts_in(text, index, 1.0)
-        if fact.key in recalled
+        if any(related(fact.key, key) for key in recalled)
     ]
     # Only the recalled subjects' facts: a few, so merging never meets the ledger's cap
     # (which would drop the value just replaced, and with it the note).

@@ -37,6 +37,7 @@ __all__ = [
     "pinned",
     "ranked",
     "recent_text",
+    "related",
     "stated_text",
     "terms",
 ]
@@ -247,12 +248,22 @@ _SAID_AS = {
 } | {"cutoff": ("cutoff", "min version", "minimum version")}
 
 
-def names(fact: Valued, text: str) -> bool:
-    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words, or
-    a synonym of each ("the pdf renderer broker" names the "pdf renderer queue")."""
-    return all(
-        any(said in text for said in _SAID_AS.get(word, (word,))) for word in fact.key.split()
-    )
+def names(fact: Valued, text: str, spare: int = 0) -> bool:
+    """Whether `text` (case-folded) names `fact`'s subject: has all of its key words but
+    `spare`, or a synonym of each ("the pdf renderer broker" names the "pdf renderer
+    queue")."""
+    words = fact.key.split()
+    named = sum(any(said in text for said in _SAID_AS.get(word, (word,))) for word in words)
+    return named >= len(words) - spare
+
+
+def related(key: str, other: str) -> bool:
+    """Whether two subjects' keys may name one thing: the same words, or one's words all
+    among the other's with at least two of them (an alias, `merge`)."""
+    if key == other:
+        return True
+    words, others = set(key.split()), set(other.split())
+    return len(words & others) >= 2 and (words <= others or others <= words)
 
 
 def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
@@ -305,11 +316,9 @@ def _alias(facts: list[Fact], where: dict[str, int], fact: Fact) -> int | None:
     """The one current fact of a value of the same kind whose subject says more or less
     than `fact`'s in the same words ("kube version" and "cluster kube version"), at
     least two of them shared; none when several could be meant."""
-    words = set(fact.key.split())
     found = None
     for key, index in where.items():
-        other = set(key.split())
-        if len(words & other) < 2 or not (words <= other or other <= words):
+        if not related(fact.key, key):
             continue
         if facts[index].kind != fact.kind or found is not None:
             return None

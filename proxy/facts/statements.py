@@ -53,7 +53,7 @@ _LINK = re.compile(
     r"(?:\s+(?:now|still|currently|officially|actually|going\s+to\s+be))?"
     r"(?:\s+(?:set|changed|moved|switched)\s+to)?\s"
     r"|(?<=\bit)['’]s\s|(?<=\bthat)['’]s\s"
-    r"|:\s|\s[—–]\s|\s=\s",
+    r"|:\s|\s[—–]\s|\s=\s|\s(?:→|->|=>)\s",
     re.I,
 )
 # Forms whose subject is not first: (pattern, whether the value comes first).
@@ -64,8 +64,8 @@ _FORMS = [
         r"|raised|lower|lowered|increase|increased|decrease|decreased|reduce|reduced|drop"
         r"|dropped|cut|push|pushed|extend|extended|upgrade|upgraded|downgrade|downgraded"
         r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed|pin|pinned|hand"
-        r"|handed|pass|passed)\s+(?:over\s+)?"
-        r"(?P<s>.+?)\s+(?:(?:over|down|up|back)\s+)?to\s+(?P<v>.+)$",
+        r"|handed|pass|passed|roll|rolled)\s+(?:over\s+)?"
+        r"(?P<s>.+?)\s+(?:(?:over|down|up|back|forward)\s+)?to\s+(?P<v>.+)$",
         re.I,
     ),
     re.compile(
@@ -361,7 +361,7 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
         cut = max((b.end() for b in _BOUNDARY.finditer(lead)), default=0)
         subject, value = lead[cut:], clause[link.end() :]
         mark = link.group().strip()
-        if mark in {":", "—", "–", "="} and _CLAUSE_START.match(value):
+        if mark in {":", "—", "–", "=", "→", "->", "=>"} and _CLAUSE_START.match(value):
             continue  # "Note: the build is green" is a lead-in, then a clause
         if mark == "=" and clause.count("=") > 1:
             continue  # "issuer=C = US, CN = R3": the fields of a record about something else

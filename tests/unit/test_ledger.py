@@ -189,6 +189,16 @@ def current(ledger: list[Fact]) -> dict[str, str]:
             "setting the tile server region to us-east-1 — sorry, typo, eu-central-1",
             {"tile server region": "eu-central-1"},
         ),
+        (
+            "Search indexer port → 6961",
+            "correction on the search indexer port: not 6961, it's 3286",
+            {"Search indexer port": "3286"},
+        ),
+        (
+            "rolled the mail relay image forward to reg/mail-relay:4.1.0",
+            "pinned the mail relay image to reg/mail-relay:2.23.0 after the rollback",
+            {"mail relay image": "reg/mail-relay:2.23.0"},
+        ),
         # A correction in the same breath.
         ("", "the cutoff is 20.11.0, scratch that, it's 20.11.1", {"cutoff": "20.11.1"}),
     ],
