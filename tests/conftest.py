@@ -58,7 +58,7 @@ SLOW = frozenset(
         "integration/test_local_model.py",
         "integration/test_long_conversation.py",
         "benchmarks/test_harness.py",
-        "benchmarks/test_adversarial.py::test_the_quick_form_prints_every_row",
+        "benchmarks/test_adversarial.py::test_the_quick_form_prints_every_row_and_meets_the_gate",
         "integration/test_readme.py::test_local_model_demo_block",
         "integration/test_readme.py::test_install_and_run_command",
         "integration/test_readme.py::test_lock_commands",

@@ -84,7 +84,10 @@ def test_the_truth_judges_hand_written_statements() -> None:
     assert not script.said((table.subject.split()[-1], table.answer))  # qualifier dropped
 
 
-def test_the_quick_form_prints_every_row(tmp_path: Path) -> None:
+def test_the_quick_form_prints_every_row_and_meets_the_gate(tmp_path: Path) -> None:
+    """The quick form gates CI (issue 40): with summary, facts and recall nothing false
+    is pinned or injected, no credential leaks, no replaced value is offered as current,
+    and recall finds nearly every fact; memory across sessions finds nine in ten."""
     text = benchmark(tmp_path, quick=True)
     rows = {
         name: values
@@ -103,3 +106,8 @@ def test_the_quick_form_prints_every_row(tmp_path: Path) -> None:
     for cls in (*FACT_CLASSES, *DECOY_CLASSES, "credential"):
         assert re.search(rf"^\| {cls} \| ", text, re.M), cls
     assert len(re.findall(r" (PASS|MISS)$", text, re.M)) == 4, text
+    assert all(row[2:] == ["0", "0"] for row in rows.values()), rows  # false, leaks
+    recall, stale, *_ = rows["summary + facts + recall"]
+    assert int(recall) >= 95 and stale == "0", rows
+    memory = re.search(r"^\| facts \+ verbatim units \| (\d+)% \| (\d+)% \| (\d+) of", text, re.M)
+    assert memory is not None and int(memory[1]) >= 90 and memory[3] == "0", text
