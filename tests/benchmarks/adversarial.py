@@ -39,16 +39,26 @@ import openai
 import orjson
 import yaml
 
+from proxy.cli.local import LOCAL_MODEL, local_model_server
 from proxy.config.settings import load_settings
 from proxy.http.app import create_app
 from proxy.summary.fold import SYSTEM_PROMPT
 from tests.benchmarks import scorecard
-from tests.benchmarks.scorecard import STRATEGIES, Strategy, pieces, shown
+from tests.benchmarks.scorecard import (
+    LOCAL_WINDOW,
+    SHORT,
+    SHORT_WINDOW,
+    STRATEGIES,
+    Strategy,
+    pieces,
+    shown,
+)
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, running_upstream
 
 TURNS, FACTS, SEED = 300, 210, 40
 QUICK_TURNS, QUICK_FACTS = 100, 60
+SHORT_TURNS, SHORT_FACTS = 48, 24  # the short run with SmolLM2 (scorecard.SHORT) summarizing
 MODEL = "adversarial"
 WINDOW = scorecard.WINDOW
 
@@ -1368,8 +1378,20 @@ def drive(client: openai.OpenAI, turns: list[Turn], probes: list[str]) -> list[i
     return at
 
 
-def _config(directory: Path, base_url: str, window: int, extra: dict[str, Any]) -> Path:
-    """A proxy config with one model on the recording upstream and a store of its own."""
+def _config(
+    directory: Path, base_url: str, window: int, extra: dict[str, Any], local_url: str = ""
+) -> Path:
+    """A proxy config with one model on the recording upstream (and, with `local_url`,
+    the local model's server, as the first scorecard adds it) and a store of its own."""
+    local = {
+        "model_name": LOCAL_MODEL,
+        "litellm_params": {
+            "model": f"openai/{LOCAL_MODEL}",
+            "api_base": local_url,
+            "api_key": "local",
+        },
+        "model_info": {"max_input_tokens": LOCAL_WINDOW},
+    }
     config = {
         "model_list": [
             {
@@ -1380,7 +1402,8 @@ def _config(directory: Path, base_url: str, window: int, extra: dict[str, Any]) 
                     "api_key": "sk-adversarial",
                 },
                 "model_info": {"max_input_tokens": window},
-            }
+            },
+            *([local] if local_url else []),
         ],
         "session": {"path": tempfile.mkdtemp(dir=directory, prefix="adversarial-")},
         **extra,
@@ -1408,6 +1431,7 @@ class Result:
     leaks: int = 0
     probe_tokens: float = 0.0
     cache_share: float = 0.0
+    summaries: int = 0  # distinct summaries sent upstream (folds that reached the model)
     # class -> [facts recalled, facts, stale, false statements]
     classes: dict[str, list[int]] = field(default_factory=dict)
     wrong: list[tuple[tuple[str, ...], Verdict]] = field(default_factory=list)
@@ -1415,13 +1439,24 @@ class Result:
     missed: list[Fact] = field(default_factory=list)
 
 
-def run_strategy(directory: Path, strategy: Strategy, script: Script) -> Result:
-    """`script` through the proxy with `strategy`, scored on what went upstream."""
+def run_strategy(
+    directory: Path, strategy: Strategy, script: Script, local_url: str = ""
+) -> Result:
+    """`script` through the proxy with `strategy`, scored on what went upstream;
+    `local_url`, the local model's server, for a strategy whose summaries it writes."""
     with running_upstream() as upstream:
         upstream.default = Reply(respond=responder(script, strategy.summarizer_fails))
         upstream.exact_usage = False
-        extra = {"context": strategy.context}
-        path = _config(directory, upstream.base_url, strategy.window, extra)
+        context = strategy.context
+        if strategy.local_summarizer:
+            assert local_url
+            # Two shared cores: a fold takes a while.
+            context = {**context, "summary_model": LOCAL_MODEL, "summary_timeout_seconds": 600}
+        else:
+            local_url = ""
+        path = _config(
+            directory, upstream.base_url, strategy.window, {"context": context}, local_url
+        )
         with serve(create_app(load_settings(path, environ={}))) as url:
             client = _client(url, {"X-Session-Id": "adversarial"})
             probes = drive(client, script.turns, script.probes)
@@ -1431,6 +1466,7 @@ def run_strategy(directory: Path, strategy: Strategy, script: Script) -> Result:
     sizes = [count_prompt_tokens(body) for body in bodies]
     result.probe_tokens = sum(sizes[at] for at in probes) / len(probes)
     result.cache_share = cache_share(bodies, sizes)
+    result.summaries = len({s for body in bodies if (s := scorecard._summary(body))})
     return result
 
 
@@ -1524,18 +1560,20 @@ def describe(script: Script) -> str:
     )
 
 
-def table(results: list[Result], full: float) -> str:
-    """The strategies as a markdown table, like the first scorecard's, with the leaks."""
+def table(results: list[Result], full: float | None) -> str:
+    """The strategies as a markdown table, like the first scorecard's, with the leaks;
+    `full`, the full history's tokens per probe, adds each strategy's share of it."""
+    share = " of full history |" if full else ""
     lines = [
         "| strategy | exact recall | stale facts | false statements | credential leaks"
-        " | tokens per probe | of full history | prefix-cache share |",
-        "|---|---|---|---|---|---|---|---|",
+        f" | tokens per probe |{share} prefix-cache share |",
+        "|---|---|---|---|---|---|---|" + ("---|" if full else ""),
     ]
     for r in results:
+        of_full = f" {r.probe_tokens / full:.0%} |" if full else ""
         lines.append(
             f"| {r.name} | {r.recall:.0%} | {r.stale:.0%} | {r.false} of {r.statements} |"
-            f" {r.leaks} | {r.probe_tokens:,.0f} | {r.probe_tokens / full:.0%} |"
-            f" {r.cache_share:.0%} |"
+            f" {r.leaks} | {r.probe_tokens:,.0f} |{of_full} {r.cache_share:.0%} |"
         )
     return "\n".join(lines)
 
@@ -1630,10 +1668,30 @@ def targets(results: list[Result], memory: Result) -> str:
     )
 
 
+def local_run(directory: Path) -> str:
+    """A short adversarial conversation through `scorecard.SHORT` (two strategies, each
+    with the test's gist-only summarizer and with SmolLM2 on llama.cpp): what a real small
+    model keeps, and whether it writes credentials or false statements. Reported only."""
+    script = generate(SHORT_TURNS, SHORT_FACTS, SEED + 2)
+    with local_model_server(LOCAL_WINDOW) as url:
+        results = [run_strategy(directory, strategy, script, url) for strategy in SHORT]
+    for result, strategy in zip(results, SHORT, strict=True):
+        summarizer = "SmolLM2" if strategy.local_summarizer else "test"
+        result.name += f", {summarizer} summarizer ({result.summaries} summaries)"
+    return "\n".join(
+        [
+            "short run, the test's summarizer against the local model (SmolLM2-135M on"
+            f" llama.cpp, a {LOCAL_WINDOW:,}-token window): {describe(script)};"
+            f" a {SHORT_WINDOW:,}-token model",
+            table(results, None),
+        ]
+    )
+
+
 def benchmark(directory: Path, quick: bool = False) -> str:
     """The adversarial scorecard: the seeded conversation (quick: 100 turns, 60 facts)
     through every strategy, memory across sessions, per-class rows, failure examples
-    and the targets."""
+    and the targets; and (not quick) the short run with SmolLM2 as the summarizer."""
     script = generate(QUICK_TURNS, QUICK_FACTS) if quick else generate()
     results = [run_strategy(directory, strategy, script) for strategy in STRATEGIES]
     planted = generate(60, 30, SEED + 1) if quick else generate(80, 40, SEED + 1)
@@ -1660,5 +1718,6 @@ def benchmark(directory: Path, quick: bool = False) -> str:
             examples(memory[0], 6),
             "",
             targets(results, memory[0]),
+            *([] if quick else ["", local_run(directory)]),
         ]
     )
