@@ -250,11 +250,11 @@ _SAID_AS = {
 
 def names(fact: Valued, text: str, spare: int = 0) -> bool:
     """Whether `text` (case-folded) names `fact`'s subject: has all of its key words but
-    `spare`, or a synonym of each ("the pdf renderer broker" names the "pdf renderer
-    queue")."""
+    `spare` (never fewer than two, so a one-word subject is never named by nothing), or a
+    synonym of each ("the pdf renderer broker" names the "pdf renderer queue")."""
     words = fact.key.split()
     named = sum(any(said in text for said in _SAID_AS.get(word, (word,))) for word in words)
-    return named >= len(words) - spare
+    return named >= min(len(words), max(len(words) - spare, 2))
 
 
 def related(key: str, other: str) -> bool:

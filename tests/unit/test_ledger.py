@@ -279,3 +279,14 @@ def test_a_subject_is_named_by_any_of_its_synonyms() -> None:
     (fact,) = said("pinning this: push notifier repo = legacy/mono/push-notifier")
     assert names(fact, "moved the push notifier source to libs/internal/push-notifier")
     assert not names(fact, "moved the push notifier queue to sqs")
+
+
+def test_an_alias_spares_a_word_only_of_a_longer_subject() -> None:
+    """The window is searched for later values by subjects named with a word fewer; a
+    one- or two-word subject is never named by a message that lacks one of its words (or
+    every message would be read for facts on every recall)."""
+    (short,) = said("The demo is on Tuesday.")
+    assert not names(short, "lunch is at noon", spare=1)
+    (long,) = said("The release cutoff for the media transcoder is 5.8.5.")
+    assert names(long, "the media transcoder min version is now 21.9.6", spare=1)
+    assert not names(long, "the media team is at lunch", spare=1)
