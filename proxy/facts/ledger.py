@@ -45,7 +45,7 @@ __all__ = [
 MAX_FACTS = 400
 """A ledger keeps at most this many facts (see `_capped` for which go)."""
 
-_TERM = re.compile(r"[^\W_]+")  # WORKER_CONCURRENCY is "worker concurrency"
+_TERM = re.compile(r"\w+")
 # A word list reads best as words.
 _FILLER = frozenset(
     """

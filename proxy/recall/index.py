@@ -61,7 +61,7 @@ ASKING = frozenset(
     remind reminder again quick quickly check checking tell told know knew known recall
     recalled recalling say said says saying still wondering wonder wondered where live lives
     living remember remembered mind forgot forget forgotten ask asked asking question
-    mention mentioned confirm double sure exactly hey hi hello thanks thank sorry btw oh
+    mention mentioned confirm double sure exactly thanks thank sorry btw oh
     um whats wheres decide decided agree agreed settle settled think thought believe look
     find anyone
     """.split()  # noqa: SIM905
