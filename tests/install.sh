@@ -22,8 +22,11 @@ if [ -n "$missing" ]; then
   as_root=""
   [ "$(id -u)" -eq 0 ] || as_root="sudo"
   echo "installing:$missing" >&2
-  $as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  # Another apt (an unattended upgrade, a second checkout installing) may hold the lock:
+  # wait for it rather than fail.
+  apt_get() { $as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+  apt_get update -qq || { sleep 30; apt_get update -qq; }
+  apt_get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
 # pip's cache stays in the checkout, not in ~/.cache.
