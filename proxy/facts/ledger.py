@@ -38,6 +38,7 @@ __all__ = [
     "ranked",
     "recent_text",
     "related",
+    "spellings",
     "stated_text",
     "terms",
 ]
@@ -231,7 +232,7 @@ _SYNONYMS = {
     queue broker
     code repo repository codebase source
     demo walkthrough
-    owner maintainer
+    owner maintainer owns
     call oncall pager
     prod production
     staging stage stg
@@ -246,6 +247,22 @@ _SAID_AS = {
     one: tuple(word for word, its in _SYNONYMS.items() if its == one)
     for one in set(_SYNONYMS.values())
 } | {"cutoff": ("cutoff", "min version", "minimum version")}
+
+
+_NOT_PLURAL = ("ss", "us", "is")  # "status", "redis": no "s" to drop
+
+
+@functools.lru_cache(maxsize=4096)
+def spellings(term: str) -> tuple[str, ...]:
+    """The terms (`terms`) that may say `term`: itself, its plural or singular, and its
+    synonyms, a phrase spelled as an identifier ("cutoff" is said `min_version`)."""
+    said = _SAID_AS.get(_SYNONYMS.get(term, term), (term,))
+    words = [word.replace(" ", "_") for word in (term, *said)]
+    other = [
+        (w[:-1] if not w.endswith(_NOT_PLURAL) else w) if w.endswith("s") else w + "s"
+        for w in words
+    ]
+    return tuple(dict.fromkeys(word for word in (*words, *other) if len(word) > 1))
 
 
 def names(fact: Valued, text: str, spare: int = 0) -> bool:
@@ -347,13 +364,18 @@ def ranked(facts: Iterable[Fact], query: str) -> list[Fact]:
     return [fact for fact, _ in pairs]
 
 
-def terms(text: str) -> list[str]:
-    """Lower-case words and numbers of `text`, filler dropped (shared by recall and memory)."""
-    return [
-        term
-        for term in _TERM.findall(_normalize(text))
-        if term not in _FILLER and (len(term) > 1 or term.isdigit())
-    ]
+def terms(text: str, parts: bool = True) -> list[str]:
+    """Lower-case words and numbers of `text`, filler dropped (shared by recall and memory).
+    An identifier is a term and, with `parts` (what is searched, not what asks), so is
+    each of its parts: `FRAUD_SCORER_PORT=9281` answers "the fraud scorer port", while a
+    question naming `function_19_57` asks for that identifier, not for every function."""
+    found: list[str] = []
+    for term in _TERM.findall(_normalize(text)):
+        split = term.split("_") if parts and "_" in term.strip("_") else ()
+        for word in (term, *split):
+            if word not in _FILLER and (len(word) > 1 or word.isdigit()):
+                found.append(word)
+    return found
 
 
 def _capped(facts: list[Fact]) -> list[Fact]:

@@ -4,12 +4,14 @@ latest turns come back verbatim.
 The index is made of segments, one per summary fold, each indexing the span that fold
 covered (so a message is indexed once, when it leaves the window). A document is a unit:
 a message and the tool results that answer it, so a tool call never comes back without
-its result. Ranking is BM25 over the query's terms, blended with recency (a later unit
-outranks an earlier one of equal relevance, so an updated value beats the one it
-replaced); a unit that states a value about what is asked outranks one that only
-shares its words. The words every question shares ("remind me again where ... lives")
-are not what is asked: they find nothing. Pure: the caller reads the segments and the
-messages from the store.
+its result (and a user's request with the tool call that answers it, so an output comes
+back with what it was asked for). Ranking is BM25 over the query's terms, blended with
+recency (a later unit outranks an earlier one of equal relevance, so an updated value
+beats the one it replaced); a unit that states a value about what is asked outranks one
+that only shares its words, and a question asked before comes after the units that may
+answer it. The words every question shares ("remind me again where ... lives") are not
+what is asked: they find nothing. Pure: the caller reads the segments and the messages
+from the store.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.facts.ledger import Fact, Valued, message_text, terms
+from proxy.facts.ledger import Fact, Valued, message_text, spellings, terms
 from proxy.summary.fold import render_transcript
 
 __all__ = [
@@ -54,6 +56,8 @@ _COMMON = 0.25  # a term in more of the units than this (and than _FEW) is the s
 _FEW = 8
 _ALIKE = 2  # units the query cannot tell apart (same length, same counts) before the rest
 _STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
+_QUESTION = "?"  # postings of the units that are a user's question (never a term)
+_ASKED = 0.5  # a question's relevance: it names what is asked, it does not answer it
 # The words of asking, not of what is asked: every probe has some ("quick check: where does
 # X live again?"), so a unit that shares only these would come back for every question.
 ASKING = frozenset(
@@ -63,14 +67,14 @@ ASKING = frozenset(
     living remember remembered mind forgot forget forgotten ask asked asking question
     mention mentioned confirm double sure exactly thanks thank sorry btw oh
     um whats wheres decide decided agree agreed settle settled think thought believe look
-    find anyone
+    find anyone someone somebody one many much if whether already anymore days right
     """.split()  # noqa: SIM905
 )
 
 
 def asked_terms(text: str) -> list[str]:
     """`terms` of a question without the words of asking: what it asks about."""
-    return [term for term in terms(text) if term not in ASKING]
+    return [term for term in terms(text, parts=False) if term not in ASKING]
 
 
 def segment(
@@ -88,14 +92,15 @@ def segment(
     so search tells a unit that states a value about a subject from one that names it."""
     units: list[list[int]] = []
     postings: dict[str, list[list[int]]] = {}
-    bounds = [i for i, m in enumerate(messages) if m.get("role") != "tool" or i == 0]
+    bounds = [i for i, m in enumerate(messages) if i == 0 or not _answers(messages[i - 1], m)]
     for number, (first, last) in enumerate(zip(bounds, [*bounds[1:], len(messages)], strict=True)):
-        counted = Counter(
-            term for message in messages[first:last] for term in terms(message_text(message))
-        )
+        texts = [message_text(message) for message in messages[first:last]]
+        counted = Counter(term for text in texts for term in terms(text))
         units.append([start + first, start + last, sum(counted.values())])
         for term, count in counted.items():
             postings.setdefault(term, []).append([number, count])
+        if messages[first].get("role") == "user" and len(texts) == 1 and _asks(texts[0]):
+            postings.setdefault(_QUESTION, []).append([number, 1])
     about: dict[str, set[int]] = {}
     for position, subject in stated:
         at = bisect.bisect_right(bounds, position - start) - 1
@@ -105,6 +110,21 @@ def segment(
     for key, numbers in about.items():
         postings[key] = [[number, 1] for number in sorted(numbers)]
     return {"follows": follows, "units": units, "postings": postings}
+
+
+def _answers(before: Message, message: Message) -> bool:
+    """Whether `message` belongs to the unit of the one `before` it: a tool result to its
+    call, and the tool call that answers a user's request to that request ("check the
+    cert on hooks.example.io" and the output that says when it expires are one unit)."""
+    role = message.get("role")
+    return role == "tool" or (
+        role == "assistant" and bool(message.get("tool_calls")) and before.get("role") == "user"
+    )
+
+
+def _asks(text: str) -> bool:
+    """Whether a message is a question and nothing more (its last sentence asks)."""
+    return text.rstrip().endswith("?")
 
 
 def documents(texts: Sequence[tuple[int, str]], follows: str) -> dict[str, Any]:
@@ -170,36 +190,51 @@ class RecallIndex:
         floor: float = 0.0,
         earlier: str = "",
     ) -> list[Hit]:
-        """Units that match what `query` asks (its terms, the words of asking aside), best
-        first: BM25 times the share of the query's terms matched (normalized to the best
-        hit), doubled at most for the share it states a value about, times
-        `relevance_weight`, plus recency (0 for the first unit, 1 for the last) times
-        `recency_weight`; none whose relevance is below `floor` times the best one's.
-        Terms only in `earlier` (the turns before the newest) weigh half and find
-        nothing alone: the newest message is what is being asked. Work follows the
-        postings of the query's terms."""
+        """Units that match what `query` asks (its terms, the words of asking aside, each
+        as any of its `spellings`), best first: those with more of the newest message's
+        terms first, then by BM25 times the share of the query's terms matched
+        (normalized to the best hit), doubled at most for the share it states a value
+        about, times `relevance_weight`, plus recency (0 for the first unit, 1 for the
+        last) times `recency_weight`; none whose relevance is below `floor` times the
+        best one's, unless none has more of the terms the newest message asks. Terms only in
+        `earlier` (the turns before the newest) weigh half and find nothing alone: the
+        newest message is what is being asked. Work follows the postings of the query's
+        terms."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
         average = self.length / count or 1.0
         weight = dict.fromkeys(asked_terms(earlier), _EARLIER)
         weight |= dict.fromkeys(asked_terms(query), 1.0)
-        wanted = [term for term in weight if term in self.postings]
-        wanted.sort(key=lambda term: len(self.postings[term]))
-        del wanted[_MAX_QUERY_TERMS:]
+        forms = {
+            term: found
+            for term in weight
+            if (found := [form for form in spellings(term) if form in self.postings])
+        }
+        frequency = {
+            term: min(count, sum(len(self.postings[f]) for f in forms[term])) for term in forms
+        }
+        wanted = sorted(forms, key=frequency.__getitem__)[:_MAX_QUERY_TERMS]
         scores: dict[int, float] = {}
-        matched: dict[int, list[str]] = {}
+        matched: dict[int, list[str]] = {}  # the query's terms a unit has
+        said: dict[int, list[str]] = {}  # the spellings it has them in
         counts: dict[int, list[int]] = {}
         for term in wanted:
-            entries = self.postings[term]
-            idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
-            for unit, frequency in entries:
-                size = self.units[unit][2]
-                tf = frequency * (_K1 + 1) / (frequency + _K1 * (1 - _B + _B * size / average))
-                scores[unit] = scores.get(unit, 0.0) + idf * weight[term] * tf
+            best: dict[int, tuple[float, str, int]] = {}
+            for form in forms[term]:
+                entries = self.postings[form]
+                idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
+                for unit, times in entries:
+                    size = self.units[unit][2]
+                    tf = times * (_K1 + 1) / (times + _K1 * (1 - _B + _B * size / average))
+                    if unit not in best or idf * tf > best[unit][0]:
+                        best[unit] = (idf * tf, form, times)
+            for unit, (value, form, times) in best.items():
+                scores[unit] = scores.get(unit, 0.0) + value * weight[term]
                 matched.setdefault(unit, []).append(term)
-                counts.setdefault(unit, []).append(frequency)
-        scores = {u: v for u, v in scores.items() if self._asked(matched[u], weight, count)}
+                said.setdefault(unit, []).append(form)
+                counts.setdefault(unit, []).append(times)
+        scores = {u: v for u, v in scores.items() if self._asked(matched[u], weight, frequency)}
         if not scores:
             return []
         # A unit that has more of the query's terms outranks one that has a few of them
@@ -211,19 +246,27 @@ class RecallIndex:
         asked = {term for term in wanted if weight[term] == 1.0}
         stated = {
             u: share
-            for u, share in self._stating(wanted, weight, scores).items()
+            for u, share in self._stating(wanted, forms, weight, scores).items()
             if asked <= set(matched[u])
         }
         scores = {
             u: v * (sum(weight[t] for t in matched[u]) + stated.get(u, 0.0)) / total
             for u, v in scores.items()
         }
-        best = max(scores.values()) or 1.0
-        scores = {u: v for u, v in scores.items() if v >= floor * best}
+        # A question asked before names what is asked again without answering it: the
+        # units that may answer come first.
+        questions = {unit for unit, _ in self.postings.get(_QUESTION, ()) if unit in scores}
+        covered = {u: sum(t in asked for t in matched[u]) for u in scores}
+        for unit in questions:
+            scores[unit] *= _ASKED
+        best_score = max(scores.values()) or 1.0
+        most = max(covered.values())
+        scores = {u: v for u, v in scores.items() if v >= floor * best_score or covered[u] == most}
         last = max(count - 1, 1)
 
-        def blended(unit: int) -> float:
-            return relevance_weight * scores[unit] / best + recency_weight * unit / last
+        def ranked(unit: int) -> tuple[float, float]:
+            blended = relevance_weight * scores[unit] / best_score + recency_weight * unit / last
+            return covered[unit] * (_ASKED if unit in questions else 1.0), blended
 
         # Units the query cannot tell apart (the same length and counts of its terms:
         # "Noted, the webhook handler." said eleven times) are likely copies: past the
@@ -231,38 +274,47 @@ class RecallIndex:
         alike: Counter[tuple[Any, ...]] = Counter()
         first: list[int] = []
         rest: list[int] = []
-        for unit in sorted(scores, key=blended, reverse=True):
-            signature = (self.units[unit][2], *matched[unit], *counts[unit])
+        for unit in sorted(scores, key=ranked, reverse=True):
+            signature = (self.units[unit][2], *said[unit], *counts[unit])
             alike[signature] += 1
             (first if alike[signature] <= _ALIKE else rest).append(unit)
-        ranked = [*first, *rest][:limit]
         return [
-            Hit(self.units[u][0], self.units[u][1], blended(u), tuple(matched[u])) for u in ranked
+            Hit(self.units[u][0], self.units[u][1], ranked(u)[1], tuple(said[u]))
+            for u in [*first, *rest][:limit]
         ]
 
-    def _asked(self, matched: list[str], weight: dict[str, float], count: int) -> bool:
+    def _asked(
+        self, matched: list[str], weight: dict[str, float], frequency: dict[str, int]
+    ) -> bool:
         """Whether a unit's matched terms are what the newest message asks, not chatter:
         distinctive together (expected in at most 5% of the units: "mobile", "launch"
         and "date" are each common, together rare, as if terms were independent), with
         one of the newest message's that is not in a quarter of the units (the session's
         jargon, in every question, finds the same units for all of them)."""
+        count = len(self.units)
         rare = math.log(max(2, _DISTINCTIVE * count) / count)
-        if sum(math.log(len(self.postings[term]) / count) for term in matched) > rare:
+        if sum(math.log(frequency[term] / count) for term in matched) > rare:
             return False
         common = max(_COMMON * count, _FEW)
-        return any(weight[t] == 1.0 and len(self.postings[t]) <= common for t in matched)
+        return any(weight[t] == 1.0 and frequency[t] <= common for t in matched)
 
     def _stating(
-        self, wanted: list[str], weight: dict[str, float], scores: dict[int, float]
+        self,
+        wanted: list[str],
+        forms: dict[str, list[str]],
+        weight: dict[str, float],
+        scores: dict[int, float],
     ) -> dict[int, float]:
         """The weight of the query's terms each scored unit states a value about (the
         subject of a statement in it has them), from the "=" postings: work follows the
         query's terms."""
         stated: dict[int, float] = {}
         for term in wanted:
-            for unit, _ in self.postings.get(_STATED + term, ()):
-                if unit in scores:
-                    stated[unit] = stated.get(unit, 0.0) + weight[term]
+            units = {
+                unit for form in forms[term] for unit, _ in self.postings.get(_STATED + form, ())
+            }
+            for unit in units & scores.keys():
+                stated[unit] = stated.get(unit, 0.0) + weight[term]
         return stated
 
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from proxy.http.headers import TOKENS_ORIGINAL, TOKENS_SENT
+from proxy.summary.fold import SYSTEM_PROMPT
 from tests.integration.test_metrics import delta, scrape
 from tests.proxies import MODEL, proxy_config
 from tests.upstream import FakeUpstream, count_prompt_tokens
@@ -117,6 +118,15 @@ def test_a_long_conversation_far_from_its_budget_is_sent_whole_uncounted(
     )
 
 
+def answered(upstream: FakeUpstream) -> dict[str, Any]:
+    """The last request that answered a turn: a background summary may come after it."""
+    return next(
+        r.body
+        for r in reversed(upstream.chat_requests())
+        if r.body["messages"][0].get("content") != SYSTEM_PROMPT
+    )
+
+
 def test_counting_starts_once_the_bound_nears_the_budget_and_then_plans_as_ever(
     upstream: FakeUpstream, start_proxy
 ) -> None:
@@ -131,7 +141,7 @@ def test_counting_starts_once_the_bound_nears_the_budget_and_then_plans_as_ever(
     history += [{"role": "assistant", "content": "ok"}]
     history += [{"role": "user", "content": text(rng, 1500)}]
     counted = turn(url, "nearing", history)
-    sent = upstream.chat_requests()[-1].body
+    sent = answered(upstream)
     assert sent["messages"] == history
     assert int(counted.headers[TOKENS_SENT]) == pytest.approx(count_prompt_tokens(sent), rel=0.05)
     assert int(counted.headers[TOKENS_ORIGINAL]) == int(counted.headers[TOKENS_SENT])
@@ -144,7 +154,7 @@ def test_counting_starts_once_the_bound_nears_the_budget_and_then_plans_as_ever(
         history += [{"role": "user", "content": text(rng, 9000)}]
         response = turn(url, "nearing", history)
         assert TOKENS_SENT in response.headers
-        sent = upstream.chat_requests()[-1].body
+        sent = answered(upstream)
         assert count_prompt_tokens(sent) <= 0.8 * WINDOW
         assert sent["messages"][-1] == history[-1]
         if int(response.headers[TOKENS_SENT]) < int(response.headers[TOKENS_ORIGINAL]):

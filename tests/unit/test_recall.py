@@ -15,17 +15,55 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def test_units_keep_tool_results_with_their_call() -> None:
+def test_units_keep_tool_results_with_their_call_and_the_request_it_answers() -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    later = {"id": "c2", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
     messages = [
         user("find order"),
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "order O-77 shipped"},
+        {"role": "assistant", "content": None, "tool_calls": [later]},
+        {"role": "tool", "tool_call_id": "c2", "content": "order O-78 lost"},
         user("thanks"),
     ]
     index = RecallIndex().extended([segment(10, messages, "")])
     (hit,) = index.search("where is O-77", 5)
-    assert (hit.start, hit.end) == (11, 13)
+    assert (hit.start, hit.end) == (10, 13)  # what was asked, the call and its output
+    (hit,) = index.search("where is O-78", 5)
+    assert (hit.start, hit.end) == (13, 15)  # a later call of the loop: its own unit
+
+
+def test_a_question_asked_before_comes_after_what_answers_it() -> None:
+    chatter = [user(f"standup notes {n}: nothing new") for n in range(40)]
+    asked = user("how many replicas does the audit trail run?")
+    answered = user("helm values: audit-trail replicas 15, timeout 109s, memory 1Gi")
+    index = RecallIndex().extended([segment(0, [*chatter, answered, asked], "")])
+    hits = index.search("Quick one: how many replicas does the audit trail run?", 5)
+    assert [hit.start for hit in hits] == [40, 41]
+
+
+def test_a_term_is_found_as_its_plural_and_synonyms() -> None:
+    chatter = [user(f"standup notes {n}: nothing new") for n in range(40)]
+    said = [
+        user("helm: audit-trail limits memory 1Gi"),
+        user("cache config for fraud-scorer: min_version 10.7.5"),
+        user("two things: the quota keeper queue is Kinesis"),
+    ]
+    index = RecallIndex().extended([segment(0, [*chatter, *said], "")])
+    (hit,) = index.search("what's the audit trail memory limit?", 5)
+    assert hit.start == 40 and "limits" in hit.terms
+    assert [h.start for h in index.search("what is the fraud scorer cutoff?", 5)] == [41]
+    assert [h.start for h in index.search("the quota keeper broker?", 5)] == [42]
+
+
+def test_a_unit_with_every_asked_term_outranks_one_with_some() -> None:
+    chatter = [user(f"standup notes {n}: nothing new") for n in range(40)]
+    dockerfile = "Dockerfile for ledger-sync:\nFROM python:3.12-slim\nWORKDIR /app\nCOPY . .\n"
+    dockerfile += "ENV WORKER_CONCURRENCY=27\nENV PORT=9018\nEXPOSE 9018\nCMD python -m app"
+    said = [user(dockerfile), user("the ledger sync code moved to apps/ledger-sync")]
+    index = RecallIndex().extended([segment(0, [*chatter, *said], "")])
+    hits = index.search("what's the ledger sync port?", 5, floor=0.5)
+    assert [hit.start for hit in hits] == [40, 41]  # long as it is, it has all three
 
 
 def test_relevance_then_recency() -> None:
