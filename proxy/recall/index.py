@@ -67,7 +67,8 @@ ASKING = frozenset(
     living remember remembered mind forgot forget forgotten ask asked asking question
     mention mentioned confirm double sure exactly thanks thank sorry btw oh
     um whats wheres decide decided agree agreed settle settled think thought believe look
-    find anyone someone somebody one many much if whether already anymore days right
+    find anyone someone somebody one many much if whether already anymore days right up
+    ended
     """.split()  # noqa: SIM905
 )
 
@@ -204,13 +205,16 @@ class RecallIndex:
         if not count or limit <= 0:
             return []
         average = self.length / count or 1.0
-        weight = dict.fromkeys(asked_terms(earlier), _EARLIER)
-        weight |= dict.fromkeys(asked_terms(query), 1.0)
-        forms = {
-            term: found
-            for term in weight
-            if (found := [form for form in spellings(term) if form in self.postings])
-        }
+        weight = dict.fromkeys(asked_terms(query), 1.0)
+        weight |= {term: _EARLIER for term in asked_terms(earlier) if term not in weight}
+        forms: dict[str, list[str]] = {}
+        for term in list(weight):
+            found = [form for form in spellings(term) if form in self.postings]
+            same = next((t for t in forms if set(forms[t]) == set(found)), None)
+            if same is not None:  # "worker" and "workers": one term, weighed as its most
+                weight[same] = max(weight[same], weight.pop(term))
+            elif found:
+                forms[term] = found
         frequency = {
             term: min(count, sum(len(self.postings[f]) for f in forms[term])) for term in forms
         }
@@ -219,6 +223,7 @@ class RecallIndex:
         matched: dict[int, list[str]] = {}  # the query's terms a unit has
         said: dict[int, list[str]] = {}  # the spellings it has them in
         counts: dict[int, list[int]] = {}
+        direct: set[int] = set()  # units with a term of the newest message as it was said
         for term in wanted:
             best: dict[int, tuple[float, str, int]] = {}
             for form in forms[term]:
@@ -234,7 +239,15 @@ class RecallIndex:
                 matched.setdefault(unit, []).append(term)
                 said.setdefault(unit, []).append(form)
                 counts.setdefault(unit, []).append(times)
-        scores = {u: v for u, v in scores.items() if self._asked(matched[u], weight, frequency)}
+                if weight[term] == 1.0 and form.removesuffix("s") == term.removesuffix("s"):
+                    direct.add(unit)
+        # A synonym helps a unit rank, it does not find one: "broker" for "queue" would
+        # find every message about the session-broker.
+        scores = {
+            u: v
+            for u, v in scores.items()
+            if u in direct and self._asked(matched[u], weight, frequency)
+        }
         if not scores:
             return []
         # A unit that has more of the query's terms outranks one that has a few of them
@@ -287,13 +300,15 @@ class RecallIndex:
         self, matched: list[str], weight: dict[str, float], frequency: dict[str, int]
     ) -> bool:
         """Whether a unit's matched terms are what the newest message asks, not chatter:
-        distinctive together (expected in at most 5% of the units: "mobile", "launch"
-        and "date" are each common, together rare, as if terms were independent), with
-        one of the newest message's that is not in a quarter of the units (the session's
-        jargon, in every question, finds the same units for all of them)."""
+        the newest message's distinctive together (expected in at most 5% of the units:
+        "mobile", "launch" and "date" are each common, together rare, as if terms were
+        independent; the turns before only rank what it finds), with one that is not in
+        a quarter of the units (the session's jargon, in every question, finds the same
+        units for all of them)."""
         count = len(self.units)
         rare = math.log(max(2, _DISTINCTIVE * count) / count)
-        if sum(math.log(frequency[term] / count) for term in matched) > rare:
+        newest = [term for term in matched if weight[term] == 1.0]
+        if sum(math.log(frequency[term] / count) for term in newest) > rare:
             return False
         common = max(_COMMON * count, _FEW)
         return any(weight[t] == 1.0 and frequency[t] <= common for t in matched)

@@ -42,6 +42,7 @@ import yaml
 from proxy.cli.local import LOCAL_MODEL, local_model_server
 from proxy.config.settings import load_settings
 from proxy.http.app import create_app
+from proxy.recall.index import RECALL_PREFIX
 from proxy.summary.fold import SYSTEM_PROMPT
 from tests.benchmarks import scorecard
 from tests.benchmarks.scorecard import (
@@ -1437,6 +1438,70 @@ class Result:
     wrong: list[tuple[tuple[str, ...], Verdict]] = field(default_factory=list)
     staled: list[tuple[Fact, str]] = field(default_factory=list)
     missed: list[Fact] = field(default_factory=list)
+    blocks: Blocks | None = None  # the probes' recall blocks, for a strategy that recalls
+
+
+@dataclass
+class Blocks:
+    """What the probes' recall blocks held (issue 40, item 4)."""
+
+    probes: int
+    blocks: int = 0  # probes whose request had a recall block
+    units: int = 0  # units shown in them
+    repeated: int = 0  # blocks that show one text twice
+    unmatched: int = 0  # units sharing no content word with the question
+    recurring: float = 0.0  # the share of probes whose block has the most frequent unit
+
+    @property
+    def fine(self) -> bool:
+        """Item 4's target: no unit twice in a block, none off the question, and none
+        that comes back for most questions (the issue saw one in 113 of 114 blocks)."""
+        return self.blocks > 0 and not self.repeated and not self.unmatched and self.recurring < 0.5
+
+    def line(self) -> str:
+        each = self.units / max(self.blocks, 1)
+        return (
+            f"{self.blocks} of {self.probes} probes had one, {each:.1f} units each; blocks"
+            f" with a unit twice: {self.repeated}; units sharing no word with the question:"
+            f" {self.unmatched}; the most frequent unit is in {self.recurring:.0%} of probes"
+        )
+
+
+_UNIT = re.compile(r"\n\n(?=\[message \d+)")
+_LABEL = re.compile(r"^\[message \d+[^\]]*\] ")
+# The words of asking, not of what is asked (the probes' leads and question words).
+_ASKING = words(" ".join(PROBE_LEADS)) | words(
+    "what whats which who whos where wheres when how many much does do did again is are"
+    " using these days now right run live set behind end up with"
+)
+
+
+def recall_blocks(probes: list[str], asked: list[dict[str, Any]]) -> Blocks:
+    """The recall block of each probe's request: its units, whether one is shown twice,
+    whether each shares a content word with the question, and how often the most
+    frequent unit comes back."""
+    result = Blocks(len(probes))
+    seen: Counter[str] = Counter()
+    for probe, body in zip(probes, asked, strict=True):
+        block = next(
+            (
+                str(m["content"])
+                for m in body["messages"]
+                if m["role"] == "system" and str(m["content"]).startswith(RECALL_PREFIX)
+            ),
+            None,
+        )
+        if block is None:
+            continue
+        units = [_LABEL.sub("", u) for u in _UNIT.split(block[len(RECALL_PREFIX) :])]
+        wanted = words(probe) - _ASKING
+        result.blocks += 1
+        result.units += len(units)
+        result.repeated += len(set(units)) < len(units)
+        result.unmatched += sum(not (words(u) & wanted) for u in units)
+        seen.update(set(units))
+    result.recurring = max(seen.values(), default=0) / max(len(probes), 1)
+    return result
 
 
 def run_strategy(
@@ -1467,6 +1532,8 @@ def run_strategy(
     result.probe_tokens = sum(sizes[at] for at in probes) / len(probes)
     result.cache_share = cache_share(bodies, sizes)
     result.summaries = len({s for body in bodies if (s := scorecard._summary(body))})
+    if strategy.context.get("recall_ratio", 1) and strategy.context.get("mode") != "off":
+        result.blocks = recall_blocks(script.probes, [bodies[at] for at in probes])
     return result
 
 
@@ -1649,6 +1716,7 @@ def targets(results: list[Result], memory: Result) -> str:
     """The issue's targets for the full strategy, PASS or MISS."""
     best = next(r for r in results if r.name == TARGET_STRATEGY)
     share = best.probe_tokens / results[0].probe_tokens
+    blocks = best.blocks or Blocks(0)
 
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
@@ -1662,6 +1730,9 @@ def targets(results: list[Result], memory: Result) -> str:
             f" {verdict(best.false == 0)}",
             f"- memory across sessions >= 95%: {memory.recall:.1%}"
             f" {verdict(memory.recall >= 0.95)}",
+            f"- recall blocks of distinct units, each on the question, none in every probe:"
+            f" {blocks.repeated} twice, {blocks.unmatched} off the question, the most"
+            f" frequent in {blocks.recurring:.0%} {verdict(blocks.fine)}",
             f"- token share of full history: {share:.0%} (no higher than the first"
             " scorecard's: compare its `of full history` column)",
         ]
@@ -1708,6 +1779,8 @@ def benchmark(directory: Path, quick: bool = False) -> str:
             memory_table(memory),
             "",
             class_table([*results, memory[0]]),
+            "",
+            *(f"recall blocks ({r.name}): {r.blocks.line()}" for r in results if r.blocks),
             "",
             reasons([*results, *memory]),
             "",

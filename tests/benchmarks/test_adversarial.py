@@ -105,7 +105,8 @@ def test_the_quick_form_prints_every_row_and_meets_the_gate(tmp_path: Path) -> N
     )
     for cls in (*FACT_CLASSES, *DECOY_CLASSES, "credential"):
         assert re.search(rf"^\| {cls} \| ", text, re.M), cls
-    assert len(re.findall(r" (PASS|MISS)$", text, re.M)) == 4, text
+    assert len(re.findall(r" (PASS|MISS)$", text, re.M)) == 5, text
+    assert re.search(r"^- recall blocks of distinct units.* PASS$", text, re.M), text
     assert all(row[2:] == ["0", "0"] for row in rows.values()), rows  # false, leaks
     recall, stale, *_ = rows["summary + facts + recall"]
     assert int(recall) >= 95 and stale == "0", rows
