@@ -144,10 +144,10 @@ class Archive:
         leaves of it. A new block goes just before that message, so everything before it
         (system, summary, the verbatim turns before) keeps the last request's bytes. The
         session's last block (`inserts`, as its latest request left them) stays where it
-        was, bytes and all, while it shows the best hits, and through an agent's tool loop
-        (the requests that answer that message's tool calls) without a search: each of
-        those requests then only adds to the prompt the provider has cached. With the
-        inserts as this plan leaves them."""
+        was, bytes and all, while it shows the best hits and nothing else, and through an
+        agent's tool loop (the requests that answer that message's tool calls) without a
+        search: each of those requests then only adds to the prompt the provider has
+        cached. With the inserts as this plan leaves them."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(
@@ -202,6 +202,8 @@ class Archive:
             placed
             and shown is not None
             and all(shown.covers(hit) for hit in hits[: len(shown.shown)])
+            # and shows nothing this message does not ask about
+            and shown.shown.keys() <= {hit.start for hit in hits}
             and inserts.recall_tokens <= room
         ):
             at = before - offset

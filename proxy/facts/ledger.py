@@ -38,6 +38,7 @@ __all__ = [
     "ranked",
     "recent_text",
     "related",
+    "same_kind",
     "spellings",
     "stated_text",
     "terms",
@@ -217,9 +218,27 @@ def subject_key(subject: str) -> str:
     """A subject's words, filler aside, each as the one word of its synonyms ("broker" is
     a "queue", "expiry" a "ttl"), in order of the alphabet (asked for on every request
     that offers remembered facts, so kept once worked out)."""
-    subject = _MIN_VERSION.sub("cutoff", subject)
-    words = {_SYNONYMS.get(w, w) for w in subject_words(subject)}
+    subject = _CLUSTER_VERSION.sub("kube version", _MIN_VERSION.sub("cutoff", subject))
+    said = subject_words(subject)
+    # The head noun: the last word, or the one before "of", "on", "for"...
+    head = next((i - 1 for i, w in enumerate(said) if i and w in _OF), len(said) - 1)
+    words = {_singular(_synonym(w, i == head)) for i, w in enumerate(said)}
     return " ".join(sorted(words - _FILLER))
+
+
+_OF = frozenset({"of", "on", "for", "in", "at"})
+
+
+def _synonym(word: str, head: bool) -> str:
+    """The one word of `word`'s synonyms; a word that also names things ("the session
+    broker") only as the head of a subject ("the quota keeper broker")."""
+    return word if word in _NAMING and not head else _SYNONYMS.get(word, word)
+
+
+def _singular(word: str) -> str:
+    """A plural as its singular ("the vega nodes" are the "vega node pool"); "status" as is."""
+    plural = len(word) > 3 and word.endswith("s") and not word.endswith(_NOT_PLURAL)
+    return word[:-1] if plural else word
 
 
 # Words that name one thing in the talk of a software team: each as the first of its line.
@@ -241,7 +260,9 @@ _SYNONYMS = {
     """.strip().splitlines()
     for word in line.split()
 }
+_NAMING = frozenset({"broker"})  # also a service's name: a queue only at a subject's end
 _MIN_VERSION = re.compile(r"\bmin(?:imum)?\s+version\b", re.I)
+_CLUSTER_VERSION = re.compile(r"\bcluster(?:'s)?\s+version\b", re.I)  # its kube version
 # A key's word -> every way of saying it (`names`).
 _SAID_AS = {
     one: tuple(word for word, its in _SYNONYMS.items() if its == one)
@@ -272,6 +293,16 @@ def names(fact: Valued, text: str, spare: int = 0) -> bool:
     words = fact.key.split()
     named = sum(any(said in text for said in _SAID_AS.get(word, (word,))) for word in words)
     return named >= min(len(words), max(len(words) - spare, 2))
+
+
+def same_kind(fact: Valued, other: Valued) -> bool:
+    """Whether two values can be of one subject: of one kind, a bare number counted as a
+    number ("8" is text, the literal finder types numbers from two digits on)."""
+
+    def kind(valued: Valued) -> str:
+        return "number" if valued.kind == "text" and valued.value.isdigit() else valued.kind
+
+    return kind(fact) == kind(other)
 
 
 def related(key: str, other: str) -> bool:
@@ -332,12 +363,13 @@ def _corrected(facts: list[Fact], where: dict[str, int], fact: Fact) -> Fact | N
 def _alias(facts: list[Fact], where: dict[str, int], fact: Fact) -> int | None:
     """The one current fact of a value of the same kind whose subject says more or less
     than `fact`'s in the same words ("kube version" and "cluster kube version"), at
-    least two of them shared; none when several could be meant."""
+    least two of them shared; none when several could be meant. One of another kind is
+    another thing ("session broker queue: Kafka" beside "session broker concurrency")."""
     found = None
     for key, index in where.items():
-        if not related(fact.key, key):
+        if not related(fact.key, key) or not same_kind(facts[index], fact):
             continue
-        if facts[index].kind != fact.kind or found is not None:
+        if found is not None:
             return None
         found = index
     return found

@@ -33,6 +33,7 @@ _RULE = re.compile(r"^[\s|:-]+$")
 _PLAIN_COLUMNS = frozenset({"", "value", "values", "setting", "details", "info", "current", "what"})
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 # A sentence that takes back the value just said ("… is 512Mi... wait no, 3Gi").
+_BACK = "\0"  # the subject of a value said in place of one taken back: the one just said
 _TAKEN_BACK = re.compile(
     r"[\s,;:—–-]*(?:wait,?\s+no|no,?\s+wait|sorry|i\s+mean|scratch\s+that|make\s+that|rather"
     r"|my\s+bad)(?:,?\s+typo)?[,:]?\s+(?:it['’]s\s+|it\s+is\s+)?(?P<v>.+)$",
@@ -64,7 +65,8 @@ _FORMS = [
         r"|raised|lower|lowered|increase|increased|decrease|decreased|reduce|reduced|drop"
         r"|dropped|cut|push|pushed|extend|extended|upgrade|upgraded|downgrade|downgraded"
         r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed|pin|pinned|hand"
-        r"|handed|pass|passed|roll|rolled)\s+(?:over\s+)?"
+        r"|handed|pass|passed|roll|rolled|ramp|ramped|trim|trimmed|tighten|tightened|relax"
+        r"|relaxed|shrink|shrank|grow|grew|double|doubled|halve|halved)\s+(?:(?:over|up|down)\s+)?"
         r"(?P<s>.+?)\s+(?:(?:over|down|up|back|forward)\s+)?to\s+(?P<v>.+)$",
         re.I,
     ),
@@ -160,9 +162,12 @@ _HEARSAY = re.compile(
 _HEDGE = re.compile(
     r"\b(?:probably|likely|possibly|maybe|perhaps|guess\w*|suspect\w*|seems?|apparently|"
     r"assum\w*|bet|hunch|suppos\w*|imagin\w*|hope|hoping|presumably|think|thinks|thought|"
-    r"believe\w*|wonder\w*|if|unless|whether|would|could|might|hypothetically)\b",
+    r"believe\w*|wonder\w*|if|unless|whether|would|could|might|hypothetically|"
+    r"(?:pretty|fairly|not)\s+sure|iirc|afaik|quote\s+me)\b",
     re.I,
 )
+# A hedge after the value: "2525 iirc", "37, but don't quote me".
+_HEDGED = re.compile(r"\b(?:iirc|afaik|i\s+think|i\s+guess|quote\s+me|not\s+sure)\b", re.I)
 # "cluster: kube version 1.27": a label, then what of it the value is.
 _NAMED_VALUE = re.compile(
     r"(?P<words>[a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,2})\s+(?P<value>v?\d[\d.]*)"
@@ -197,7 +202,9 @@ def statements(text: str) -> Iterator[tuple[str, str, str]]:
     it's 600s."), and nothing else ("The invoice is INV-1. It is due on May 3.")."""
     last = ("", "")
     for kind, subject, value in _statements(text):
-        if not subject and kind == last[0]:
+        # A value said in place of one taken back ("RabbitMQ... wait no, Pub/Sub") is of
+        # the subject just said, whatever its kind.
+        if subject == _BACK or (not subject and kind == last[0]):
             subject = last[1]
         if subject:
             last = (kind, subject)
@@ -235,7 +242,7 @@ def _statements(text: str) -> Iterator[tuple[str, str, str]]:
             if taken and not _LINK.search(f" {taken['v']} "):
                 found = _statement("it", taken["v"])  # of the subject just said
                 if found:
-                    yield found
+                    yield found[0], _BACK, found[2]
                 continue
             if sentence.endswith("?"):
                 that = re.search(r"\bthat\s+(.+)\?$", sentence, re.I)
@@ -260,7 +267,7 @@ def _row(cells: list[str], header: list[str] | None) -> Iterator[tuple[str, str,
     for column, cell in enumerate(cells[1:], 1):
         name = header[column] if header and column < len(header) else ""
         subject = cells[0] if name in _PLAIN_COLUMNS else f"{cells[0]} {name}"
-        found = _statement(subject, cell)
+        found = _statement(subject, cell, named=True)
         if found:
             yield found
 
@@ -313,7 +320,7 @@ def _clause(clause: str) -> Iterator[tuple[str, str, str]]:
         if taken and not _LINK.search(f" {taken['v']} "):
             found_back = _statement("it", taken["v"])  # "to us-east-1 — sorry, typo, eu-central-1"
             if found_back:
-                yield found_back
+                yield found_back[0], _BACK, found_back[2]
             return
         linked = _linked(clause, start)
         found = None
@@ -365,8 +372,12 @@ def _linked(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
             continue  # "Note: the build is green" is a lead-in, then a clause
         if mark == "=" and clause.count("=") > 1:
             continue  # "issuer=C = US, CN = R3": the fields of a record about something else
-        if _HEDGE.search(clause[: start + cut]) or _HEDGE.match(value.lstrip()):
-            continue  # "my guess: the limit is 50", "the TTL is probably 600s"
+        if (
+            _HEDGE.search(clause[: start + cut])
+            or _HEDGE.match(value.lstrip())
+            or _HEDGED.search(value)
+        ):
+            continue  # "my guess: the limit is 50", "the TTL is probably 600s", "... iirc"
         name = subject.strip()  # "Nadia is the new owner": a name, then what it is
         a_name = _is_literal(name) or bool(re.fullmatch(r"[A-Z][a-z]+", name) and not _common(name))
         if link.group().strip() not in {":", "—", "–", "="} and a_name:
@@ -410,9 +421,10 @@ _CLAUSE_VERB = re.compile(
 )
 
 
-def _statement(subject: str, value: str) -> tuple[str, str, str] | None:
-    """(kind, subject, value) when both are what a statement has."""
-    subject_ = _subject(subject)
+def _statement(subject: str, value: str, named: bool = False) -> tuple[str, str, str] | None:
+    """(kind, subject, value) when both are what a statement has; `named`: the subject
+    is a name as written (a table's first cell: "new checkout" is a flag's name)."""
+    subject_ = _subject(subject, named)
     if subject_ is None or credential_like(value):
         return None
     value = re.sub(r"^(?:at|on|in|under)\s+", "", value.strip().rstrip(".,;:!").strip())
@@ -443,9 +455,11 @@ def _unquoted(value: str) -> str:
     return value
 
 
-def _subject(text: str) -> str | None:
-    """The noun phrase `text` ends with, without determiners; None when it is not one."""
-    text = _TRAILING.sub("", _DETERMINERS.sub("", text.strip().strip("`\"'“”*")))
+def _subject(text: str, named: bool = False) -> str | None:
+    """The noun phrase `text` ends with, without determiners (unless `named`); None when
+    it is not one."""
+    text = text.strip().strip("`\"'“”*")
+    text = text if named else _TRAILING.sub("", _DETERMINERS.sub("", text))
     words = subject_words(text)
     if len(words) == 1 and words[0] in _ANAPHORA:
         return ""  # "it": the subject of the statement before it

@@ -27,7 +27,14 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.facts.ledger import Fact, Valued, message_text, spellings, terms
+from proxy.facts.ledger import (
+    Fact,
+    Valued,
+    message_text,
+    related,
+    spellings,
+    terms,
+)
 from proxy.summary.fold import render_transcript
 
 __all__ = [
@@ -462,9 +469,17 @@ def later_values(
     shows (the current value last, where a reader looks for it)."""
     notes: dict[str, str] = {}
     for fact in ledger:
-        if fact.current or fact.key not in current or fact.value not in text:
+        if fact.current or fact.value not in text:
             continue
-        note = f"{fact.subject}: {fact.value} was replaced by {current[fact.key]}"
+        now = current.get(fact.key)
+        if now is None and any(  # replaced under an alias, by a value still current
+            other.current and other.value == fact.superseded_by and related(fact.key, other.key)
+            for other in ledger
+        ):
+            now = fact.superseded_by
+        if now is None:
+            continue
+        note = f"{fact.subject}: {fact.value} was replaced by {now}"
         if note not in noted:
             notes.setdefault(fact.value, note)
     return list(notes.values())

@@ -87,7 +87,8 @@ def test_the_truth_judges_hand_written_statements() -> None:
 def test_the_quick_form_prints_every_row_and_meets_the_gate(tmp_path: Path) -> None:
     """The quick form gates CI (issue 40): with summary, facts and recall nothing false
     is pinned or injected, no credential leaks, no replaced value is offered as current,
-    and recall finds nearly every fact; memory across sessions finds nine in ten."""
+    recall finds at least 97% of the facts and memory across sessions 95%, and the
+    recall blocks hold distinct units, each on its question, none in most of them."""
     text = benchmark(tmp_path, quick=True)
     rows = {
         name: values
@@ -109,6 +110,6 @@ def test_the_quick_form_prints_every_row_and_meets_the_gate(tmp_path: Path) -> N
     assert re.search(r"^- recall blocks of distinct units.* PASS$", text, re.M), text
     assert all(row[2:] == ["0", "0"] for row in rows.values()), rows  # false, leaks
     recall, stale, *_ = rows["summary + facts + recall"]
-    assert int(recall) >= 95 and stale == "0", rows
+    assert int(recall) >= 97 and stale == "0", rows
     memory = re.search(r"^\| facts \+ verbatim units \| (\d+)% \| (\d+)% \| (\d+) of", text, re.M)
-    assert memory is not None and int(memory[1]) >= 90 and memory[3] == "0", text
+    assert memory is not None and int(memory[1]) >= 95 and memory[3] == "0", text

@@ -201,16 +201,46 @@ def current(ledger: list[Fact]) -> dict[str, str]:
         ),
         # A correction in the same breath.
         ("", "the cutoff is 20.11.0, scratch that, it's 20.11.1", {"cutoff": "20.11.1"}),
+        # ... of another kind of value than the one taken back.
+        (
+            "",
+            "report exporter queue is RabbitMQ... wait no, Pub/Sub. misread the dashboard",
+            {"report exporter queue": "Pub/Sub"},
+        ),
+        (
+            "",
+            "setting the quota keeper code to apps/quota-keeper — sorry, typo, services/core/qk",
+            {"quota keeper code": "services/core/qk"},
+        ),
+        # A plural, a pool, a cluster's version, a verb of ramps.
+        ("ok so the vega nodes is 8, noting it here", "bumped the vega node pool to 18", None),
+        ("the hydra cluster version is 1.26.5", "upgraded the hydra k8s version to 1.28.4", None),
+        ("the smart retries rollout is 20%", "ramped the smart retries rollout to 50%", None),
+        # "session broker" names a service: its concurrency is not its queue.
+        (
+            "the session broker queue is Kafka. the worker concurrency on session broker is 64",
+            "dropped the session broker concurrency to 61, it was hammering the db",
+            {"session broker queue": "Kafka", "worker concurrency on session broker": "61"},
+        ),
     ],
 )
 def test_an_update_said_the_way_people_say_it_supersedes_the_value(
-    first: str, update: str, expected: dict[str, str]
+    first: str, update: str, expected: dict[str, str] | None
 ) -> None:
     """Issue 40: one current value per subject, whichever verb or name the update uses;
     the earlier value kept only as history."""
     ledger = said(first, update)
+    if expected is None:  # one subject: the update's value is its only current one
+        [(subject, value)] = current(ledger).items()
+        expected = {subject: value}
+        assert value in update
     assert current(ledger) == expected
     assert all(fact.superseded_by in expected.values() for fact in ledger if not fact.current)
+
+
+def test_an_owner_is_not_replaced_by_a_queue_of_the_same_service() -> None:
+    ledger = said("the session broker owner is Dmitri", "the session broker queue is Kinesis")
+    assert current(ledger) == {"session broker owner": "Dmitri", "session broker queue": "Kinesis"}
 
 
 def test_a_correction_of_a_value_nobody_had_and_an_ambiguous_alias_change_nothing() -> None:

@@ -194,3 +194,10 @@ def test_what_is_said_around_a_statement_stays_out_of_it(
     text: str, expected: list[tuple[str, str]]
 ) -> None:
     assert read(text) == expected
+
+
+def test_a_hunch_states_nothing_and_a_table_keeps_the_names_in_its_cells() -> None:
+    assert list(statements("pretty sure the push notifier worker count is 37")) == []
+    assert list(statements("the mail relay port is 2525 iirc")) == []
+    table = "| flag | rollout |\n|---|---|\n| new checkout | 5% |"
+    assert list(statements(table)) == [("quantity", "new checkout rollout", "5%")]
