@@ -215,10 +215,11 @@ class RecallIndex:
         weight = dict.fromkeys(asked_terms(query), 1.0)
         weight |= {term: _EARLIER for term in asked_terms(earlier) if term not in weight}
         forms: dict[str, list[str]] = {}
+        said_as: dict[frozenset[str], str] = {}  # a term's spellings -> the term
         for term in list(weight):
             found = [form for form in spellings(term) if form in self.postings]
-            same = next((t for t in forms if set(forms[t]) == set(found)), None)
-            if same is not None:  # "worker" and "workers": one term, weighed as its most
+            same = said_as.setdefault(frozenset(found), term) if found else term
+            if same != term:  # "worker" and "workers": one term, weighed as its most
                 weight[same] = max(weight[same], weight.pop(term))
             elif found:
                 forms[term] = found

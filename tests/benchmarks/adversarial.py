@@ -1384,15 +1384,6 @@ def _config(
 ) -> Path:
     """A proxy config with one model on the recording upstream (and, with `local_url`,
     the local model's server, as the first scorecard adds it) and a store of its own."""
-    local = {
-        "model_name": LOCAL_MODEL,
-        "litellm_params": {
-            "model": f"openai/{LOCAL_MODEL}",
-            "api_base": local_url,
-            "api_key": "local",
-        },
-        "model_info": {"max_input_tokens": LOCAL_WINDOW},
-    }
     config = {
         "model_list": [
             {
@@ -1404,7 +1395,7 @@ def _config(
                 },
                 "model_info": {"max_input_tokens": window},
             },
-            *([local] if local_url else []),
+            *([scorecard.local_deployment(local_url)] if local_url else []),
         ],
         "session": {"path": tempfile.mkdtemp(dir=directory, prefix="adversarial-")},
         **extra,

@@ -308,6 +308,15 @@ def _common_tokens(before: dict[str, Any], after: dict[str, Any]) -> int:
     return same
 
 
+def local_deployment(url: str) -> dict[str, Any]:
+    """The local model's llama.cpp server at `url`, as a deployment of the model list."""
+    return {
+        "model_name": LOCAL_MODEL,
+        "litellm_params": {"model": f"openai/{LOCAL_MODEL}", "api_base": url, "api_key": "local"},
+        "model_info": {"max_input_tokens": LOCAL_WINDOW},
+    }
+
+
 def run_strategy(
     directory: Path, strategy: Strategy, script: Script, local_url: str | None = None
 ) -> Score:
@@ -336,17 +345,7 @@ def run_strategy(
         }
         if strategy.local_summarizer:
             assert local_url is not None
-            config["model_list"].append(
-                {
-                    "model_name": LOCAL_MODEL,
-                    "litellm_params": {
-                        "model": f"openai/{LOCAL_MODEL}",
-                        "api_base": local_url,
-                        "api_key": "local",
-                    },
-                    "model_info": {"max_input_tokens": LOCAL_WINDOW},
-                }
-            )
+            config["model_list"].append(local_deployment(local_url))
             config["context"] = {
                 **strategy.context,
                 "summary_model": LOCAL_MODEL,
