@@ -38,7 +38,6 @@ __all__ = [
     "ranked",
     "recent_text",
     "related",
-    "same_kind",
     "spellings",
     "stated_text",
     "terms",
@@ -295,7 +294,7 @@ def names(fact: Valued, text: str, spare: int = 0) -> bool:
     return named >= min(len(words), max(len(words) - spare, 2))
 
 
-def same_kind(fact: Valued, other: Valued) -> bool:
+def _same_kind(fact: Valued, other: Valued) -> bool:
     """Whether two values can be of one subject: of one kind, a bare number counted as a
     number ("8" is text, the literal finder types numbers from two digits on)."""
 
@@ -367,7 +366,7 @@ def _alias(facts: list[Fact], where: dict[str, int], fact: Fact) -> int | None:
     another thing ("session broker queue: Kafka" beside "session broker concurrency")."""
     found = None
     for key, index in where.items():
-        if not related(fact.key, key) or not same_kind(facts[index], fact):
+        if not related(fact.key, key) or not _same_kind(facts[index], fact):
             continue
         if found is not None:
             return None

@@ -27,14 +27,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.facts.ledger import (
-    Fact,
-    Valued,
-    message_text,
-    related,
-    spellings,
-    terms,
-)
+from proxy.facts.ledger import Fact, Valued, message_text, related, spellings, terms
 from proxy.summary.fold import render_transcript
 
 __all__ = [
@@ -204,10 +197,10 @@ class RecallIndex:
         (normalized to the best hit), doubled at most for the share it states a value
         about, times `relevance_weight`, plus recency (0 for the first unit, 1 for the
         last) times `recency_weight`; none whose relevance is below `floor` times the
-        best one's, unless none has more of the terms the newest message asks. Terms only in
-        `earlier` (the turns before the newest) weigh half and find nothing alone: the
-        newest message is what is being asked. Work follows the postings of the query's
-        terms."""
+        best one's, unless none has more of the terms the newest message asks. Only the
+        newest message's terms, as it says them, find a unit (it is what is being
+        asked); terms only in `earlier` (the turns before it) weigh half and, like
+        synonyms, only rank. Work follows the postings of the query's terms."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
