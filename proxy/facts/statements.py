@@ -166,6 +166,7 @@ _HEDGE = re.compile(
     r"(?:pretty|fairly|not)\s+sure|iirc|afaik|quote\s+me)\b",
     re.I,
 )
+_INFINITIVE = re.compile(r"(?P<words>[a-z][\w\s-]*?)\s+to\s+")
 # A hedge after the value: "2525 iirc", "37, but don't quote me".
 _HEDGED = re.compile(r"\b(?:iirc|afaik|i\s+think|i\s+guess|quote\s+me|not\s+sure)\b", re.I)
 # "cluster: kube version 1.27": a label, then what of it the value is.
@@ -347,9 +348,15 @@ def _formed(clause: str, start: int) -> tuple[tuple[str, str, str], int] | None:
             found = _statement(_end_value(match["s"])[0], match["v"])
             end = len(clause)
         else:
-            value, cut = _end_value(match["v"])
-            found = _statement(match["s"], value)
-            end = match.start("v") + cut
+            subject, at = match["s"], match.start("v")
+            # "moved the command to deploy X to make deploy-x": a "to" whose words up to
+            # the next "to" hold no literal is the subject's own ("the command to deploy X").
+            again = _INFINITIVE.match(clause, at)
+            if again is not None and not _LITERAL.search(again["words"]):
+                subject, at = clause[match.start("s") : again.end("words")], again.end()
+            value, cut = _end_value(clause[at:])
+            found = _statement(subject, value)
+            end = at + cut
         if found:
             return found, end
     return None

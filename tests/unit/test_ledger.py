@@ -212,6 +212,12 @@ def current(ledger: list[Fact]) -> dict[str, str]:
             "setting the quota keeper code to apps/quota-keeper — sorry, typo, services/core/qk",
             {"quota keeper code": "services/core/qk"},
         ),
+        # A subject with a "to" of its own.
+        (
+            "So the command to deploy the inventory service is make deploy-inventory TAG=v6.5.3",
+            "Update: we moved the command to deploy the inventory service to make deploy TAG=v8",
+            {"command to deploy the inventory service": "make deploy TAG=v8"},
+        ),
         # A plural, a pool, a cluster's version, a verb of ramps.
         ("ok so the vega nodes is 8, noting it here", "bumped the vega node pool to 18", None),
         ("the hydra cluster version is 1.26.5", "upgraded the hydra k8s version to 1.28.4", None),
