@@ -66,7 +66,8 @@ _FORMS = [
         r"|dropped|cut|push|pushed|extend|extended|upgrade|upgraded|downgrade|downgraded"
         r"|scale|scaled|migrate|migrated|repoint|repointed|point|pointed|pin|pinned|hand"
         r"|handed|pass|passed|roll|rolled|ramp|ramped|trim|trimmed|tighten|tightened|relax"
-        r"|relaxed|shrink|shrank|grow|grew|double|doubled|halve|halved)\s+(?:(?:over|up|down)\s+)?"
+        r"|relaxed|shrink|shrank|grow|grew|double|doubled|halve|halved|fail|failed)"
+        r"\s+(?:(?:over|up|down)\s+)?"
         r"(?P<s>.+?)\s+(?:(?:over|down|up|back|forward)\s+)?to\s+(?P<v>.+)$",
         re.I,
     ),
@@ -119,7 +120,9 @@ _DETERMINERS = re.compile(
 _TRAILING = re.compile(r"(?:\s+(?:now|still|currently|officially|actually))+$", re.I)
 # Words after a value that are not of it ("450s right", "51 btw").
 _AFTER_VALUE = re.compile(
-    r"(?:,?\s+(?:right|btw|fyi|ok|okay|though|then|as\s+well|too|now|again|please))+$", re.I
+    r"(?:,?\s+(?:right|btw|fyi|ok|okay|though|then|as\s+well|too|now|again|please|last\s+night"
+    r"|yesterday|today|tonight|this\s+(?:morning|afternoon|week)|last\s+week))+$",
+    re.I,
 )
 _PRONOUNS = frozenset(
     [

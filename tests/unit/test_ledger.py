@@ -212,6 +212,11 @@ def current(ledger: list[Fact]) -> dict[str, str]:
             "setting the quota keeper code to apps/quota-keeper — sorry, typo, services/core/qk",
             {"quota keeper code": "services/core/qk"},
         ),
+        (
+            "the qa db got migrated to db-qa-21.internal last night",
+            "failed the qa db over to `db-qa-25.internal`, old primary is toast",
+            {"qa db": "db-qa-25.internal"},
+        ),
         # A subject with a "to" of its own.
         (
             "So the command to deploy the inventory service is make deploy-inventory TAG=v6.5.3",
