@@ -278,11 +278,12 @@ def spellings(term: str) -> tuple[str, ...]:
     synonyms, a phrase spelled as an identifier ("cutoff" is said `min_version`)."""
     said = _SAID_AS.get(_SYNONYMS.get(term, term), (term,))
     words = [word.replace(" ", "_") for word in (term, *said)]
-    other = [
+    other = [  # a word's other number ("7", "7s" and `min_version` have none)
         (w[:-1] if not w.endswith(_NOT_PLURAL) else w) if w.endswith("s") else w + "s"
         for w in words
+        if w.isalpha() and len(w) > 1
     ]
-    return tuple(dict.fromkeys(word for word in (*words, *other) if len(word) > 1))
+    return tuple(dict.fromkeys([term, *words, *other]))
 
 
 def names(fact: Valued, text: str, spare: int = 0) -> bool:

@@ -302,3 +302,9 @@ def test_a_statement_of_another_attribute_does_not_outrank_the_output_that_has_i
     index = _indexed(messages)
     ranked = [h.start for h in index.search("which region is the media transcoder in?", 12)]
     assert ranked[0] == messages.index(user(output))
+
+
+def test_a_number_of_one_digit_is_a_term_of_the_question() -> None:
+    turns = [m for n in range(1, 61) for m in (user(f"turn {n}"), user(f"Done: turn {n}"))]
+    index = RecallIndex().extended([segment(0, turns, "")])
+    assert [hit.start for hit in index.search("turn 7", 5)] == [12, 13]
