@@ -32,6 +32,8 @@ KEY_HASH_PREFIX = "sha256:"
 _KEY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MIN_KEY_LENGTH = 20
+# The names a browser uses for this machine: no attacker's DNS name can be one of them.
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 # Keys printed in LiteLLM's docs and example configs: whoever has read them has these.
 _EXAMPLE_KEYS = frozenset(
     {
@@ -75,6 +77,10 @@ class ServerSettings(_Section):
     drop_params: bool | None = None
     # Web origins whose pages may call the proxy (CORS); others are refused (proxy/browser.py).
     cors_origins: list[str] = Field(default_factory=list)
+    # Host names the proxy answers to (`Host` header, any port; `*`: any). None: any with
+    # keys, only loopback names without (a page whose name an attacker rebinds to
+    # 127.0.0.1 must not reach a keyless proxy: proxy/http/browser.py).
+    allowed_hosts: list[str] | None = None
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -255,6 +261,14 @@ class Settings(BaseModel):
 
     def model_names(self) -> list[str]:
         return list(dict.fromkeys(entry.model_name for entry in self.model_list))
+
+    def allowed_hosts(self) -> frozenset[str] | None:
+        """The host names the proxy answers to, lower case; None: any."""
+        listed = self.server.allowed_hosts
+        if listed is None:
+            return None if self.auth.required() else LOOPBACK_HOSTS
+        names = frozenset(name.lower().rstrip(".") for name in listed)
+        return None if "*" in names else names
 
     def allows_unlisted_models(self) -> bool:
         return self.server.allow_unlisted_models or not self.model_list

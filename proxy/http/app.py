@@ -459,7 +459,9 @@ def create_app(
             *ui.routes(),
         ],
         middleware=[
-            *browser.middleware(settings.server.cors_origins, error_response),
+            *browser.middleware(
+                settings.server.cors_origins, settings.allowed_hosts(), error_response
+            ),
             Middleware(
                 AuthMiddleware,
                 auth=auth,

@@ -1,6 +1,7 @@
 """A web page the user visits cannot make the proxy spend their provider key: bodies are
-read only as JSON (which a page cannot send without a preflight), and requests from
-another web origin are refused unless `server.cors_origins` lists it. Nor the session
+read only as JSON (which a page cannot send without a preflight), requests from
+another web origin are refused unless `server.cors_origins` lists it, and a keyless
+proxy answers loopback host names only (a rebound DNS name reaches nothing). Nor the session
 viewer's login: a page on another port of the same host (another origin, the same
 site), in a real Chromium, can neither read the login cookie nor spend it."""
 
@@ -84,6 +85,51 @@ def test_json_from_the_proxys_own_origin_or_no_browser_is_served(
     own = {"content-type": "application/json", "origin": url}
     assert chat(url, own).status_code == 200
     assert len(upstream.chat_requests()) == 2
+
+
+REBOUND = "rebind.attacker.example"
+
+
+def test_a_name_rebound_to_loopback_cannot_reach_the_keyless_proxy(
+    url: str, upstream: FakeUpstream
+) -> None:
+    """DNS rebinding: a page on the attacker's name, once that name resolves to 127.0.0.1,
+    is the same origin as the proxy by every measure but its `Host`. Without keys, the
+    proxy answers loopback names only: the page reads no session and spends no key."""
+    port = url.rsplit(":", 1)[1]
+    upstream.queue(Reply(content="the secret plan"))
+    seeded = {"content-type": "application/json", "x-session-id": "private-notes"}
+    assert chat(url, seeded).status_code == 200
+    rebound = {"host": f"{REBOUND}:{port}", "origin": f"http://{REBOUND}:{port}"}
+    attempts = [
+        httpx.get(url + "/v1/sessions", headers=rebound),
+        httpx.get(url + "/v1/sessions/private-notes", headers=rebound),
+        chat(url, rebound | {"content-type": "application/json"}),
+        httpx.get(url + "/v1/sessions", headers={"host": REBOUND}),  # no Origin, no port
+    ]
+    for answer in attempts:
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["code"] == "host_not_allowed"
+        assert "the secret plan" not in answer.text and "private-notes" not in answer.text
+    assert len(upstream.chat_requests()) == 1  # the seeding turn alone
+    for name in ("localhost", "127.0.0.1", "[::1]", "LocalHost"):
+        for host in (name, f"{name}:{port}"):
+            own = {"host": host, "origin": f"http://{host}"}
+            assert httpx.get(url + "/v1/sessions", headers=own).status_code == 200, host
+
+
+def test_allowed_hosts_names_more_and_keys_answer_any_name(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    listed = start_proxy(proxy_config(upstream, server={"allowed_hosts": ["proxy.internal"]}))
+    assert httpx.get(listed + "/v1/sessions", headers={"host": "proxy.internal"}).is_success
+    refused = httpx.get(listed + "/v1/sessions", headers={"host": REBOUND})
+    assert refused.json()["error"]["code"] == "host_not_allowed"
+    keyed_url = start_proxy(proxy_config(upstream, auth=KEYS))
+    with_key = {"host": "proxy.example.com", "authorization": f"Bearer {KEY_A}"}
+    assert httpx.get(keyed_url + "/v1/sessions", headers=with_key).status_code == 200
+    without = httpx.get(keyed_url + "/v1/sessions", headers={"host": REBOUND})
+    assert without.status_code == 401  # a rebound page has no key to send
 
 
 def test_listed_origins_get_cors_and_others_still_do_not(
