@@ -8,10 +8,11 @@ Every default lives here and nowhere else.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 from pydantic import (
@@ -32,6 +33,7 @@ KEY_HASH_PREFIX = "sha256:"
 _KEY_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MIN_KEY_LENGTH = 20
+MIN_KEY_BITS = 64  # `strength_bits`: 16 random hex digits hold 64
 # The names a browser uses for this machine: no attacker's DNS name can be one of them.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 # Keys printed in LiteLLM's docs and example configs: whoever has read them has these.
@@ -364,6 +366,8 @@ def _hashed_keys(settings: Settings, environ: dict[str, str]) -> Settings:
                     key = environ[variable]
                 _check_strength(key, f"auth.{section}[{index}].key")
                 entry = entry.model_copy(update={"key": None, "key_hash": hash_key(key)})
+            elif entry.key_hash is not None:
+                _check_hash(entry.key_hash, f"auth.{section}[{index}].key_hash")
             entries.append(entry)
         sections[section] = entries
     return settings.model_copy(update={"auth": settings.auth.model_copy(update=sections)})
@@ -381,17 +385,61 @@ def _check_master_key(raw: dict[str, Any], environ: dict[str, str]) -> None:
 
 
 def _check_strength(key: str, where: str) -> None:
-    """Refuse a key anyone could guess: short, or one that example configs publish."""
+    """Refuse a key anyone could guess: short, one that example configs publish, or one
+    whose characters mostly follow from those before them."""
     if key in _EXAMPLE_KEYS or key.lower() in _EXAMPLE_KEYS:
         problem = "is an example key from published configs"
     elif len(key) < MIN_KEY_LENGTH:
         problem = f"is shorter than {MIN_KEY_LENGTH} characters"
+    elif (bits := strength_bits(key)) < MIN_KEY_BITS:
+        problem = (
+            f"holds about {bits:.0f} bits of randomness, fewer than {MIN_KEY_BITS}"
+            " (runs such as 1234 or abcd and repeats count for nothing)"
+        )
     else:
         return
+    _refuse_weak(where, problem)
+
+
+def _check_hash(key_hash: str, where: str) -> None:
+    """Refuse a `key_hash` of a published example key (the hash of `sk-1234` is as
+    guessable as the key)."""
+    if key_hash in _EXAMPLE_HASHES:
+        _refuse_weak(where, "is the hash of an example key from published configs")
+
+
+def _refuse_weak(where: str, problem: str) -> NoReturn:
     raise ConfigError(
         f"{where}: refusing a weak proxy key: it {problem}; "
         "use a long random one (`openssl rand -hex 32`)"
     )
+
+
+_EXAMPLE_HASHES = frozenset(hash_key(key) for key in _EXAMPLE_KEYS)
+_CHARACTER_CLASSES = (
+    (str.isdigit, 10),
+    (str.islower, 26),
+    (str.isupper, 26),
+    (lambda c: not c.isalnum(), 33),
+)
+
+
+def strength_bits(key: str) -> float:
+    """An estimate of how many bits of randomness `key` holds, on the side of too few:
+    each character that does not follow from what came before adds log2 of the alphabet
+    its classes span; one that continues a run (`1234`, `aaaa`, `cba`) or repeats a
+    pair of characters already seen (`passwordpassword`) adds nothing."""
+    alphabet = sum(size for test, size in _CHARACTER_CLASSES if any(map(test, key)))
+    seen: set[str] = set()
+    surprising = 0
+    for index, char in enumerate(key):
+        pair = key[index - 1 : index + 1]
+        if index and (abs(ord(char) - ord(key[index - 1])) <= 1 or pair in seen):
+            seen.add(pair)
+            continue
+        seen.add(pair)
+        surprising += 1
+    return surprising * math.log2(max(alphabet, 2))
 
 
 _UNKNOWN_SECTION = (

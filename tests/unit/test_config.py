@@ -184,6 +184,30 @@ def test_litellm_sections_become_settings_or_one_line_refusals(tmp_path: Path) -
             "shorter than 20",
         ),
         ("auth:\n  keys:\n    - key: sk-litellm-master-key\n", {}, "auth.keys[0].key", "example"),
+        (  # long enough, but a run anyone would try
+            "auth:\n  keys:\n    - key: sk-1234567890abcdefghij\n",
+            {},
+            "auth.keys[0].key",
+            "bits of randomness",
+        ),
+        (
+            "auth:\n  admin_keys:\n    - key: os.environ/ADMIN\n",
+            {"ADMIN": "sk-adminadminadminadminadmin"},
+            "auth.admin_keys[0].key",
+            "bits of randomness",
+        ),
+        (  # the hash of an example key is as guessable as the key
+            f"auth:\n  keys:\n    - key_hash: {hash_key('sk-1234')}\n",
+            {},
+            "auth.keys[0].key_hash",
+            "hash of an example key",
+        ),
+        (
+            "general_settings:\n  master_key: os.environ/MASTER\n",
+            {"MASTER": "sk-aaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+            "general_settings.master_key",
+            "bits of randomness",
+        ),
     ],
 )
 def test_weak_keys_are_refused_in_one_line(
