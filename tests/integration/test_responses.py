@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import openai
@@ -172,6 +174,40 @@ def test_response_ids_belong_to_their_tenant(upstream: FakeUpstream, start_proxy
         sdk(url, "sk-tenant-a-0123456789abcdef").responses.create(
             model=MODEL, input="again", previous_response_id=mine.id
         )
+
+
+def encodings(text: str) -> list[str]:
+    """Forms a name could be read back from, out of an id (any alignment of base64)."""
+    raw = text.encode()
+    forms = [text, text.lower(), raw.hex(), quote(text)]
+    for shift in range(3):
+        padded = base64.urlsafe_b64encode(b"x" * shift + raw).decode().rstrip("=")
+        forms.append(padded[4 * ((shift + 2) // 3) + 1 : -2])  # the part no padding touches
+    return [form for form in forms if form]
+
+
+def test_response_ids_say_nothing_of_the_session(url: str, upstream: FakeUpstream) -> None:
+    """A response id and its items' ids name their session only to the proxy: a client that
+    logs or shows them gives away no part of the session's name."""
+    name = "A-private-session-name"
+    client = sdk(url, **{"X-Session-Id": name})
+    upstream.queue(Reply(content="Let me check.", tool_calls=[weather_call("call_9")]))
+    first = client.responses.create(model=MODEL, input="weather in Oslo?", tools=TOOLS)
+    ids = [first.id, *(item.id for item in first.output)]
+    call = next(item for item in first.output if item.type == "function_call")
+    second = sdk(url).responses.create(  # no header: the id alone finds the session
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "cold"}],
+        tools=TOOLS,
+    )
+    ids += [second.id, *(item.id for item in second.output)]
+    for id_ in ids:
+        for form in encodings(name):
+            assert form not in id_, (form, id_)
+    headers = {"authorization": "Bearer client-key"}
+    stored = httpx.get(f"{url}/v1/sessions/{name}", headers=headers).json()
+    assert len(stored["messages"]) == 4  # the call, its output and the reply, in `name`
 
 
 def test_fifty_turn_chain_on_a_small_model(upstream: FakeUpstream, start_proxy: Any) -> None:

@@ -16,6 +16,7 @@ echoes whole goes back to the provider under its own id (`as_given`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 from collections import Counter
@@ -38,26 +39,30 @@ _MISSING: Any = object()  # a reference to nothing the stored reply holds
 
 
 class ResponseIds:
-    """Response ids, `resp_<mac>.<length>.<session id, base64url>`, and what names a
-    stored reply in its items' ids, signed per tenant."""
+    """Response ids, `resp_<mac>.<length>.<sealed session id>`, and what names a stored
+    reply in its items' ids, signed per tenant. The session id is sealed (`_sealed`): an
+    id a client holds, logs or shows says nothing of the session's name."""
 
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
+        self._stream_key = hashlib.blake2b(b"response id names\0" + secret).digest()
 
     def mint(self, tenant: str, session_id: str, length: int) -> str:
-        return f"resp_{self._mac(tenant, session_id, length)}.{length}.{_name(session_id)}"
+        mac = self._mac(tenant, session_id, length)
+        return f"resp_{mac}.{length}.{self._sealed(mac, session_id.encode())}"
 
     def read(self, tenant: str, response_id: Any) -> tuple[str, int]:
         """The session and length `response_id` names for `tenant`, else a 404."""
-        parsed = _parsed(str(response_id).removeprefix("resp_"))
-        if parsed is None or not self.signed(tenant, *parsed):
-            raise previous_response_not_found()
-        return parsed[1], parsed[2]
+        for parsed in self.parsed(str(response_id).removeprefix("resp_")):
+            if self.signed(tenant, *parsed):
+                return parsed[1], parsed[2]
+        raise previous_response_not_found()
 
     def reply(self, tenant: str, session_id: str, length: int, head: str) -> str:
         """What names the reply that leaves `length` messages after the chain value
         `head`, in its output items' ids."""
-        return f"{self._mac(tenant, session_id, length, head)}.{length}.{_name(session_id)}"
+        mac = self._mac(tenant, session_id, length, head)
+        return f"{mac}.{length}.{self._sealed(mac, session_id.encode())}"
 
     def signed(
         self, tenant: str, mac: str, session_id: str, length: int, head: str | None = None
@@ -65,25 +70,38 @@ class ResponseIds:
         """Whether `mac` signs a response id (or, with `head`, a reply) for `tenant`."""
         return hmac.compare_digest(mac, self._mac(tenant, session_id, length, head))
 
+    def parsed(self, core: str) -> list[tuple[str, str, int]]:
+        """What `<mac>.<length>.<name>` may say, (mac, session id, length), unchecked:
+        the name unsealed, and read as the plain base64 that ids minted before names
+        were sealed held (their mac tells which, if either, is so)."""
+        try:
+            mac, length, name = core.split(".")
+            raw = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4))
+            number = int(length)
+        except ValueError:
+            return []
+        found = []
+        for session_id in (self._sealed(mac, raw, decode=True), raw):
+            with contextlib.suppress(UnicodeDecodeError):
+                found.append((mac, bytes(session_id).decode(), number))
+        return found
+
+    def _sealed(self, mac: str, data: bytes, decode: bool = False) -> Any:
+        """`data` XORed with a stream only the secret makes, from the id's own mac (a
+        synthetic IV: the mac already names tenant, session and length): base64url when
+        sealing, the bytes when unsealing (`decode`)."""
+        stream = b"".join(
+            hashlib.blake2b(f"{mac}\0{block}".encode(), key=self._stream_key).digest()
+            for block in range((len(data) + 63) // 64)
+        )
+        mixed = bytes(a ^ b for a, b in zip(data, stream, strict=False))
+        return mixed if decode else base64.urlsafe_b64encode(mixed).decode().rstrip("=")
+
     def _mac(self, tenant: str, session_id: str, length: int, head: str | None = None) -> str:
         message = f"{tenant}\0{session_id}\0{length}"
         if head is not None:
             message += f"\0reply\0{head}"
         return hmac.new(self._secret, message.encode(), hashlib.blake2b).hexdigest()[:32]
-
-
-def _name(session_id: str) -> str:
-    return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
-
-
-def _parsed(core: str) -> tuple[str, str, int] | None:
-    """(mac, session id, length) of `<mac>.<length>.<name>`, unchecked, or None."""
-    try:
-        mac, length, name = core.split(".")
-        session_id = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
-        return mac, session_id, int(length)
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 class ItemNames:
@@ -146,39 +164,43 @@ class References:
         source = body.get("input")
         if not isinstance(source, list) or b'"item_reference"' not in orjson.dumps(source):
             return None  # found at C speed: a long input has none, as a rule
-        wanted: dict[int, _Named] = {}
+        wanted: dict[int, list[_Named]] = {}
         for index, item in enumerate(source):
             if not isinstance(item, dict) or item.get("type") != "item_reference":
                 continue
             item_id = item.get("id")
             if not isinstance(item_id, str):
                 raise invalid(f"input[{index}].id", f"`input[{index}].id` must be a string.")
-            wanted[index] = _named(item_id)
+            wanted[index] = _named(item_id, self._ids)
         if not wanted:
             return None
-        replies = await self._replies(tenant, list(wanted.values()))
+        replies = await self._replies(tenant, [n for names in wanted.values() for n in names])
         items: list[Any] = []
         for index, item in enumerate(source):
-            named = wanted.get(index)
-            if named is None:
+            names = wanted.get(index)
+            if names is None:
                 items.append(item)
                 continue
-            found = _item(replies.get(named.item_id), named.kind, named.number)
+            named, reply = replies.get(names[0].item_id, (names[0], None))
+            found = _item(reply, named.kind, named.number)
             if found is _MISSING:
                 raise _unknown(named.item_id)
             if found is not None:
                 items.append(found)
         body["input"] = items
-        return next(iter(wanted.values())).session_id
+        first = next(iter(wanted.values()))[0].item_id
+        return replies[first][0].session_id
 
-    async def _replies(self, tenant: str, wanted: list[_Named]) -> dict[str, Message]:
-        """The stored replies the references name, by item id: one read per session, of
-        the span they lie in (with the message before each, whose chain value the id
-        signs)."""
+    async def _replies(
+        self, tenant: str, wanted: list[_Named]
+    ) -> dict[str, tuple[_Named, Message]]:
+        """The stored replies the references name, by item id, with the reading of the id
+        its signature confirmed: one read per session, of the span they lie in (with the
+        message before each, whose chain value the id signs)."""
         sessions: dict[str, list[_Named]] = {}
         for named in wanted:
             sessions.setdefault(named.session_id, []).append(named)
-        replies: dict[str, Message] = {}
+        replies: dict[str, tuple[_Named, Message]] = {}
         for session_id, names in sessions.items():
             meta = await self._store.load(tenant, session_id)
             names = [n for n in names if meta is not None and 0 < n.length <= meta.length]
@@ -194,20 +216,21 @@ class References:
                 place = n.length - 1 - start
                 head = stored[place - 1].chain if place else GENESIS
                 if self._ids.signed(tenant, n.mac, session_id, n.length, head):
-                    replies[n.item_id] = stored[place].message
+                    replies[n.item_id] = n, stored[place].message
         return replies
 
 
-def _named(item_id: str) -> _Named:
-    """What an item id of this proxy's says (its signature unchecked), else a 400."""
+def _named(item_id: str, ids: ResponseIds) -> list[_Named]:
+    """What an item id of this proxy's may say (`ResponseIds.parsed`: its signature
+    unchecked), else a 400."""
     head, _, number = item_id.split("~", 1)[0].rpartition(".")
     first, _, rest = head.partition(".")  # `<prefix>_<mac>`, `<length>.<name>`
     prefix, _, mac = first.rpartition("_")
-    parsed = _parsed(f"{mac}.{rest}")
-    if parsed is None or not (number.isascii() and number.isdigit()):
+    parsed = ids.parsed(f"{mac}.{rest}")
+    if not parsed or not (number.isascii() and number.isdigit()):
         raise _unknown(item_id)
-    mac, session_id, length = parsed
-    return _Named(item_id, mac, session_id, length, _KINDS.get(prefix, prefix), int(number))
+    kind = _KINDS.get(prefix, prefix)
+    return [_Named(item_id, *reading, kind, int(number)) for reading in parsed]
 
 
 def _item(reply: Message | None, kind: str, number: int) -> Any:

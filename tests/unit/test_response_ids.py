@@ -1,0 +1,35 @@
+"""Response ids name their session to the proxy alone, for their tenant alone."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from proxy.doors.responses.items import ResponseIds
+from proxy.errors import ProxyError
+
+SECRET = b"0" * 64
+SESSION = "A-private-session-name ☃"
+
+
+def test_an_id_reads_back_for_its_tenant_and_shows_nothing_of_the_session() -> None:
+    ids = ResponseIds(SECRET)
+    minted = ids.mint("team-a", SESSION, 7)
+    assert ids.read("team-a", minted) == (SESSION, 7)
+    sealed = minted.rsplit(".", 1)[1]
+    plain = base64.urlsafe_b64decode(sealed + "=" * (-len(sealed) % 4))
+    assert SESSION.encode() not in plain and b"private" not in plain
+    assert ResponseIds(b"1" * 64).mint("team-a", SESSION, 7) != minted  # the secret seals
+    with pytest.raises(ProxyError):
+        ids.read("team-b", minted)
+    with pytest.raises(ProxyError):
+        ids.read("team-a", minted[:-2] + ("AA" if minted[-2:] != "AA" else "BB"))
+
+
+def test_ids_minted_before_names_were_sealed_are_still_read() -> None:
+    """A client mid-conversation across an upgrade continues where it was."""
+    ids = ResponseIds(SECRET)
+    mac = ids._mac("team-a", SESSION, 3)
+    legacy = base64.urlsafe_b64encode(SESSION.encode()).decode().rstrip("=")
+    assert ids.read("team-a", f"resp_{mac}.3.{legacy}") == (SESSION, 3)
