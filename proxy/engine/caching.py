@@ -12,26 +12,51 @@ marked too, for every client, where the four leave room
 (Claude Code marks its own system prompt and last message); the summary's mark comes
 after that, where room is left (`proxy.doors.anthropic.native`).
 OpenAI caches every prefix by itself and routes a request by its `prompt_cache_key`: a
-session's turns share one, derived from the session, when the client sets none.
+session's turns share one, derived from the session, when the client sets none. A
+provider's cache is shared by everyone on the deployment's account, and reports the
+tokens it read: so every key that reaches it is made with the deployment's secret, the
+session's and a client's own alike (`cache_key`, `namespaced`), and no caller can name,
+and so probe, another tenant's cached prefixes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import re
+from typing import Any
+
+import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
 
-__all__ = ["cache_key", "marked", "marks_in", "unmarked"]
+__all__ = ["BREAKPOINTS", "cache_key", "marked", "marks_in", "namespaced", "unmarked"]
 
 BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
 EPHEMERAL = {"type": "ephemeral"}
+_MARK = "cache_control"
+# A `\u00XX` escape of a printable ASCII character: the only way JSON can spell the key
+# `cache_control` other than as itself.
+_ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 
 
-def cache_key(tenant: str, session_id: str) -> str:
-    """A session's `prompt_cache_key`: stable for the session, and naming neither it nor
-    its tenant."""
-    digest = hashlib.sha256(f"{tenant}\0{session_id}".encode()).hexdigest()
-    return f"ctx-{digest[:32]}"
+def cache_key(secret: bytes, tenant: str, name: str, own: bool = False) -> str:
+    """The `prompt_cache_key` sent for a session named `name` (or, `own`, for a client's
+    own key `name`): stable, keyed with the deployment's `secret`, and naming neither
+    the session, the client's key nor the tenant."""
+    kind = "client" if own else "session"
+    message = f"prompt-cache\0{kind}\0{tenant}\0{name}".encode()
+    return "ctx-" + hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
+
+
+def namespaced(body: dict[str, Any], secret: bytes, tenant: str) -> dict[str, Any]:
+    """The body with a client's own `prompt_cache_key` made its tenant's (`cache_key`):
+    the same for the same key, so a client's turns still share the provider's cache;
+    the same body when it sets none."""
+    own = body.get("prompt_cache_key")
+    if not isinstance(own, str) or not own:
+        return body
+    return body | {"prompt_cache_key": cache_key(secret, tenant, own, own=True)}
 
 
 def marked(messages: list[Message], taken: int) -> list[Message]:
@@ -94,9 +119,21 @@ def _stable_end(messages: list[Message], asking: int, lead: int) -> int | None:
 
 
 def marks_in(body: bytes) -> int:
-    """The cache marks a request's body sets, at most: its `cache_control` keys, found
-    at C speed."""
-    return body.count(b'"cache_control"')
+    """The cache marks a request's body sets, at most: its `cache_control` keys, as its
+    parser reads them. Counted in its bytes at C speed, where no escape could spell the
+    key otherwise (`"cache\\u005fcontrol"` is the same key to a JSON parser), else on
+    the parsed body."""
+    if _ASCII_ESCAPE.search(body) is None:
+        return body.count(b'"cache_control"')
+    found, pending = 0, [orjson.loads(body)]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            found += _MARK in value
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return found
 
 
 def unmarked(message: Message) -> Message:

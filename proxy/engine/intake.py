@@ -15,10 +15,10 @@ from proxy.config.settings import Settings
 from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
 from proxy.conversation.tokens import BOUND, CountCache, counter_for, token_bound
-from proxy.conversation.validation import validate_messages
+from proxy.conversation.validation import invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
-from proxy.engine.caching import cache_key, marks_in
+from proxy.engine.caching import BREAKPOINTS, cache_key, marks_in
 from proxy.engine.offload import off_loop
 from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.reconcile import frame_of
@@ -38,12 +38,14 @@ class Intake:
         counts: CountCache,
         planning: Planning,
         label: ModelLabels,
+        secret: bytes,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self._counts = counts
         self._planning = planning
         self.label = label
+        self._secret = secret  # the deployment's: keys what reaches a provider's cache
 
     def request(self, body: dict[str, Any], context: RequestContext) -> Request:
         model = body["model"]
@@ -107,13 +109,25 @@ class Intake:
     ) -> dict[str, Any]:
         """What a session's turn adds for the provider's prompt cache (`cache_aware`):
         Anthropic's cache marks beside the client's own (`caching.marked`), or OpenAI's
-        `prompt_cache_key` for the session, where the client set none."""
-        if context.session_id is None or prices is None or not self.settings.context.cache_aware:
+        `prompt_cache_key` for the session, where the client set none. A request with
+        more marks than Anthropic takes is a 400 here, before anything is paid."""
+        if prices is None:
             return {}
-        if prices.cache == "breakpoints":
-            return {"cache_marks": marks_in(context.body)} if context.body else {}
+        marks = None
+        if prices.cache == "breakpoints" and context.body:
+            marks = marks_in(context.body)
+            if marks > BREAKPOINTS:
+                raise invalid(
+                    "cache_control",
+                    f"At most {BREAKPOINTS} blocks may carry `cache_control` (the provider's"
+                    f" limit); this request has {marks}.",
+                )
+        if context.session_id is None or not self.settings.context.cache_aware:
+            return {}
+        if marks is not None:
+            return {"cache_marks": marks}
         if "prompt_cache_key" not in body and self._takes_cache_key(model):
-            return {"cache_key": cache_key(context.tenant, context.session_id)}
+            return {"cache_key": cache_key(self._secret, context.tenant, context.session_id)}
         return {}
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - one Intake per engine, bounded

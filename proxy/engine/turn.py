@@ -28,6 +28,7 @@ from proxy.conversation.validation import validate_messages
 from proxy.engine.agent_compaction import asks_to_compact
 from proxy.engine.ahead import Ahead
 from proxy.engine.archive import Archive
+from proxy.engine.caching import namespaced
 from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
@@ -53,6 +54,7 @@ from proxy.observability.metrics import ModelLabels
 from proxy.sessions.locks import Lease, TurnLocks
 from proxy.sessions.records import Inserts, SessionMeta
 from proxy.sessions.store import SessionStore
+from proxy.sessions.stores import tenant_secret
 from proxy.upstream.client import Upstream
 from proxy.upstream.lean import Completion
 from proxy.upstream.native import Native
@@ -76,8 +78,12 @@ class Engine:
         store: SessionStore,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        secret: bytes | None = None,
     ) -> None:
         self.settings = settings
+        # The deployment's secret (`session.tenant_secret`): it keys what the proxy sends a
+        # provider's prompt cache, so no caller can name another tenant's entries.
+        self._secret = secret if secret is not None else tenant_secret(settings.session)
         self.upstream = upstream
         self.store = store
         self.clock = clock
@@ -93,7 +99,9 @@ class Engine:
         )
         self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=monotonic)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
-        self._intake = Intake(settings, upstream, self._counts, self._planning, self.label)
+        self._intake = Intake(
+            settings, upstream, self._counts, self._planning, self.label, self._secret
+        )
         self._commits = Commits(
             store,
             self._history,
@@ -195,6 +203,7 @@ class Engine:
 
     async def _prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""
+        body = namespaced(body, self._secret, context.tenant)
         if self.settings.context.mode == "off":
             validate_messages(body["messages"])
             return Turn(body, body["model"])

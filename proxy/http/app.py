@@ -104,12 +104,13 @@ class Proxy:
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
+        secret: bytes,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.engine = Engine(settings, upstream, store, clock=clock)
+        self.engine = Engine(settings, upstream, store, clock=clock, secret=secret)
         self.messages = MessagesDoor(settings.session.id_fields)
 
     def _request_context(
@@ -408,13 +409,14 @@ def create_app(
     settings = settings if settings is not None else load_settings()
     store = open_store(settings.session)
     upstream = Upstream(settings)
-    proxy = Proxy(settings, upstream, store, clock)
+    secret = tenant_secret(settings.session)
+    proxy = Proxy(settings, upstream, store, secret, clock)
     sessions = SessionApi(proxy.engine, upstream, store, settings.server)
-    auth = Auth(settings.auth, tenant_secret(settings.session))
+    auth = Auth(settings.auth, secret)
     ui = viewer.Viewer(sessions, auth)
     chat = proxy.door(ChatDoor())
     messages = proxy.door(proxy.messages)
-    ids = ResponseIds(tenant_secret(settings.session))
+    ids = ResponseIds(secret)
     responses_door = ResponsesDoor(ids, settings.session.id_fields, store)
     responses = proxy.door(responses_door)
     compact = proxy.door(CompactDoor(responses_door))

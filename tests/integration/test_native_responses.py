@@ -63,7 +63,8 @@ CODEX_INPUT: list[dict[str, Any]] = [
 
 def test_a_codex_turn_reaches_openai_as_sent(url: str, upstream: FakeUpstream) -> None:
     """Reasoning with its encrypted content, hosted and namespace tools, `include`,
-    `store`, `client_metadata`: all as Codex sent them; nothing dropped."""
+    `store`, `client_metadata`: all as Codex sent them (its `prompt_cache_key` as a key
+    of its tenant's); nothing dropped."""
     tools = [
         {"type": "function", "name": "shell", "parameters": {"type": "object"}},
         {"type": "web_search"},
@@ -89,7 +90,8 @@ def test_a_codex_turn_reaches_openai_as_sent(url: str, upstream: FakeUpstream) -
     for name in ("instructions", "input", "tools", "reasoning", "include", "store"):
         assert sent[name] == body[name], name
     assert sent["client_metadata"] == body["client_metadata"]
-    assert sent["prompt_cache_key"] == "codex-native-1"
+    key = sent["prompt_cache_key"]  # Codex's key, made the caller's tenant's
+    assert key.startswith("ctx-") and "codex" not in key
     assert response.json()["output"][0]["content"][0]["text"] == "echo: List."
     turn = stored(url, "codex-native-1")  # the developer message leads: not stored
     assert turn[1]["responses_output"] == [REASONING, CODEX_INPUT[3]]

@@ -6,11 +6,13 @@ SDKs to the loopback upstream, whose prompt caches report what they kept."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import orjson
 
@@ -124,39 +126,112 @@ def test_a_client_that_marks_its_own_keeps_its_caching(
     assert body["messages"] == [{"role": "user", "content": [last]}]
 
 
+def test_never_more_than_four_marks_reach_claude(upstream: FakeUpstream, start_proxy: Any) -> None:
+    """Marks are counted as the JSON parser reads the body: a key spelled with escapes
+    (`"cache\\u005fcontrol"`) is a mark, so the proxy adds none past Anthropic's four; a
+    client's own fifth mark is a 400 before the provider is paid."""
+    url = start_proxy(claude_config(upstream))
+    headers = {"content-type": "application/json", "x-api-key": KEY, "x-session-id": "escaped"}
+    block = {"type": "text", "text": "Rule.", "cache_control": EPHEMERAL}
+    system = orjson.dumps([block] * 4).replace(b"cache_control", b"cache\\u005fcontrol")
+    messages = b'[{"role":"user","content":"What now?"}]'
+    body = b'{"model":"%s","max_tokens":50,"system":%s,"messages":%s}' % (
+        CLAUDE.encode(),
+        system,
+        messages,
+    )
+    answer = httpx.post(f"{url}/v1/messages", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert len(marks(turns(upstream)[-1])) == 4
+    sent = len(upstream.messages_requests())
+    five = orjson.loads(body)
+    five["messages"][0]["content"] = [
+        {"type": "text", "text": "What now?", "cache_control": EPHEMERAL}
+    ]
+    for session in ("escaped", None):
+        extra = {"x-session-id": session} if session else {}
+        refused = httpx.post(
+            f"{url}/v1/messages", content=orjson.dumps(five), headers=headers | extra
+        )
+        assert refused.status_code == 400, refused.text
+        assert "cache_control" in refused.json()["error"]["message"]
+    assert len(upstream.messages_requests()) == sent
+
+
 def test_a_sessions_turns_share_one_prompt_cache_key(
     upstream: FakeUpstream, start_proxy: Any
 ) -> None:
     """OpenAI routes a request to its cache by `prompt_cache_key`: a session's turns get
-    one of their own (naming neither session nor tenant); a client's own key goes as it
-    is; a request of no session gets none."""
+    one of their own (naming neither session nor tenant); a client's own key is made its
+    tenant's (the same for the same key); a request of no session gets none."""
     url = start_proxy(proxy_config(upstream, model_list=[_gpt(upstream)]))
     talk(chat(url, "keyed"), "gpt-4.1", 2, [])
     keys = [r.body.get("prompt_cache_key") for r in upstream.chat_requests()]
     assert keys[0] == keys[1] and keys[0] is not None and "keyed" not in keys[0]
-    chat(url, "other").chat.completions.create(
-        model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], prompt_cache_key="mine"
-    )
-    assert upstream.chat_requests()[-1].body["prompt_cache_key"] == "mine"
+    own = []
+    for session in ("other", "another", None):
+        chat(url, session).chat.completions.create(
+            model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], prompt_cache_key="mine"
+        )
+        own.append(upstream.chat_requests()[-1].body["prompt_cache_key"])
+    assert own[0] == own[1] == own[2] and "mine" not in own[0] and own[0] != keys[0]
     chat(url, None).chat.completions.create(
         model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]
     )
     assert "prompt_cache_key" not in upstream.chat_requests()[-1].body
 
 
+def test_no_caller_reaches_another_tenants_cache_key(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """A provider's cache reports the tokens it read, so a key that reached another
+    tenant's entries would let a caller probe their prompts: tenant B sending tenant A's
+    session key (whatever A's turns carried), or the same key A chose, gets keys of its
+    own; every key is made with the deployment's secret, so knowing the session and the
+    tenant is not enough to make one."""
+    keys = [
+        {"key": "sk-tenant-a-0123456789abcdef", "tenant": "team-a"},
+        {"key": "sk-tenant-b-0123456789abcdef", "tenant": "team-b"},
+    ]
+    url = start_proxy(proxy_config(upstream, model_list=[_gpt(upstream)], auth={"keys": keys}))
+
+    def send(key: str, session: str | None, **extra: Any) -> str:
+        client = openai.OpenAI(
+            base_url=f"{url}/v1",
+            api_key=key,
+            max_retries=0,
+            default_headers={"X-Session-Id": session} if session else {},
+        )
+        messages = [{"role": "user", "content": "hi"}]
+        client.chat.completions.create(model="gpt-4.1", messages=messages, **extra)
+        return str(upstream.chat_requests()[-1].body["prompt_cache_key"])
+
+    a_session = send("sk-tenant-a-0123456789abcdef", "ticket-1")
+    a_own = send("sk-tenant-a-0123456789abcdef", None, prompt_cache_key="shared-name")
+    unkeyed = "ctx-" + hashlib.sha256(b"team-a\0ticket-1").hexdigest()[:32]  # issue 51's
+    assert a_session != unkeyed
+    for probe in (a_session, a_own, "shared-name", unkeyed):
+        sent = send("sk-tenant-b-0123456789abcdef", "ticket-1", prompt_cache_key=probe)
+        assert sent not in (a_session, a_own, probe)
+    assert send("sk-tenant-b-0123456789abcdef", "ticket-1") != a_session
+
+
 def test_a_responses_session_gets_its_key_on_the_providers_own_api(
     upstream: FakeUpstream, start_proxy: Any
 ) -> None:
     """The Responses door to OpenAI's own Responses API: the session's turns carry its
-    key; Codex, which sets `prompt_cache_key` itself, keeps its own."""
+    key; Codex, which sets `prompt_cache_key` itself, keeps one key for its thread (made
+    its tenant's)."""
     url = start_proxy(native_config(upstream))
     client = sdk(url, **{"X-Session-Id": "responses-keyed"})
     first = client.responses.create(model=NATIVE, input="Hello.")
     client.responses.create(model=NATIVE, input="And again.", previous_response_id=first.id)
     keys = [r.body.get("prompt_cache_key") for r in upstream.responses_requests()]
     assert len(keys) == 2 and keys[0] == keys[1] and str(keys[0]).startswith("ctx-")
-    sdk(url).responses.create(model=NATIVE, input="Hi.", prompt_cache_key="codex-thread-1")
-    assert upstream.responses_requests()[-1].body["prompt_cache_key"] == "codex-thread-1"
+    for _ in range(2):
+        sdk(url).responses.create(model=NATIVE, input="Hi.", prompt_cache_key="codex-thread-1")
+    own = [r.body["prompt_cache_key"] for r in upstream.responses_requests()[-2:]]
+    assert own[0] == own[1] and own[0].startswith("ctx-") and own[0] != keys[0]
 
 
 def test_a_warm_claude_prefix_is_folded_only_when_the_budget_forces_it(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from proxy.engine.caching import cache_key, marked, marks_in
+from proxy.engine.caching import cache_key, marked, marks_in, namespaced
 from proxy.engine.payoff import CacheRates, Prompt, fold_due, fold_pays
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
@@ -51,10 +51,21 @@ def test_cold_cache_folds_whenever_the_prompt_shrinks() -> None:
 
 
 def test_a_session_cache_key_is_stable_and_names_no_session() -> None:
-    key = cache_key("tenant-a", "session-1")
-    assert key == cache_key("tenant-a", "session-1")
-    assert key != cache_key("tenant-b", "session-1")
+    key = cache_key(b"secret", "tenant-a", "session-1")
+    assert key == cache_key(b"secret", "tenant-a", "session-1")
+    assert key != cache_key(b"secret", "tenant-b", "session-1")
+    assert key != cache_key(b"another deployment", "tenant-a", "session-1")
+    assert key != cache_key(b"secret", "tenant-a", "session-1", own=True)
     assert "session-1" not in key and "tenant-a" not in key
+
+
+def test_a_clients_own_key_is_its_tenants() -> None:
+    body = {"model": "gpt-4.1", "prompt_cache_key": "thread-1"}
+    mine = namespaced(body, b"secret", "tenant-a")["prompt_cache_key"]
+    assert mine == namespaced(body, b"secret", "tenant-a")["prompt_cache_key"]
+    assert mine != namespaced(body, b"secret", "tenant-b")["prompt_cache_key"]
+    assert body["prompt_cache_key"] == "thread-1"  # not changed in place
+    assert namespaced({"model": "m"}, b"secret", "tenant-a") == {"model": "m"}
 
 
 def conversation() -> list[dict]:
@@ -86,9 +97,14 @@ def test_a_list_content_is_marked_on_its_last_block() -> None:
     assert out[0]["content"] == [image, text | {"cache_control": EPHEMERAL}]
 
 
-def test_the_marks_a_body_sets_are_counted_from_its_bytes() -> None:
+def test_the_marks_a_body_sets_are_counted_as_its_parser_reads_them() -> None:
     assert marks_in(orjson.dumps({"messages": conversation()})) == 0
     assert marks_in(orjson.dumps({"messages": marked(conversation(), 0)})) == 2
+    escaped = (
+        rb'{"system":[{"text":"caf\u00e9","cache\u005Fcontrol":{}},{"\u0063ache_control":{}}]}'
+    )
+    assert marks_in(escaped) == 2
+    assert marks_in(rb'{"text":"said \"cache_control\" twice: \"cache_control\""}') == 0
 
 
 def recalled() -> list[dict]:

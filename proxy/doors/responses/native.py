@@ -6,7 +6,8 @@ developer messages (the proxy's summary and memory among them) are messages of t
 role, a model's turn is its items as they came (`responses_output`: reasoning with its
 encrypted content, hosted tool calls) or else its text and function calls, a tool
 message a `function_call_output`. Hosted and namespace tools, `reasoning`, `include`,
-`store`, `prompt_cache_key` and Codex's `client_metadata` go as the client sent them;
+`store` and Codex's `client_metadata` go as the client sent them, `prompt_cache_key` as
+the engine made it its tenant's (`proxy.engine.caching`);
 `previous_response_id` never does: the proxy serves it, and sends the whole window.
 """
 
@@ -43,7 +44,6 @@ _FORWARDED = (
     "metadata",
     "user",
     "prompt",
-    "prompt_cache_key",
     "prompt_cache_options",
     "prompt_cache_retention",
     "safety_identifier",
@@ -98,8 +98,8 @@ class ResponsesNative:
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
             out["max_output_tokens"] = chat["max_tokens"]
-        if "prompt_cache_key" not in out and chat.get("prompt_cache_key"):
-            out["prompt_cache_key"] = chat["prompt_cache_key"]  # the session's own
+        if chat.get("prompt_cache_key"):  # the session's, or the client's made its tenant's
+            out["prompt_cache_key"] = chat["prompt_cache_key"]
         carried = {name: self._body[name] for name in CARRIED if name in self._body}
         if carried:
             out["extra_body"] = carried
