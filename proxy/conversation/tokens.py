@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,11 +63,22 @@ _COUNTED_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"
 
 @dataclass(frozen=True, slots=True)
 class TokenCounter:
-    """Counts tokens for one tokenizer; `name` keys the per-message count cache."""
+    """Counts tokens for one tokenizer; `name` keys the per-message count cache.
+
+    `count_piece` is the tokenizer itself; a text longer than `PIECE_CHARS` is counted
+    piece by piece (`_pieces`, split before whitespace), so counting is linear in the
+    text (a BPE tokenizer is quadratic on a long run without spaces) and no single call
+    holds the interpreter for long (a tokenizer that keeps the GIL would freeze every
+    thread, the event loop's too, for a whole 5 MB message)."""
 
     name: str
-    count_text: Callable[[str], int]
+    count_piece: Callable[[str], int]
     _roles: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def count_text(self, text: str) -> int:
+        if len(text) <= PIECE_CHARS:
+            return self.count_piece(text)
+        return sum(self.count_piece(text[start:end]) for start, end in _pieces(text))
 
     def count_message(self, message: Message) -> int:
         """Tokens one chat message occupies in the prompt (additive over its fields)."""
@@ -108,38 +119,64 @@ class TokenCounter:
             return 0
         return TOOLS_OVERHEAD + self.count_text(_dumps(tools))
 
-    def truncate_middle(self, text: str, max_tokens: int) -> str:
+    def truncate_middle(self, text: str, max_tokens: int, total: int | None = None) -> str:
         """Keep head and tail, replace the middle with a visible marker; fits max_tokens.
 
-        Returns "" when even the marker alone does not fit. The search for how much to
-        keep gallops up from a few characters per token, so it counts text in proportion
-        to what is kept, not to `text`: a 2 MB paste is counted once whole, then only
-        around the length kept.
+        Returns "" when even the marker alone does not fit. `total`, the text's count
+        where the caller knows it, spares counting it: then only what is kept is counted,
+        piece by piece from each end, so cutting a 5 MB paste to a budget costs what
+        the budget holds, not what the paste does.
         """
-        total = self.count_text(text)
+        total = self.count_text(text) if total is None else total
         if total <= max_tokens:
             return text
-        if self.count_text(f"[… {total} tokens omitted …]") > max_tokens:
+        room = max_tokens - self.count_text(f"[… {total} tokens omitted …]")
+        if room < 0:
             return ""
+        keep = max(room - _JOIN_SLACK, 0)  # where head, marker and tail meet, pieces may merge
+        head, head_tokens = self._prefix(text, (keep + 1) // 2)
+        tail, tail_tokens = self._suffix(text, keep // 2, len(head))
+        return f"{head}[… {max(total - head_tokens - tail_tokens, 1)} tokens omitted …]{tail}"
 
-        def cut(keep: int) -> str | None:
-            head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
-            omitted = max(total - self.count_text(head) - self.count_text(tail), 1)
-            candidate = f"{head}[… {omitted} tokens omitted …]{tail}"
-            return candidate if self.count_text(candidate) <= max_tokens else None
+    def _prefix(self, text: str, tokens: int) -> tuple[str, int]:
+        """The longest head of `text` within `tokens` (whole pieces, then part of one),
+        and its count."""
+        used = 0
+        for start, stop in _pieces(text):
+            piece = text[start:stop]
+            count = self.count_piece(piece)
+            if used + count > tokens:
+                part, counted = self._longest(piece, tokens - used, from_end=False)
+                return text[:start] + part, used + counted
+            used += count
+        return text, used
 
-        best, low, high = "", 0, min(len(text), 4 * max_tokens)
-        while high < len(text) and (candidate := cut(high)) is not None:
-            best, low, high = candidate, high + 1, min(len(text), 2 * high)
-        # Binary search on the number of characters kept, to within 1/64 of them: a few
-        # characters more or less of a long text is not worth counting it again.
-        while low <= high and high - low >= low // 64:
-            keep = (low + high) // 2
-            if (candidate := cut(keep)) is not None:
-                best, low = candidate, keep + 1
+    def _suffix(self, text: str, tokens: int, floor: int) -> tuple[str, int]:
+        """The longest tail of `text` after position `floor` within `tokens`, and its
+        count."""
+        used = 0
+        for start, stop in _pieces(text, backwards=True):
+            piece = text[max(start, floor) : stop]
+            count = self.count_piece(piece)
+            if used + count > tokens or start < floor:
+                part, counted = self._longest(piece, tokens - used, from_end=True)
+                return part + text[stop:], used + counted
+            used += count
+        return text[floor:], used
+
+    def _longest(self, piece: str, tokens: int, from_end: bool) -> tuple[str, int]:
+        """The longest head (or tail) of one piece within `tokens`, and its count: by
+        bisection on its length, counting only that piece."""
+        best, best_count, low, high = "", 0, 1, len(piece)
+        while low <= high:
+            middle = (low + high) // 2
+            part = piece[len(piece) - middle :] if from_end else piece[:middle]
+            count = self.count_piece(part)
+            if count <= tokens:
+                best, best_count, low = part, count, middle + 1
             else:
-                high = keep - 1
-        return best
+                high = middle - 1
+        return best, best_count
 
     def _count_content(self, content: Any) -> int:
         if content is None:
@@ -158,6 +195,40 @@ class TokenCounter:
             else:  # audio, files, refusals...: their JSON, which overcounts
                 total += self.count_text(_dumps(part))
         return total
+
+
+PIECE_CHARS = 16_384  # a longer text is counted in pieces of about this many characters
+_JOIN_SLACK = 2  # tokens a cut text may gain where its head, marker and tail meet
+
+
+def _pieces(text: str, backwards: bool = False) -> Iterator[tuple[int, int]]:
+    """`text` as (start, end) pieces of at most `PIECE_CHARS` characters, each ending
+    before a whitespace where one is in its second half (tokenizers split there too, so
+    the pieces' counts add up to the text's, or a token more at a forced split)."""
+    if not backwards:
+        start = 0
+        while start < len(text):
+            end = min(start + PIECE_CHARS, len(text))
+            if end < len(text):
+                split = max(
+                    text.rfind(" ", end - PIECE_CHARS // 2, end),
+                    text.rfind("\n", end - PIECE_CHARS // 2, end),
+                )
+                end = split if split > start else end
+            yield start, end
+            start = end
+        return
+    end = len(text)
+    while end > 0:
+        start = max(end - PIECE_CHARS, 0)
+        if start > 0:
+            split = max(
+                text.find(" ", start, start + PIECE_CHARS // 2),
+                text.find("\n", start, start + PIECE_CHARS // 2),
+            )
+            start = split if split > 0 else start
+        yield start, end
+        end = start
 
 
 @functools.lru_cache(maxsize=256)

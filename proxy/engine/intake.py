@@ -23,6 +23,7 @@ from proxy.engine.offload import off_loop
 from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.reconcile import frame_of
 from proxy.engine.types import Request, RequestContext, State, Turn
+from proxy.engine.window import Plan
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.upstream.client import Upstream
@@ -150,10 +151,7 @@ class Intake:
                 input_limit=request.input_limit,
                 prices=request.prices,
             )
-        counts = await off_loop(
-            conversation, lambda: [request.counter.count_message(m) for m in conversation]
-        )
-        plan = self._planning.fit(request, conversation, counts, None, allow_summary=False)
+        counts, plan = await self.fitted(request)
         original = base + sum(counts)
         return Turn(
             body | {"messages": plan.messages},
@@ -165,6 +163,20 @@ class Intake:
             input_limit=request.input_limit,
             prices=request.prices,
         )
+
+    async def fitted(self, request: Request) -> tuple[list[int], Plan]:
+        """A conversation of no session counted (each message's count) and fitted by
+        truncation: work on a request's whole body, kept off the event loop when large."""
+        conversation = request.conversation
+
+        def fit() -> tuple[list[int], Plan]:
+            counts = [request.counter.count_message(message) for message in conversation]
+            return counts, self._planning.fit(
+                request, conversation, counts, None, allow_summary=False
+            )
+
+        result: tuple[list[int], Plan] = await off_loop(conversation, fit, request.size)
+        return result
 
     def calibrated(
         self, body: dict[str, Any], context: RequestContext, request: Request, state: State

@@ -34,7 +34,6 @@ from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
 from proxy.engine.history import History
 from proxy.engine.intake import Intake
-from proxy.engine.offload import off_loop
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
@@ -338,12 +337,8 @@ class Engine:
         request = self._intake.request(body, context)
         if request.key is not None:
             return int((await self.preview(body, context))["tokens_sent"])
-        conversation = request.conversation
-        validate_messages(conversation, offset=len(request.system))
-        counts = await off_loop(
-            conversation, lambda: [request.counter.count_message(m) for m in conversation]
-        )
-        return self._planning.fit(request, conversation, counts, None, allow_summary=False).tokens
+        validate_messages(request.conversation, offset=len(request.system))
+        return (await self._intake.fitted(request))[1].tokens
 
 
 def _compacting(request: Request) -> bool:

@@ -184,22 +184,30 @@ def _fit(
             fitted.append(message)
             used += size
         else:
-            fitted.append(_cut(message, cap, counter))
-            used += counter.count_message(fitted[-1])
+            fitted.append(_cut(message, cap, counter, extra))
+            used += counter.count_message(fitted[-1])  # what is kept: within the budget
     return fitted, used
 
 
-def _cut(message: Message, room: int, counter: TokenCounter) -> Message:
-    """Copy of `message` whose cuttable texts (content, tool arguments) total <= room tokens."""
+def _cut(message: Message, room: int, counter: TokenCounter, texts: int | None = None) -> Message:
+    """Copy of `message` whose cuttable texts (content, tool arguments) total <= room
+    tokens. `texts`, what they count (a message's count less its count without them),
+    spares counting a message of one such text: only what is kept of it is counted."""
     result = copy.deepcopy(message)
     fields = _text_fields(result)
-    sizes = [counter.count_text(obj[key]) if room > 0 else 0 for obj, key in fields]
+    if room <= 0:
+        for obj, key in fields:
+            obj[key] = ""
+        return result
+    if len(fields) == 1 and texts is not None:
+        obj, key = fields[0]
+        obj[key] = counter.truncate_middle(obj[key], room, texts)
+        return result
+    sizes = [counter.count_text(obj[key]) for obj, key in fields]
     cap = _water_level(sizes, room)
     for (obj, key), size in zip(fields, sizes, strict=True):
-        if room <= 0:
-            obj[key] = ""
-        elif size > cap:
-            obj[key] = counter.truncate_middle(obj[key], cap)
+        if size > cap:
+            obj[key] = counter.truncate_middle(obj[key], cap, size)
     return result
 
 

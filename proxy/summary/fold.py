@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from proxy.conversation.identity import Message
 from proxy.facts.literals import _normalize, extract_facts, missing_facts, retention
@@ -53,6 +53,8 @@ APPEND_TASK = (
 REWRITE_TASK = "Write the updated summary: the previous summary with the new messages merged in."
 
 _SEPARATOR = "\n\n"
+_LARGE_CHARS = 50_000  # a span longer than this is counted and cut in a worker thread
+_T = TypeVar("_T")
 _LABEL = re.compile(r"^[#*\s]*(?:updated\s+|new\s+)?summary[* \t]*(?::|\n)[*\s]*", re.IGNORECASE)
 # Small models sometimes run on into the prompt's own markup; nothing after it is summary.
 _ECHOED_PROMPT = re.compile(r"</?(?:previous_summary|new_messages|conversation)>")
@@ -70,6 +72,8 @@ class TokenCounting(Protocol):
     def count_text(self, text: str) -> int: ...
 
     def count_messages(self, messages: list[Message]) -> int: ...
+
+    def truncate_middle(self, text: str, max_tokens: int, total: int | None = None) -> str: ...
 
 
 class SummarizationError(Exception):
@@ -138,7 +142,9 @@ async def summarize_span(
     if not span:
         raise ValueError("nothing to summarize: span is empty")
     lines = _render_all(span)
-    costs = [counter.count_text(line) + 1 for line in lines]
+    # Counting a long paste is seconds of work: kept off the event loop.
+    large = sum(map(len, lines)) > _LARGE_CHARS
+    costs = await _run(large, lambda: [counter.count_text(line) + 1 for line in lines])
     parts, start, calls, input_tokens, written = list(previous), 0, 0, 0, ""
     while start < len(lines):
         earlier = summary_text(parts) if parts else None
@@ -150,7 +156,10 @@ async def summarize_span(
             and counter.count_messages(build_prompt(earlier, "", append=True)) <= budget_tokens // 2
         )
         frame = functools.partial(build_prompt, earlier, append=adding)
-        prompt, start, tokens = _next_prompt(frame, lines, costs, start, counter, budget_tokens)
+        prompt, start, tokens = await _run(
+            large,
+            functools.partial(_next_prompt, frame, lines, costs, start, counter, budget_tokens),
+        )
         cap = room if adding else max_summary_tokens
         written = _within(await _complete(complete, model, prompt, cap), cap, counter)
         parts = [*parts, written] if adding else [written]
@@ -190,7 +199,7 @@ def _next_prompt(
         if end > start:
             chunk = _SEPARATOR.join(lines[start:end])
         else:
-            chunk, end = _cut_middle(lines[start], room, counter), start + 1
+            chunk, end = counter.truncate_middle(lines[start], room, costs[start] - 1), start + 1
         prompt = frame(chunk)
         tokens = counter.count_messages(prompt)
         if tokens <= budget:
@@ -199,17 +208,9 @@ def _next_prompt(
     raise SummarizationError(f"summarizer budget of {budget} tokens leaves no room for messages")
 
 
-def _cut_middle(text: str, max_tokens: int, counter: TokenCounting) -> str:
-    """Keep the head and tail of `text`, marking what was dropped."""
-    total = counter.count_text(text)
-    keep = len(text) * max_tokens // max(total, 1)
-    while True:
-        head, tail = text[: keep // 2], text[len(text) - keep // 2 :]
-        omitted = total - counter.count_text(head + tail)
-        cut = f"{head}\n[… {omitted} tokens omitted …]\n{tail}"
-        if keep == 0 or counter.count_text(cut) <= max_tokens:
-            return cut
-        keep = keep * 3 // 4
+async def _run(elsewhere: bool, work: Callable[[], _T]) -> _T:
+    """`work` in a worker thread (`elsewhere`: work on a long span) or here."""
+    return await asyncio.to_thread(work) if elsewhere else work()
 
 
 async def _complete(complete: Complete, model: str, prompt: list[Message], max_tokens: int) -> str:

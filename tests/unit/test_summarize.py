@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.conversation.tokens import TokenCounter
 from proxy.summary.fold import (
     MAX_PINNED_FACTS,
     SummarizationError,
@@ -27,6 +28,9 @@ class WordCounter:
 
     def count_messages(self, messages: list[dict[str, Any]]) -> int:
         return sum(2 + self.count_text(str(m.get("content") or "")) for m in messages)
+
+    def truncate_middle(self, text: str, max_tokens: int, total: int | None = None) -> str:
+        return TokenCounter("words", self.count_text).truncate_middle(text, max_tokens, total)
 
 
 class FakeModel:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tiktoken
 
-from proxy.conversation.tokens import _bundled_dir, counter_for, estimate_tokens
+from proxy.conversation.tokens import TokenCounter, _bundled_dir, counter_for, estimate_tokens
 
 ENGLISH = (
     "The proxy keeps the whole conversation and sends the model a summary of the old part "
@@ -167,6 +167,39 @@ def test_truncate_middle_keeps_nearly_all_it_may_of_a_huge_paste() -> None:
         cut = counter.truncate_middle(text, max_tokens)
         assert 0.97 * max_tokens <= counter.count_text(cut) <= max_tokens
         assert cut.startswith("BEGIN") and cut.endswith("END")
+
+
+def test_a_long_text_is_counted_in_pieces_that_add_up() -> None:
+    """A text is counted piece by piece (linear, and no call holds the interpreter for
+    long): the pieces' sum is the whole's, or a token more at a forced split."""
+    for model in ("gpt-4o", "claude-3-5-sonnet", "my-local-llama"):
+        counter = counter_for(model)
+        for base in (ENGLISH, CODE, CHINESE, JSON_DATA):
+            text = base * (200_000 // len(base))
+            whole = counter.count_piece(text)
+            assert whole <= counter.count_text(text) <= whole * 1.001 + 2, model
+
+
+def test_cutting_a_huge_paste_costs_what_it_keeps_not_what_it_is() -> None:
+    """Given the paste's count (a message's, known when it arrived), a cut tokenizes what
+    it keeps and a bounded search around its edges: a 5 MB paste costs what a 500 kB one
+    does, not ten times as much."""
+    gpt = counter_for("gpt-4o")
+
+    def cut_cost(size: int) -> int:
+        counted: list[int] = []
+
+        def count(text: str) -> int:
+            counted.append(len(text))
+            return gpt.count_piece(text)
+
+        text = "BEGIN " + "lorem ipsum dolor sit amet " * (size // 27) + " END"
+        cut = TokenCounter("recording", count).truncate_middle(text, 4_000, gpt.count_text(text))
+        assert cut.startswith("BEGIN") and cut.endswith("END") and "tokens omitted …]" in cut
+        assert 0.97 * 4_000 <= gpt.count_text(cut) <= 4_000
+        return sum(counted)
+
+    assert cut_cost(5_000_000) <= 1.05 * cut_cost(500_000)
 
 
 def test_truncate_middle_leaves_short_text_alone() -> None:
