@@ -14,7 +14,9 @@ from proxy.errors import InvalidRequest
 
 __all__ = [
     "ROLES",
+    "check_function",
     "check_ranges",
+    "check_strings",
     "check_types",
     "header_session_id",
     "invalid",
@@ -160,6 +162,57 @@ def validate_parameters(body: dict[str, Any]) -> None:
         raise invalid("messages", "`messages` is required and must be a non-empty array.")
     check_types(body, _CHAT_KINDS)
     check_ranges(body, _CHAT_RANGES)
+    _check_shapes(body)
+
+
+def _check_shapes(body: dict[str, Any]) -> None:
+    """The inside of the parameters that hold structure, as OpenAI's reference gives
+    it: what a provider's translation would otherwise trip over (a 502 for the client's
+    own mistake), a 400 naming the field."""
+    check_strings(body.get("stop"), "stop")
+    for number, tool in enumerate(body.get("tools") or ()):
+        here = f"tools[{number}]"
+        if type(tool) is not dict or type(tool.get("type")) is not str:
+            raise invalid(here, f"`{here}` must be an object with a string `type`.")
+        if tool["type"] == "function":
+            check_function(tool.get("function"), f"{here}.function")
+    for number, function in enumerate(body.get("functions") or ()):
+        check_function(function, f"functions[{number}]")
+    for name in ("tool_choice", "function_call", "response_format"):
+        choice = body.get(name)
+        if type(choice) is dict and type(choice.get("type", choice.get("name"))) is not str:
+            raise invalid(f"{name}.type", f"`{name}.type` must be a string.")
+    choice = body.get("tool_choice")
+    if type(choice) is dict and choice.get("type") == "function":
+        function = choice.get("function")
+        if type(function) is not dict or type(function.get("name")) is not str:
+            raise invalid("tool_choice.function", "`tool_choice.function` needs a string `name`.")
+
+
+def check_strings(value: Any, where: str) -> None:
+    """A 400 unless `value`, where it is a list, holds strings only."""
+    if type(value) is not list:
+        return
+    for number, item in enumerate(value):
+        if type(item) is not str:
+            raise invalid(f"{where}[{number}]", f"`{where}[{number}]` must be a string.")
+
+
+def check_function(
+    function: Any, where: str, *, parameters: str = "parameters", required: bool = False
+) -> None:
+    """A function tool's definition: an object with a string `name`, its `parameters`
+    (the JSON schema, `input_schema` for Anthropic) an object, `description` a string,
+    `strict` a boolean, where given (`required`: the schema must be)."""
+    if type(function) is not dict or type(function.get("name")) is not str:
+        raise invalid(where, f"`{where}` must be an object with a string `name`.")
+    schema = function.get(parameters)
+    if (schema is not None or required) and type(schema) is not dict:
+        raise invalid(f"{where}.{parameters}", f"`{where}.{parameters}` must be an object.")
+    if function.get("description") is not None and type(function["description"]) is not str:
+        raise invalid(f"{where}.description", f"`{where}.description` must be a string.")
+    if function.get("strict") is not None and type(function["strict"]) is not bool:
+        raise invalid(f"{where}.strict", f"`{where}.strict` must be a boolean.")
 
 
 def check_ranges(body: dict[str, Any], ranges: dict[str, Range]) -> None:
@@ -173,17 +226,21 @@ def check_ranges(body: dict[str, Any], ranges: dict[str, Range]) -> None:
             raise invalid(name, f"`{name}` must be {bounds}, not {value}.")
 
 
-def check_types(body: dict[str, Any], kinds: dict[str, str], *, anthropic: bool = False) -> None:
+def check_types(
+    body: dict[str, Any], kinds: dict[str, str], *, anthropic: bool = False, where: str = ""
+) -> None:
     """A 400 for the first parameter present (not null) that is not of its kind (a
-    boolean is no number), worded as OpenAI's errors are, or as Anthropic's."""
+    boolean is no number), worded as OpenAI's errors are, or as Anthropic's; `where`
+    names the object they are fields of, if not the body."""
     for name, kind in kinds.items():
         value = body.get(name)
         if value is None:
             continue
         types, words = _KINDS[kind]
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            said = f"{name}: must be {words}." if anthropic else f"`{name}` must be {words}."
-            raise invalid(name, said)
+            param = f"{where}.{name}" if where else name
+            said = f"{param}: must be {words}." if anthropic else f"`{param}` must be {words}."
+            raise invalid(param, said)
 
 
 def validate_messages(

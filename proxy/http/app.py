@@ -38,6 +38,7 @@ from proxy.http.bodies import (
     parse_json,
     principal,
     read_body,
+    too_deep,
     unless_disconnected,
 )
 from proxy.http.errors import (
@@ -287,6 +288,11 @@ class Proxy:
             )
             yield framer.error(error_reply(scrubbed))
             return
+        except Exception:  # a fault of ours: still the door's error event, never a cut
+            status = 500
+            logger.exception("a %s stream failed (500)", events.turn.model)
+            yield framer.error(error_reply(_internal_error()))
+            return
         finally:
             telemetry.finish(status)
         if not native:
@@ -378,10 +384,7 @@ async def _too_deep(request: Request, exc: Exception) -> Response:
     (its JSONEncodeError); any other TypeError is a fault of ours, a 500."""
     if isinstance(exc, TypeError) and str(exc) != "Recursion limit reached":
         raise exc
-    error = InvalidRequest(
-        "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
-    )
-    return error_response(request.url.path, error)
+    return error_response(request.url.path, too_deep())
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -397,8 +400,11 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    error = InternalError("Internal error in context-proxy.", code="internal_error")
-    return error_response(request.url.path, error)
+    return error_response(request.url.path, _internal_error())
+
+
+def _internal_error() -> ProxyError:
+    return InternalError("Internal error in context-proxy.", code="internal_error")
 
 
 def create_app(

@@ -26,6 +26,7 @@ __all__ = [
     "parse_json",
     "principal",
     "read_body",
+    "too_deep",
     "unless_disconnected",
 ]
 
@@ -70,14 +71,34 @@ async def read_body(request: Request, server: ServerSettings) -> bytes:
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or an OpenAI-shaped 400."""
+    """The body as a JSON object, or an OpenAI-shaped 400: also one that nests deeper
+    than orjson writes (255 levels; it reads 1,024), which could be neither stored nor
+    sent on, nor echoed in a reply, and would fail only once the provider was paid (a
+    Responses stream, after its headers). Checked by writing the parameters, a C pass
+    over a few kilobytes; the conversation is written before any call anyway (its
+    messages are hashed, or serialized for the provider), which refuses it as deep."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
+    try:
+        orjson.dumps({key: value for key, value in data.items() if key not in _CONVERSATION})
+    except orjson.JSONEncodeError:
+        raise too_deep() from None
     return data
+
+
+def too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        "The request's JSON is nested too deeply (at most 255 levels).", code="invalid_json"
+    )
+
+
+# Where each door's request holds its conversation: `messages` (chat, Messages), `input`
+# (Responses).
+_CONVERSATION = frozenset({"messages", "input"})
 
 
 def _too_large(limit: int) -> ProxyError:

@@ -23,7 +23,13 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.conversation.validation import check_ranges, check_types, invalid
+from proxy.conversation.validation import (
+    check_function,
+    check_ranges,
+    check_strings,
+    check_types,
+    invalid,
+)
 from proxy.doors.anthropic.native import MessagesNative, arguments, native_content
 from proxy.doors.anthropic.stream import (
     MessagesFramer,
@@ -205,9 +211,12 @@ def to_chat(
             out[name] = body[name]
     out |= _reasoning(body.get("thinking"), body.get("output_config") or {}, dropped)
     if body.get("stop_sequences"):
+        check_strings(body["stop_sequences"], "stop_sequences")
         out["stop"] = body["stop_sequences"]
     tools = []
     for number, tool in enumerate(body.get("tools") or ()):
+        if isinstance(tool, dict) and tool.get("type") is not None:
+            check_types(tool, {"type": "string"}, anthropic=True, where=f"tools.{number}")
         if isinstance(tool, dict) and "input_schema" not in tool and tool.get("type"):
             dropped.append(f"tools.{tool.get('name') or tool['type']}")  # a server tool
         else:
@@ -339,8 +348,10 @@ def _text(block: dict[str, Any], where: str) -> dict[str, Any]:
     return _cached({"type": "text", "text": block["text"]}, block)
 
 
-def _part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    kind = block["type"]
+def _part(block: Any, where: str) -> dict[str, Any]:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if not isinstance(kind, str):
+        raise invalid(where, f"{where}: an object with a string `type`.")
     if kind == "text":
         return _text(block, where)
     if kind == "image":
@@ -368,10 +379,7 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
         raise invalid(f"{where}.tool_use_id", f"{where}.tool_use_id: Field required.")
     content = block.get("content", "")
     if isinstance(content, list):
-        content = [
-            _part(part, f"{where}.content.{n}") if isinstance(part, dict) else part
-            for n, part in enumerate(content)
-        ]
+        content = [_part(part, f"{where}.content.{n}") for n, part in enumerate(content)]
     elif not isinstance(content, str):
         raise invalid(f"{where}.content", f"{where}.content: a string or an array of blocks.")
     message = {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
@@ -383,6 +391,8 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
 def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
         raise invalid(where, f"{where}: a tool_use block needs a string `id` and `name`.")
+    if block.get("input") is not None and not isinstance(block["input"], dict):
+        raise invalid(f"{where}.input", f"{where}.input: an object.")
     arguments = orjson.dumps(block.get("input") or {}).decode()
     call = {
         "id": block["id"],
@@ -397,6 +407,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
         raise invalid(where, f"{where}: a tool needs a string `name`.")
     if "input_schema" not in tool:  # Anthropic's server tools (web search, …)
         raise invalid(where, f"{where}: only client tools (with `input_schema`) are supported.")
+    check_function(tool, where, parameters="input_schema", required=True)
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("description"):
         function["description"] = tool["description"]

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.responses import Response
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
-from proxy.conversation.validation import check_ranges, check_types, invalid
+from proxy.conversation.validation import check_function, check_ranges, check_types, invalid
 from proxy.doors.base import Api, Inbound, ORJSONResponse, body_session_id, text_of, unknown_fields
 from proxy.doors.responses.items import ItemNames, References, ResponseIds
 from proxy.doors.responses.native import CARRIED, ResponsesNative, chat_item
@@ -288,6 +288,12 @@ def to_chat(
     if isinstance(body.get("reasoning"), dict) and body["reasoning"].get("effort"):
         out["reasoning_effort"] = body["reasoning"]["effort"]
     text = body.get("text")
+    if isinstance(text, dict):
+        form = text.get("format")
+        if form is not None and not isinstance(form, dict):
+            raise invalid("text.format", "`text.format` must be an object.")
+        if isinstance(form, dict) and not isinstance(form.get("type"), str):
+            raise invalid("text.format.type", "`text.format.type` must be a string.")
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         out |= _format(text["format"])
     if isinstance(text, dict) and text.get("verbosity") is not None:
@@ -452,6 +458,7 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
         raise invalid(where, f"`{where}`: a tool needs a `type` (`function` and its `name`).")
     if not isinstance(tool.get("name"), str):
         raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
+    check_function(tool, where)
     function = {"name": tool["name"]}
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
