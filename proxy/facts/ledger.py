@@ -155,7 +155,8 @@ def pinned(
 ) -> Callable[[str], list[str]]:
     """What to pin after a summary: the current facts it lacks, and the current value of
     every fact that was updated (summaries get those wrong), most relevant to `query`
-    first, within `max_tokens`."""
+    first, within `max_tokens`. Never a credential: a ledger stored before its shape or
+    cue was known may hold one."""
     updated = {fact.key for fact in ledger if not fact.current}
 
     def pin(summary: str) -> list[str]:
@@ -168,7 +169,7 @@ def pinned(
                 continue
             text = fact.text()
             cost = count(text) + 1
-            if used + cost <= max_tokens:
+            if used + cost <= max_tokens and not holds_secret(text):
                 kept.append(text)
                 used += cost
         return kept
