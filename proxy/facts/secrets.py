@@ -62,22 +62,30 @@ _OPENS = (
     r"|confirmation|2fa|mfa|otp|one[\s-]?time|auth\w*|backup|recovery|unlock|keypad|garage"
     r"|building|lobby|intercom|login|sms|vault|pin)"
 )
+_OWNER = r"(?!(?:it|that|what|there|here|he|she|who|where|let)['’]s)\w+['’]s"  # "Dad's"
+_OPENED = r"(?:alarm|doors?|gates?|safe|vault|lock|padlock|keypad|lockbox)\b"
+# A code of what opens or proves, said together or apart ("the alarm code", "For the
+# alarm. The code is …", "the code for the front door"): apart from the other cues, so
+# that it reaches as far as it is said, whatever they find in it.
+_CODES = re.compile(
+    rf"(?i:\b{_OPENS}(?:\W+\w+){{0,3}}?\W+codes?\b"
+    rf"|\bcodes?\W+(?:for|to|of|on)\W+(?:\w+\W+){{0,2}}?{_OPENS}\b)"
+)
 _CUES = re.compile(
     "|".join(
         [
-            # A code of what opens or proves, said together or apart ("the alarm code",
-            # "For the alarm. The code is …", "the code for the front door"): first, so
-            # the cue reaches as far as it is said.
-            rf"(?i:\b{_OPENS}(?:\W+\w+){{0,3}}?\W+codes?\b)",
-            rf"(?i:\bcodes?\W+(?:for|to|of|on)\W+(?:\w+\W+){{0,2}}?{_OPENS}\b)",
             # A credential's name.
             rf"(?i:{_START}(?:pass(?:word|wd|phrase|code)s?|pwd|pw|cred(?:ential)?s?|jwts?"
             r"|t?otps?|2fa|mfa|mnemonic|(?:api|access|secret|private|ssh|deploy|signing"
             r"|license)[\s_-]?keys?|bearer|basic\s+auth|auth(?:orization)?\s+headers?"
             rf"|security\s+(?:questions?|answers?)){_END})",
-            # A credential's name, or what one opens, only as a noun of its own.
-            rf"(?i:{_START}(?:keys?|token|secrets?|cookies?|log(?:in|on)s?|combinations?|alarm"
-            rf"|doors?|gates?|safe|vault|lock|padlock|keypad|lockbox){_END}{_HEAD})",
+            # A credential's name only as a noun of its own ("the key is …").
+            rf"(?i:{_START}(?:keys?|token|secrets?|cookies?|log(?:in|on)s?|combinations?)"
+            rf"{_END}{_HEAD})",
+            # What opens, as a noun ("the safe is …", "the back door wants …", "Door's
+            # …"), not an adjective or a verb ("it's safe to merge", "lock the table").
+            rf"(?i:(?:\b(?:the|a|an|my|our|your|his|her|their|this|that|{_OWNER})\s+(?:\w+\s+)?"
+            rf"{_OPENED}{_HEAD}|\b{_OPENED}['’]s\b))",
             # What one logs in, signs in or unlocks with ("logged in as admin with …").
             r"(?i:\b(?:log|sign)(?:s|ged|ed|ging|ing)?\s*(?:in|on)\s+(?:with|as|using)\b"
             r"|\blogged\s+(?:in|on)\b|\bunlock\w*|\bauthenticat\w*\s+(?:with|using|as)\b"
@@ -166,8 +174,9 @@ def said_as_secret(value: str, text: str) -> bool:
 def _spans(text: str) -> Iterator[tuple[int, int]]:
     """Where credentials are in `text`, lazily: cheapest checks first."""
     yield from _shapes(text)
-    for cue in _CUES.finditer(text):
-        yield cue.span()
+    for cues in (_CODES, _CUES):
+        for cue in cues.finditer(text):
+            yield cue.span()
 
 
 def _shapes(text: str) -> Iterator[tuple[int, int]]:

@@ -120,6 +120,10 @@ def test_a_secret_is_known_by_its_shape_alone(value: str) -> None:
         "The key metric is p99 latency at 230ms",
         "The error code is E4012",
         "The front door camera's IP is 192.168.1.44",
+        "It's safe to merge now.",
+        "the safe deploy window is 14:00",
+        "Vault is at https://vault.internal:8200",
+        "we lock the table at 5pm",
     ],
 )
 def test_a_word_that_names_a_credential_elsewhere_is_no_cue_here(text: str) -> None:
@@ -134,6 +138,8 @@ def test_a_value_said_beside_a_credential_is_not_kept_with_it() -> None:
     assert [fact.value for fact in facts_in(text, 1, 1.0)] == ["$5"]
     text = "When the panel beeps, punch in 'harborpiano'; that's the root password"
     assert facts_in(text, 1, 1.0) == [] and said_as_secret("harborpiano", text)
+    text = "Dad's gun safe is 31-7-22, and the back door wants 4417 before 9pm"
+    assert said_as_secret("31-7-22", text) and said_as_secret("4417", text)
 
 
 def test_a_reply_that_repeats_a_credential_is_not_recalled_elsewhere() -> None:
