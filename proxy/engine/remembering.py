@@ -172,13 +172,12 @@ class Memories:
                 found += [(hit, other) for hit in hits]
         found.sort(key=lambda pair: pair[0].score, reverse=True)
         found = sorted(found[:_UNITS], key=lambda pair: pair[0].start)  # as they were said
-        units = [
-            (
-                hit.start,
-                [s.message for s in await self._store.messages(tenant, other, hit.start, hit.end)],
-            )
-            for hit, other in found
-        ]
+        units = []
+        for hit, other in found:  # each with the message before it: what a reply answers
+            first = max(hit.start - 1, 0)
+            read = [s.message for s in await self._store.messages(tenant, other, first, hit.end)]
+            before = read.pop(0) if hit.start > first and read else None
+            units.append((hit.start, read, before))
         block = recalled_message(units, memory.facts, request.counter, room)
         if block is None:
             return plan

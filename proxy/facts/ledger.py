@@ -22,15 +22,14 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.facts.literals import _normalize, missing_facts
-from proxy.facts.statements import corrections, credential_like, statements, subject_words
-from proxy.observability.redaction import redact
+from proxy.facts.secrets import holds_secret, said_as_secret
+from proxy.facts.statements import corrections, statements, subject_words
 
 __all__ = [
     "MAX_FACTS",
     "Fact",
     "Valued",
     "facts_in",
-    "holds_secret",
     "merge",
     "message_text",
     "names",
@@ -60,11 +59,6 @@ _FILLER = frozenset(
     become stays stay keep kept using use used via per each every called named say says
     said plan record user assistant tool result
     """.split()  # noqa: SIM905
-)
-# A value said to be a credential, or shaped like one, is never a fact to keep or share.
-_CREDENTIAL = re.compile(
-    r"key|token|secret|password|passphrase|passwd|credential|\bcreds?\b|login|logon|\bpwd\b"
-    r"|passcode|\bpin\b|\botp\b|\b2fa\b|\bmfa\b|recovery code|cookie"
 )
 
 
@@ -161,7 +155,8 @@ def pinned(
 ) -> Callable[[str], list[str]]:
     """What to pin after a summary: the current facts it lacks, and the current value of
     every fact that was updated (summaries get those wrong), most relevant to `query`
-    first, within `max_tokens`."""
+    first, within `max_tokens`. Never a credential: a ledger stored before its shape or
+    cue was known may hold one."""
     updated = {fact.key for fact in ledger if not fact.current}
 
     def pin(summary: str) -> list[str]:
@@ -174,7 +169,7 @@ def pinned(
                 continue
             text = fact.text()
             cost = count(text) + 1
-            if used + cost <= max_tokens:
+            if used + cost <= max_tokens and not holds_secret(text):
                 kept.append(text)
                 used += cost
         return kept
@@ -183,33 +178,20 @@ def pinned(
 
 
 def facts_in(text: str, source: int, time: float) -> list[Fact]:
-    """The statements of one message as facts; none that is (or is said to be) a
-    credential: a password said in a conversation stays in its message, where recall
-    finds it, and is never pinned, noted or shared with another session."""
+    """The statements of one message as facts; none that is, or is said on a line that
+    holds, a credential (`proxy.facts.secrets`): a password said in a conversation stays
+    in its message, where recall finds it, and is never pinned, noted or shared with
+    another session."""
     found = [Fact(kind, subject, value, source, time) for kind, subject, value in statements(text)]
     found += [
         Fact("text", subject, value, source, time, corrects=old)
         for subject, old, value in corrections(text)
     ]
-    return [fact for fact in found if not _secret(fact)]
-
-
-def holds_secret(text: str) -> bool:
-    """Whether `text` has a credential in it: by its shape, or said to be one ("the
-    deploy password is ZEBRA-4471"). Such a message is never shared with another session."""
-    if credential_like(text) or redact(text) != text:
-        return True
-    return any(_CREDENTIAL.search(subject.casefold()) for _, subject, _ in statements(text))
-
-
-def _secret(fact: Fact) -> bool:
-    """Whether a fact is, or is said to be, a credential."""
-    value = fact.value
-    return (
-        bool(_CREDENTIAL.search(fact.subject.casefold()))
-        or redact(value) != value
-        or (credential_like(value))
-    )
+    return [
+        fact
+        for fact in found
+        if not holds_secret(fact.subject) and not said_as_secret(fact.value, text)
+    ]
 
 
 @functools.lru_cache(maxsize=8192)

@@ -17,8 +17,9 @@ import re
 from collections.abc import Iterator
 
 from proxy.facts.literals import COMMON_WORDS, fact_spans
+from proxy.facts.secrets import shaped
 
-__all__ = ["corrections", "credential_like", "statements", "subject_words"]
+__all__ = ["corrections", "statements", "subject_words"]
 
 MAX_SUBJECT_WORDS = 8
 MAX_VALUE_WORDS = 12
@@ -178,12 +179,6 @@ _NAMED_VALUE = re.compile(
 )
 _QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”"}
 _PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
-# A word a secret is made of: upper and lower case and digits (8+ characters between
-# dashes, no dots: not a version or a model's name), or letters and digits with a symbol
-# passwords use (7+).
-_MIXED = re.compile(r"(?=[^.]*[A-Z])(?=[^.]*[a-z])(?=[^.]*\d)[^.\s]{8,}")
-_SYMBOLED = re.compile(r"(?=.*[A-Za-z])(?=.*\d)(?=.*[!#$%^&*?~+]).{7,}")
-_URL_LOGIN = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
 # "oops, I said 8443 for auth earlier, it's 9443": a value said before, corrected.
 _CORRECTION = re.compile(
     r"(?:^|[,.;:!]\s*|\b(?:oops|sorry|correction|wait)\W+)i\s+(?:said|wrote|gave|put|meant)\s+"
@@ -296,19 +291,6 @@ _NOT_BUT = re.compile(
     r"[`\"']?(?P<old>[^\s,`\"']+)[`\"']?\s*[,;]\s*(?:it['’]s|it\s+is|but)\s+(?P<v>.+)$",
     re.I,
 )
-
-
-def credential_like(value: str) -> bool:
-    """Whether `value` holds something shaped like a secret: a URL's `user:pass@`, or a
-    word (or part of a `user:pass`, `KEY=value` pair) that mixes case and digits as
-    passwords and keys do ("acme-guest / Lumen2025!", "svc-deploy:Xk9#pq2!")."""
-    if _URL_LOGIN.search(value):
-        return True
-    for word in value.split():
-        for part in re.split(r"[=:/@]", word.strip("`'\"“”,;()[]")):
-            if _SYMBOLED.fullmatch(part) or any(map(_MIXED.fullmatch, re.split(r"[-_]", part))):
-                return True
-    return False
 
 
 def subject_words(subject: str) -> list[str]:
@@ -435,7 +417,7 @@ def _statement(subject: str, value: str, named: bool = False) -> tuple[str, str,
     """(kind, subject, value) when both are what a statement has; `named`: the subject
     is a name as written (a table's first cell: "new checkout" is a flag's name)."""
     subject_ = _subject(subject, named)
-    if subject_ is None or credential_like(value):
+    if subject_ is None or shaped(value):
         return None
     value = re.sub(r"^(?:at|on|in|under)\s+", "", value.strip().rstrip(".,;:!").strip())
     value = _unquoted(_AFTER_VALUE.sub("", value))

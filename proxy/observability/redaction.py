@@ -3,7 +3,8 @@
 Provider keys from the config and the environment are known in plain and removed
 wherever they appear, whatever their shape. Proxy keys are known only by their hashes:
 any token in a text whose SHA-256 is a key's is removed too. Anything else shaped like a
-credential (`sk-…`, `Bearer …`, `api_key=…`) goes as well.
+credential (`sk-…`, `Bearer …`, `api_key=…`, and every format of `TOKEN_FORMATS`) goes
+as well.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 
 from proxy.config.settings import KEY_HASH_PREFIX, SECRET_REF, Settings
 
-__all__ = ["Redactor", "configured_secrets", "redact"]
+__all__ = ["TOKEN_FORMATS", "Redactor", "configured_secrets", "redact"]
 
 MASK = "***"
 
@@ -26,6 +27,20 @@ _SECRET_PATTERNS = [
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{6,}"),
     re.compile(r"(?i)(api[_-]?key|token|secret|password)(['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]{4,}"),
 ]
+# Credentials known by their format, wherever they appear (in a provider's message or a
+# conversation: `proxy.facts.secrets`): platform keys (GitHub, GitLab, Slack, AWS, Google,
+# Stripe, OpenAI, Anthropic, Hugging Face, npm), JWTs (a base64url JSON header, `eyJ`, and
+# two more segments), private keys, an auth header's value, a URL's `user:pass`.
+TOKEN_FORMATS = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{16,}|xox[abposr]-[\w-]{8,}"
+    r"|(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}|AIza[\w-]{30,}|[sr]k_(?:live|test)_[0-9A-Za-z]{10,}"
+    r"|sk-(?:ant-|proj-)?[\w-]{12,}|hf_[A-Za-z0-9]{30,}|npm_[A-Za-z0-9]{30,})"
+    r"|\beyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]*"
+    r"|-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+    r"|\b(?:Basic|Bearer|Token|Digest)\s+(?=[\w.~+/=-]*\d)[\w.~+/=-]{8,}"
+    r"|(?i:\bauthorization\s*:\s*(?:(?:basic|bearer|token|digest)\s+)?\S+)"
+    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"
+)
 # Names of settings and environment variables that hold credentials (LiteLLM reads
 # OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, HF_TOKEN, VERTEXAI_CREDENTIALS, WATSONX_APIKEY, …).
 _SECRET_NAME = re.compile(r"(?i)key|token|secret|password|credential")
@@ -88,4 +103,5 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(secret, MASK)
     text = _SECRET_PATTERNS[0].sub(lambda m: m.group(1) + "-" + MASK, text)
     text = _SECRET_PATTERNS[1].sub("Bearer " + MASK, text)
-    return _SECRET_PATTERNS[2].sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _SECRET_PATTERNS[2].sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    return TOKEN_FORMATS.sub(MASK, text)

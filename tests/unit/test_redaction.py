@@ -44,3 +44,15 @@ def test_settings_and_environment_secrets_of_any_shape() -> None:
     assert redact("key=zz-provider-value, hf0123456789!") == "key=***, ***!"
     assert redact("Bearer anything-at-all", ["caller-own"]) == "Bearer ***"
     assert redact("sk-abcdef123456 and caller-own", ["caller-own"]) == "sk-*** and ***"
+
+
+def test_credentials_of_a_known_format_are_removed_whatever_surrounds_them() -> None:
+    """The formats conversations are checked for (`proxy.facts.secrets`) leave no log
+    line or error body either."""
+    redact = Redactor()
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N"
+    text = (
+        f"pat ghp_abcdefghijklmnopqrstuvwxyz0123456789. jwt {jwt}, "
+        "url postgres://app:S3cr3t!@db:5432/x; Authorization: Basic YWRtaW46aHVudGVyMg=="
+    )
+    assert redact(text) == "pat ***. jwt ***, url postgres://***@db:5432/x; ***"
