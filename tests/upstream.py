@@ -71,7 +71,7 @@ class Reply:
 
 # The text a flooding reply is made with, where the flood goes (`flooded`).
 FLOOD = "FLOOD-TEXT-GOES-HERE"
-_PIECE = b"a" * 65536
+_PIECE = (b"lorem ipsum dolor sit amet " * 2428)[:65536]  # words, as replies are
 
 
 async def flooded(events: list[bytes], size: int, before: int | None) -> AsyncIterator[bytes]:
