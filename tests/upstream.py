@@ -112,7 +112,7 @@ class FakeUpstream:
     record: bool = True  # keep every request (benchmarks turn it off to save memory)
     in_flight: int = 0  # requests being answered right now
     require_key: bool = False  # answer 401 to a request without an Authorization header
-    hung_up: int = 0  # requests whose caller closed the connection while they stalled
+    hung_up: int = 0  # requests whose caller hung up while they stalled or flooded
     # tiktoken usage and the prompt caches; off: a cheap estimate and no cache, so
     # benchmarks time the proxy
     exact_usage: bool = True
@@ -276,14 +276,24 @@ class FakeUpstream:
         kind = "application/json"
         return Response(reply.raw, status_code=reply.status, headers=reply.headers, media_type=kind)
 
-    @staticmethod
-    def _flooding(answer: dict[str, Any], stream: list[bytes] | None, reply: Reply) -> Response:
-        """`answer` (or its `stream` of events) with `reply.flood` bytes of text in it."""
+    def _flooding(
+        self, answer: dict[str, Any], stream: list[bytes] | None, reply: Reply
+    ) -> Response:
+        """`answer` (or its `stream` of events) with `reply.flood` bytes of text in it; a
+        caller that hangs up before its end is counted (`hung_up`)."""
         assert reply.flood is not None
         events = stream if stream is not None else [json.dumps(answer).encode()]
         kind = "text/event-stream" if stream is not None else "application/json"
-        pieces = flooded(events, reply.flood, reply.fail_after_chunks)
-        return StreamingResponse(pieces, media_type=kind)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            try:
+                async for piece in flooded(events, reply.flood or 0, reply.fail_after_chunks):
+                    yield piece
+            except asyncio.CancelledError:
+                self.hung_up += 1
+                raise
+
+        return StreamingResponse(pieces(), media_type=kind)
 
     def _automatic(self, tokens: list[int], body: dict[str, Any]) -> Use:
         """An OpenAI prompt's tokens billed by the automatic cache (when usage is exact)."""

@@ -17,6 +17,7 @@ from proxy.config.settings import ServerSettings
 from tests.integration.test_error_words import ROUTES, config
 from tests.proxies import serving
 from tests.upstream import FakeUpstream, Reply
+from tests.waiting import eventually
 
 CAP = 1 << 20  # the test proxy's cap: a flood is refused after a MiB
 KEY = "bounds-key-0123456789abcdef"
@@ -86,6 +87,7 @@ def test_a_flood_is_refused_naming_the_cap_and_nothing_is_stored(
     session = f"flood-{proxy.path}-{route}-{stream}-{before}"
     upstream.queue(Reply(flood=-1, fail_after_chunks=before))  # it never stops sending
     answer = send(proxy.url, route, session, stream)
+    eventually(lambda: upstream.hung_up == 1, "the proxy to hang up on the flood")
     if stream and before is None:  # the stream had begun: the door's error event
         assert answer.status_code == 200, answer.text[:300]
         assert "error" in answer.text and not any(end in answer.text for end in FINISHED)
