@@ -67,7 +67,7 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     a KeyError: a fault in code, LiteLLM's or ours) say nothing a client could use:
     logged, and said as a failed call."""
     if isinstance(exc, ProxyError):  # the proxy's own words (a door's, a bound's)
-        return exc.redacted(lambda text: redact(_plain(text, None)))
+        return exc.redacted(lambda text: redact(_plain(text, None, redact)))
     gateway = _gateway_failure(exc)
     if gateway is None and type(exc).__module__ == "builtins":  # a fault in code, not a call's
         logger.warning("an upstream call failed: %s: %s", type(exc).__name__, redact(str(exc)))
@@ -78,7 +78,7 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     if not isinstance(status, int) or not 400 <= status <= 599:
         status = None
     message = _gateway_words(exc, gateway) or _provider_words(exc, status)
-    message = redact(_plain(message, status))
+    message = redact(_plain(message, status, redact))
     raw_code = getattr(exc, "code", None)
     code = str(raw_code) if raw_code is not None else None
     if gateway == "timeout":
@@ -120,11 +120,14 @@ def said_in(data: Any) -> str | None:
     return None
 
 
-def _plain(message: str, status: int | None) -> str:
+def _plain(message: str, status: int | None, redact: Callable[[str], str]) -> str:
     """`message`, unless it shows the proxy's insides (`_INSIDES`): then only that the
-    provider failed, with its status."""
+    provider failed, with its status (the message withheld is logged, for operators)."""
     if not _INSIDES.search(message):
         return message
+    logger.warning(
+        "a provider failure's message withheld from the client: %s", redact(message)[:2000]
+    )
     return f"The provider failed (HTTP {status})." if status else "The provider failed."
 
 
