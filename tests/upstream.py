@@ -50,9 +50,10 @@ class Reply:
     stall_seconds: float = 0.0
     fail_after_chunks: int | None = None  # streaming: drop the connection after N chunks
     headers: dict[str, str] = field(default_factory=dict)  # on an error reply
-    raw: bytes | None = None  # a 200 whose body is these bytes (e.g. not JSON)
+    raw: bytes | None = None  # the body is these bytes (not JSON, say), with `status`
     # streaming: how the stream ends. "done": the last chunk's finish_reason, then [DONE];
-    # "clean": closed after the content, without either; "garbage": events of no JSON.
+    # "clean": closed after the content, without either; "garbage": events of no JSON;
+    # "error": the API's own error event (`error_message`), after `fail_after_chunks`.
     stream_end: str = "done"
     error_event: bool = False  # streaming: a 200 whose first event is an error
     stall_after_chunks: int | None = None  # streaming: stall (stall_seconds) after N chunks
@@ -62,6 +63,34 @@ class Reply:
     # any other blocks before its text (a server tool's call and result, say).
     thinking: list[dict[str, Any]] = field(default_factory=list)
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    # A reply whose text is this many bytes (-1: without end), sent in pieces as it is
+    # made: whole, one JSON object; streamed, the events before the text (at most
+    # `fail_after_chunks` of them), then one event of the text with no blank line.
+    flood: int | None = None
+
+
+# The text a flooding reply is made with, where the flood goes (`flooded`).
+FLOOD = "FLOOD-TEXT-GOES-HERE"
+_PIECE = (b"lorem ipsum dolor sit amet " * 2428)[:65536]  # words, as replies are
+
+
+async def flooded(events: list[bytes], size: int, before: int | None) -> AsyncIterator[bytes]:
+    """`events` up to the first holding FLOOD (at most `before` of them), then that one
+    with `size` bytes of text for FLOOD (-1: without end), in 64 KiB pieces: a whole
+    reply is one such event, whole; a stream's ends there, with no blank line."""
+    at = next(index for index, event in enumerate(events) if FLOOD.encode() in event)
+    for event in events[: at if before is None else min(at, before)]:
+        yield event
+    head, tail = events[at].split(FLOOD.encode(), 1)
+    yield head
+    sent = 0
+    while size < 0 or sent < size:
+        piece = _PIECE if size < 0 else _PIECE[: size - sent]
+        sent += len(piece)
+        yield piece
+        await asyncio.sleep(0)
+    if len(events) == 1:  # a whole reply: its JSON closes
+        yield tail
 
 
 @dataclass
@@ -83,7 +112,7 @@ class FakeUpstream:
     record: bool = True  # keep every request (benchmarks turn it off to save memory)
     in_flight: int = 0  # requests being answered right now
     require_key: bool = False  # answer 401 to a request without an Authorization header
-    hung_up: int = 0  # requests whose caller closed the connection while they stalled
+    hung_up: int = 0  # requests whose caller hung up while they stalled or flooded
     # tiktoken usage and the prompt caches; off: a cheap estimate and no cache, so
     # benchmarks time the proxy
     exact_usage: bool = True
@@ -163,12 +192,14 @@ class FakeUpstream:
         stall_first = reply.stall_seconds and reply.stall_after_chunks is None
         if stall_first and await self._stalled(request, reply.stall_seconds):
             return Response(status_code=499)  # nobody is listening any more
+        if reply.raw is not None:
+            return self._raw(reply)
         if reply.status != 200:
             error = {"type": "api_error", "message": reply.error_message}
             return JSONResponse(
                 {"type": "error", "error": error}, status_code=reply.status, headers=reply.headers
             )
-        content = reply.content
+        content = FLOOD if reply.flood is not None else reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {messages_api.last_user_text(body)}"
         content_blocks = messages_api.message_blocks(
@@ -188,6 +219,9 @@ class FakeUpstream:
         answer = messages_api.message(
             f"msg_test_{next(self._ids)}", body["model"], content_blocks, usage
         )
+        if reply.flood is not None:
+            stream = messages_api.message_sequence(answer) if body.get("stream") else None
+            return self._flooding(answer, stream, reply)
         if body.get("stream"):
             events = messages_api.message_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
@@ -207,10 +241,12 @@ class FakeUpstream:
         stall_first = reply.stall_seconds and reply.stall_after_chunks is None
         if stall_first and await self._stalled(request, reply.stall_seconds):
             return Response(status_code=499)  # nobody is listening any more
+        if reply.raw is not None:
+            return self._raw(reply)
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "server_error", "code": None}
             return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
-        content = reply.content
+        content = FLOOD if reply.flood is not None else reply.content
         if content is None and not reply.tool_calls:
             content = f"echo: {responses_api.last_user_text(body)}"
         number = next(self._ids)
@@ -225,10 +261,39 @@ class FakeUpstream:
             "total_tokens": prompt + completion,
         }
         answer = responses_api.response(number, body, items, usage)
+        if reply.flood is not None:
+            stream = responses_api.response_sequence(answer) if body.get("stream") else None
+            return self._flooding(answer, stream, reply)
         if body.get("stream"):
             events = responses_api.response_events(answer, reply)
             return StreamingResponse(events, media_type="text/event-stream")
         return JSONResponse(answer)
+
+    @staticmethod
+    def _raw(reply: Reply) -> Response:
+        """A reply of `reply.raw`'s bytes, with its status and headers."""
+        assert reply.raw is not None
+        kind = "application/json"
+        return Response(reply.raw, status_code=reply.status, headers=reply.headers, media_type=kind)
+
+    def _flooding(
+        self, answer: dict[str, Any], stream: list[bytes] | None, reply: Reply
+    ) -> Response:
+        """`answer` (or its `stream` of events) with `reply.flood` bytes of text in it; a
+        caller that hangs up before its end is counted (`hung_up`)."""
+        assert reply.flood is not None
+        events = stream if stream is not None else [json.dumps(answer).encode()]
+        kind = "text/event-stream" if stream is not None else "application/json"
+
+        async def pieces() -> AsyncIterator[bytes]:
+            try:
+                async for piece in flooded(events, reply.flood or 0, reply.fail_after_chunks):
+                    yield piece
+            except asyncio.CancelledError:
+                self.hung_up += 1
+                raise
+
+        return StreamingResponse(pieces(), media_type=kind)
 
     def _automatic(self, tokens: list[int], body: dict[str, Any]) -> Use:
         """An OpenAI prompt's tokens billed by the automatic cache (when usage is exact)."""
@@ -262,12 +327,12 @@ class FakeUpstream:
         stall_first = reply.stall_seconds and reply.stall_after_chunks is None
         if stall_first and await self._stalled(request, reply.stall_seconds):
             return Response(status_code=499)  # nobody is listening any more
+        if reply.raw is not None:
+            return self._raw(reply)
         if reply.status != 200:
             error = {"message": reply.error_message, "type": "upstream_error", "code": None}
             return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
-        if reply.raw is not None:
-            return Response(reply.raw, media_type="application/json")
-        content = self._content(reply, body)
+        content = FLOOD if reply.flood is not None else self._content(reply, body)
         completion_id = f"chatcmpl-test-{next(self._ids)}"
         if self.exact_usage:
             used = self._automatic(prompt_tokens(body), body)
@@ -282,6 +347,9 @@ class FakeUpstream:
         }
         if body.get("stream"):
             chunks = _chunks(completion_id, body, content, reply.tool_calls, usage)
+            if reply.flood is not None:
+                events = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+                return self._flooding({}, events, reply)
             if reply.error_event:
                 chunks = [{"error": {"message": reply.error_message, "code": 500}}]
             return StreamingResponse(
@@ -296,22 +364,23 @@ class FakeUpstream:
             {"index": i, "message": message, "finish_reason": finish, "logprobs": None}
             for i in range(int(body.get("n") or 1))
         ]
-        return JSONResponse(
-            {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "test-model"),
-                "choices": choices,
-                "usage": usage,
-            }
-        )
+        answer = {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "test-model"),
+            "choices": choices,
+            "usage": usage,
+        }
+        if reply.flood is not None:
+            return self._flooding(answer, None, reply)
+        return JSONResponse(answer)
 
     async def _sse(self, chunks: list[dict[str, Any]], reply: Reply) -> AsyncIterator[bytes]:
         """The events; a stall after `reply.stall_after_chunks` of them counts a caller
         that hangs up meanwhile (Starlette cancels a stream whose client left)."""
         stall_at = reply.stall_after_chunks
-        events = _sse(chunks, reply.fail_after_chunks, reply.stream_end)
+        events = _sse(chunks, reply.fail_after_chunks, reply.stream_end, reply.error_message)
         async for index, event in _numbered(events):
             if index == stall_at:
                 try:
@@ -441,12 +510,15 @@ async def _numbered(events: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, by
 
 
 async def _sse(
-    chunks: list[dict[str, Any]], fail_after: int | None, end: str = "done"
+    chunks: list[dict[str, Any]], fail_after: int | None, end: str = "done", error: str = ""
 ) -> AsyncIterator[bytes]:
     if end == "clean":  # the content, then the connection closes: no finish, no [DONE]
         chunks = [c for c in chunks if not any(x.get("finish_reason") for x in c["choices"])]
     for index, chunk in enumerate(chunks):
         if fail_after is not None and index >= fail_after:
+            if end == "error":  # OpenAI's error chunk, then the stream closes
+                yield f"data: {json.dumps({'error': {'message': error, 'code': 500}})}\n\n".encode()
+                return
             raise ConnectionResetError("test upstream drops the stream")
         if end == "garbage" and index >= 1:
             yield b"data: {this is not json\n\n"

@@ -14,17 +14,22 @@ from tests.prompt_cache import Block, anthropic_ttl
 class Faults(Protocol):
     """How a scripted stream goes wrong (`tests.upstream.Reply`'s fields): after
     `fail_after_chunks` events it ends by `stream_end` ("clean": the connection closes
-    cleanly; "garbage": an event of no JSON, then it closes; else it is reset); after
+    cleanly; "garbage": an event of no JSON, then it closes; "error": the API's own
+    error event saying `error_message`, then it closes; else it is reset); after
     `stall_after_chunks` events it stalls for `stall_seconds`."""
 
     fail_after_chunks: int | None
     stream_end: str
     stall_after_chunks: int | None
     stall_seconds: float
+    error_message: str
 
 
-async def scripted(events: list[bytes], faults: Faults | None) -> AsyncIterator[bytes]:
-    """`events` sent as `faults` say (all of them, in order, when None)."""
+async def scripted(
+    events: list[bytes], faults: Faults | None, error: Callable[[str, int], bytes] | None = None
+) -> AsyncIterator[bytes]:
+    """`events` sent as `faults` say (all of them, in order, when None); `error` makes
+    the API's error event of a message, as the event numbered so."""
     cut = faults.fail_after_chunks if faults is not None else None
     stall = faults.stall_after_chunks if faults is not None else None
     for index, item in enumerate(events):
@@ -35,6 +40,9 @@ async def scripted(events: list[bytes], faults: Faults | None) -> AsyncIterator[
                 return
             if faults.stream_end == "garbage":
                 yield b"data: {this is not json\n\n"
+                return
+            if faults.stream_end == "error" and error is not None:
+                yield error(faults.error_message, index)
                 return
             raise ConnectionResetError("test upstream drops the stream")
         yield item
@@ -142,7 +150,12 @@ def event(kind: str, data: dict[str, Any]) -> bytes:
 
 def message_events(reply: dict[str, Any], faults: Faults | None = None) -> AsyncIterator[bytes]:
     """Anthropic's event sequence for `reply` (`message_sequence`), as `faults` say."""
-    return scripted(message_sequence(reply), faults)
+    return scripted(message_sequence(reply), faults, error_event)
+
+
+def error_event(message: str, number: int = 0) -> bytes:
+    """Anthropic's error event (`overloaded_error` and the like arrive so mid-stream)."""
+    return event("error", {"error": {"type": "api_error", "message": message}})
 
 
 def message_sequence(reply: dict[str, Any]) -> list[bytes]:

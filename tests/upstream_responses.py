@@ -94,7 +94,12 @@ def event(kind: str, data: dict[str, Any], number: int) -> bytes:
 
 def response_events(reply: dict[str, Any], faults: Faults | None = None) -> AsyncIterator[bytes]:
     """OpenAI's event sequence for `reply` (`response_sequence`), as `faults` say."""
-    return scripted(response_sequence(reply), faults)
+    return scripted(response_sequence(reply), faults, error_event)
+
+
+def error_event(message: str, number: int) -> bytes:
+    """OpenAI's `error` event of a Responses stream."""
+    return event("error", {"code": "server_error", "message": message, "param": None}, number)
 
 
 def response_sequence(reply: dict[str, Any]) -> list[bytes]:

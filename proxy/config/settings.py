@@ -70,6 +70,10 @@ class ServerSettings(_Section):
     # With an empty model_list, provider-prefixed names always pass through.
     allow_unlisted_models: bool = False
     request_timeout_seconds: float = Field(600.0, gt=0)
+    # The largest reply, and the largest event of a streamed one, read from a provider:
+    # past it the reply is read no further and the turn is a 502. 256 bytes for each of
+    # 128k output tokens (see docs/configuration.md).
+    max_upstream_reply_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     # On SIGTERM: stop accepting, let requests in flight finish for this long, then end them.
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     # OpenAI-compatible deployments are called directly once the Router chose them.

@@ -156,18 +156,29 @@ def provider_finished(response: Any) -> bool:
     return not (hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None)
 
 
-def openai_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> Exception:
-    """The error LiteLLM's OpenAI handler raises for a provider's error answer."""
-    return OpenAIError(status, message, headers=httpx.Headers(dict(headers or {})))
+def openai_error(
+    status: int, message: str, headers: Mapping[str, str] | None = None, body: bytes = b""
+) -> Exception:
+    """The error LiteLLM's OpenAI handler raises for a provider's error answer: its
+    `message`, and its `body` as the content of the error's response, as LiteLLM's own
+    route leaves the provider's answer on its errors."""
+    response = httpx.Response(status, content=body, request=httpx.Request("POST", OPENAI_URL))
+    kept = httpx.Headers(dict(headers or {}))
+    return OpenAIError(status, message, response=response, headers=kept)
+
+
+OPENAI_URL = "https://api.openai.com/v1"
 
 
 def map_openai_error(model: str, exc: Exception, provider: str = "openai") -> Exception:
     """LiteLLM's own exception for a failure of a call to `provider` (`openai/…` by
     default), as its handler maps it (status, rate limit, context window, content
-    policy, …)."""
+    policy, …), caused by `exc`."""
     try:
         exception_type(model=model, original_exception=exc, custom_llm_provider=provider)
     except Exception as mapped:
+        if mapped is not exc:
+            mapped.__cause__ = exc
         return mapped
     return exc
 

@@ -60,7 +60,7 @@ class Upstream:
         self._settings = settings
         self._router: adapter.Router | None = router_for(settings)
         self.models = Models(settings, self._router)
-        self._direct = NativeClient(self._router)
+        self._direct = NativeClient(self._router, settings.server.max_upstream_reply_bytes)
         lean = settings.server.lean_upstream
         self.lean_models = lean_models(settings) if lean else frozenset()
         self._native = native_models(settings)
@@ -205,7 +205,7 @@ class Upstream:
             else:
                 streamed = request | {"stream": True}
                 response = await self._native_call(api, streamed, options, serialized)
-                events = native_events(api, response, reader)
+                events = native_events(api, response, reader, self._direct.limit)
             return await anext(events), events
 
         try:

@@ -1,15 +1,23 @@
 """A failed call to a provider, in the proxy's own words: LiteLLM's and the provider's
 exceptions become `UpstreamFailure` (the provider's own status where it answered one)
-or `UpstreamTimeout`, their messages stripped of LiteLLM's decorations and of every
-credential (`redact`)."""
+or `UpstreamTimeout`, their messages stripped of every credential (`redact`).
+
+The message is the provider's own where the provider sent one: read out of its answer
+(`provider_words`), which LiteLLM's exceptions and the lean path's carry on the
+exceptions they chain; only where there is none is it LiteLLM's text, out of its
+decorations. Whatever the source, a message that shows the proxy's insides (a
+traceback, a module's file, LiteLLM's name, an exception class) is replaced by a
+sentence saying only that the provider failed, and with which status (`_plain`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 import openai
@@ -18,7 +26,9 @@ import orjson
 from proxy.errors import ProxyError, UpstreamFailure, UpstreamTimeout
 from proxy.upstream import adapter
 
-__all__ = ["failure"]
+__all__ = ["failure", "provider_words", "said_in"]
+
+logger = logging.getLogger("context_proxy.upstream")
 
 # Failures with no upstream HTTP status: the provider was never heard from. LiteLLM
 # sometimes reports these as a 500, so the exception chain is searched for them.
@@ -29,11 +39,12 @@ _NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # non
 # The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
 _NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
 
-# LiteLLM's decorations around a provider's own message: its class names, its advice to
-# its own users, its retry and model-group notes.
+# LiteLLM's decorations around a provider's own message, where no answer of the
+# provider's is at hand to read it from: its class names, its advice to its own users,
+# its retry and model-group notes.
 _NOISE = [
     re.compile(r"^litellm\.\w+:\s*(\w+:\s*)?"),
-    re.compile(r"^\w+Exception - "),
+    re.compile(r"^(?:\w+(?:Error|Exception)\s*)+- "),
     re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
     re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
     re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
@@ -41,25 +52,37 @@ _NOISE = [
 ]
 # The Router's words when every deployment of a model is cooling down after failures.
 _COOLING = re.compile(r"No deployments available for selected model.*?(?:in (\d+) seconds)?")
+# What no client may read of the proxy: a traceback, a Python module's file, LiteLLM's
+# name, an exception class's name (its own or a library's).
+_INSIDES = re.compile(
+    r"Traceback \(most recent call last\)|\bFile \"|\b[\w.-]+\.py\b|(?i:litellm)"
+    r"|\b[A-Z]\w*(?:Error|Exception)\b"
+)
+_LONGEST_TEXT = 500  # an answer that is not JSON is the provider's words up to this long
 
 
 def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     """Any LiteLLM or provider exception as an `UpstreamFailure`, minus secrets: the
-    provider's own status where it answered one."""
-    if isinstance(exc, ProxyError):
-        return exc
+    provider's own status where it answered one. Python's own exceptions (a TypeError,
+    a KeyError: a fault in code, LiteLLM's or ours) say nothing a client could use:
+    logged, and said as a failed call."""
+    if isinstance(exc, ProxyError):  # the proxy's own words (a door's, a bound's)
+        return exc.redacted(lambda text: redact(_plain(text, None, redact)))
     gateway = _gateway_failure(exc)
-    message = _gateway_words(exc, gateway) or _provider_words(exc)
-    message = redact(message)
-    raw_code = getattr(exc, "code", None)
-    code = str(raw_code) if raw_code is not None else None
-    if gateway == "timeout":
-        return UpstreamTimeout(message or "The provider timed out.", code=code)
+    if gateway is None and type(exc).__module__ == "builtins":  # a fault in code, not a call's
+        logger.warning("an upstream call failed: %s: %s", type(exc).__name__, redact(str(exc)))
+        return UpstreamFailure("The call to the provider failed.")
     status = getattr(exc, "status_code", None) if gateway is None else None
     if gateway == "no_key":  # the deployment has no key: what its provider would answer
         status = 401
     if not isinstance(status, int) or not 400 <= status <= 599:
         status = None
+    message = _gateway_words(exc, gateway) or _provider_words(exc, status)
+    message = redact(_plain(message, status, redact))
+    raw_code = getattr(exc, "code", None)
+    code = str(raw_code) if raw_code is not None else None
+    if gateway == "timeout":
+        return UpstreamTimeout(message or "The provider timed out.", code=code)
     return UpstreamFailure(
         message or "upstream error",
         provider_status=status,
@@ -68,13 +91,55 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     )
 
 
+def provider_words(body: bytes) -> str | None:
+    """A provider's message in its answer's bytes (`said_in` its JSON), or a short line
+    of plain text (a gateway's). None for anything else (an HTML page)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode(errors="replace").strip()
+        plain = text and len(text) <= _LONGEST_TEXT and "\n" not in text
+        return text if plain and not text.startswith("<") else None
+    return said_in(data)
+
+
+def said_in(data: Any) -> str | None:
+    """A provider's message in an error answer or event, parsed: an error object's
+    `message` (OpenAI's, Anthropic's, Google's shapes), an `error`, `message` or
+    `detail` string. None where it holds none."""
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    for said in (
+        error.get("message") if isinstance(error, dict) else error,
+        data.get("message"),
+        data.get("detail"),
+    ):
+        if isinstance(said, str) and said.strip():
+            return said.strip()
+    return None
+
+
+def _plain(message: str, status: int | None, redact: Callable[[str], str]) -> str:
+    """`message`, unless it shows the proxy's insides (`_INSIDES`): then only that the
+    provider failed, with its status (the message withheld is logged, for operators)."""
+    if not _INSIDES.search(message):
+        return message
+    logger.warning(
+        "a provider failure's message withheld from the client: %s", redact(message)[:2000]
+    )
+    return f"The provider failed (HTTP {status})." if status else "The provider failed."
+
+
 def _causes(exc: BaseException) -> list[BaseException]:
-    """`exc` and what caused it, outermost first."""
+    """`exc` and what caused it, outermost first (an exception re-raised `from` itself,
+    as the lean path's already-mapped ones are, names its context next)."""
     seen: list[BaseException] = []
     cause: BaseException | None = exc
     while cause is not None and all(cause is not other for other in seen):
         seen.append(cause)
-        cause = cause.__cause__ or cause.__context__
+        after = [c for c in (cause.__cause__, cause.__context__) if c is not None]
+        cause = next((c for c in after if c is not cause), None)
     return seen
 
 
@@ -95,28 +160,55 @@ def _gateway_words(exc: BaseException, gateway: Gateway | None) -> str | None:
     refused = any(
         isinstance(c, ConnectionRefusedError) or "Connect call failed" in str(c) for c in causes
     )
-    return "Could not reach the provider" + (": connection refused." if refused else ".")
+    if refused:
+        return "Could not reach the provider: connection refused."
+    if any(isinstance(c, httpx.ConnectError) for c in causes):
+        return "Could not reach the provider."
+    if any(isinstance(c, httpx.TransportError) for c in causes):  # reached, then cut off
+        return "The connection to the provider broke off before its reply was finished."
+    return "Could not reach the provider."
 
 
-def _provider_words(exc: BaseException) -> str:
-    """The provider's own message, out of LiteLLM's decorations and, where it quotes the
-    provider's JSON error body, out of that body."""
+def _provider_words(exc: BaseException, status: int | None) -> str:
+    """The provider's own message: read out of its answer, where an exception of the
+    chain carries it (`_answered`); else out of LiteLLM's decorations and, where it
+    quotes the provider's JSON error body, out of that body."""
     message = str(getattr(exc, "message", None) or exc)
     cooling = _COOLING.search(message)
     if cooling:
         wait = f" Try again in {cooling.group(1)} s." if cooling.group(1) else ""
         return "Every deployment of this model failed just now and is resting." + wait
+    answer = _answered(exc)
+    if answer:
+        said = provider_words(answer)
+        if said:
+            return said
+        return f"The provider answered {status} with no message." if status else ""
     for pattern in _NOISE:
         message = pattern.sub("", message)
     message = message.strip()
     if message.startswith("{"):
         with contextlib.suppress(orjson.JSONDecodeError):
-            data = orjson.loads(message)
-            error = data.get("error") if isinstance(data, dict) else None
-            inner = error.get("message") if isinstance(error, dict) else None
-            if isinstance(inner, str) and inner:
+            inner = provider_words(message.encode())
+            if inner:
                 message = inner
     return message or "The provider failed."
+
+
+def _answered(exc: BaseException) -> bytes | None:
+    """The provider's answer to the failed call, where an exception of the chain holds
+    it (LiteLLM's route and the openai SDK keep the HTTP response they failed on)."""
+    for cause in _causes(exc):
+        response = getattr(cause, "response", None)
+        if not isinstance(response, httpx.Response):
+            continue
+        try:
+            content = response.content
+        except httpx.ResponseNotRead:  # a stream's: its body was never read
+            continue
+        if content:
+            return content
+    return None
 
 
 def _gateway_failure(exc: BaseException) -> Gateway | None:

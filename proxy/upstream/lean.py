@@ -23,12 +23,15 @@ from typing import Any
 import aiohttp
 import orjson
 
-from proxy.upstream import adapter
+from proxy.errors import ProxyError
+from proxy.upstream import adapter, reading
+from proxy.upstream.failures import provider_words
 
 __all__ = [
     "Completion",
     "DirectClient",
     "Events",
+    "chained",
     "is_openai_compatible",
     "parsed_reply",
     "unfinished",
@@ -92,10 +95,12 @@ class Events:
 
 
 class DirectClient:
-    """Posts to OpenAI-compatible deployments on one keep-alive connection pool."""
+    """Posts to OpenAI-compatible deployments on one keep-alive connection pool; reads
+    a reply, or an event of a stream, of at most `limit` bytes (`proxy.upstream.reading`)."""
 
-    def __init__(self, router: adapter.Router | None = None) -> None:
+    def __init__(self, router: adapter.Router | None, limit: int) -> None:
         self._router = router
+        self.limit = limit
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -107,10 +112,11 @@ class DirectClient:
         started = time.time()
         try:
             async with self._post(params, stream=False) as response:
-                raw = await response.read()
+                raw = await reading.whole(response, self.limit)
             data = parsed_reply(raw, params)
         except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+            failed = self._failed(params, exc, started)
+            raise failed from chained(failed, exc)
         self._succeeded(params, data.get("usage"), started)
         return Completion(data, raw)
 
@@ -130,7 +136,8 @@ class DirectClient:
         try:
             return await context.__aenter__()
         except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+            failed = self._failed(params, exc, started)
+            raise failed from chained(failed, exc)
 
     async def _events(
         self,
@@ -142,7 +149,7 @@ class DirectClient:
         usage: dict[str, Any] | None = None
         finished = False  # the provider's own finish: a finish_reason, or [DONE]
         try:
-            async for events in _sse_events(response):
+            async for events in reading.events_of(response.content.iter_any(), self.limit):
                 chunks, relayed, done = [], [], False
                 for raw in events:
                     data = raw[len(b"data: ") :].strip() if raw.startswith(b"data: ") else b""
@@ -153,7 +160,7 @@ class DirectClient:
                         break
                     chunk = parsed_reply(data, params)
                     if "error" in chunk and "choices" not in chunk:
-                        raise _mapped(params, _error_from_event(chunk))
+                        raise _mapped(params, _error_from_event(chunk, data))
                     usage = chunk.get("usage") or usage
                     finished = finished or any(
                         isinstance(c, dict) and c.get("finish_reason")
@@ -169,7 +176,8 @@ class DirectClient:
             if not finished:  # closed cleanly, but before the reply was done
                 raise unfinished()
         except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+            failed = self._failed(params, exc, started)
+            raise failed from chained(failed, exc)
         finally:
             with contextlib.suppress(Exception):
                 await context.__aexit__(None, None, None)
@@ -200,7 +208,8 @@ class DirectClient:
             if stream
             else aiohttp.ClientTimeout(total=timeout)
         )
-        return _checked(self._session.post(url, data=body, headers=headers, timeout=limits), params)
+        request = self._session.post(url, data=body, headers=headers, timeout=limits)
+        return _checked(request, params, self.limit)
 
     def _failed(self, params: dict[str, Any], exc: Exception, started: float) -> Exception:
         """The LiteLLM exception for `exc`, after telling the Router's cooldown logic."""
@@ -231,6 +240,13 @@ class DirectClient:
         task.add_done_callback(_BACKGROUND.discard)
 
 
+def chained(failed: BaseException, exc: BaseException) -> BaseException | None:
+    """What `failed`, the failure of `exc`, is raised from: `exc`, unless it is `exc`
+    itself (LiteLLM's own exception, as it came), whose cause it keeps (the provider's
+    answer, where `proxy.upstream.failures` reads the provider's words)."""
+    return failed.__cause__ if failed is exc else exc
+
+
 def _total_tokens(usage: Any) -> int:
     """A reply's tokens, in and out, in any API's usage (Anthropic's has no total)."""
     if not isinstance(usage, dict):
@@ -246,29 +262,18 @@ _BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
 @contextlib.asynccontextmanager
-async def _checked(request: Any, params: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The response, once its status says it succeeded; else the provider's error."""
+async def _checked(
+    request: Any, params: dict[str, Any], limit: int
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """The response, once its status says it succeeded; else the provider's error (its
+    body kept on it, where `proxy.upstream.failures` finds the provider's own words)."""
     async with request as response:
         if response.status >= 400:
-            message = _error_message(await response.read())
-            error = adapter.openai_error(response.status, message, response.headers)
+            body = await reading.whole(response, limit)
+            said = provider_words(body) or ""
+            error = adapter.openai_error(response.status, said, response.headers, body)
             raise _mapped(params, error)
         yield response
-
-
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
-    """The complete SSE events each read brought, each ending in a blank line: relayed
-    together, a read's events cost one write to the client rather than one each."""
-    buffer = b""
-    async for data in response.content.iter_any():
-        buffer += data
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n")
-        *events, buffer = buffer.split(b"\n\n")
-        if events:
-            yield [event + b"\n\n" for event in events]
-    if buffer.strip():
-        yield [buffer]
 
 
 def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
@@ -297,28 +302,19 @@ def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _error_message(body: bytes) -> str:
-    """The provider's own message from an OpenAI-shaped error body, else the body."""
-    try:
-        error = orjson.loads(body).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        error = None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
-    return body.decode(errors="replace")
-
-
-def _error_from_event(chunk: dict[str, Any]) -> Exception:
+def _error_from_event(chunk: dict[str, Any], raw: bytes) -> Exception:
+    """A stream's error event (`raw`, its data), as the error of a reply saying it."""
     error = chunk.get("error")
-    message = error.get("message") if isinstance(error, dict) else str(error)
     status = error.get("code") if isinstance(error, dict) else None
-    return adapter.openai_error(status if isinstance(status, int) else 500, str(message))
+    status = status if isinstance(status, int) and 400 <= status <= 599 else 500
+    return adapter.openai_error(status, provider_words(raw) or "", body=raw)
 
 
 def _mapped(params: dict[str, Any], exc: Exception) -> Exception:
     """LiteLLM's exception for a failure, as its own handler for the provider would
-    raise it."""
-    if isinstance(exc, adapter.EXCEPTION_TYPES):
+    raise it; the proxy's own (a reply too large, a stream event the door could not
+    read) as it is, already in the proxy's words."""
+    if isinstance(exc, (*adapter.EXCEPTION_TYPES, ProxyError)):
         return exc
     model = str(params.get("model"))
     provider = str(params.get("lean_provider") or "openai")
@@ -326,13 +322,13 @@ def _mapped(params: dict[str, Any], exc: Exception) -> Exception:
         return adapter.Timeout(
             message="The provider did not answer in time.", model=model, llm_provider=provider
         )
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return adapter.APIConnectionError(
-            message=f"Could not reach the provider: {type(exc).__name__}",
-            llm_provider=provider,
-            model=model,
-        )
-    return adapter.map_openai_error(model, exc, provider)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        message = "Could not reach the provider."
+    elif isinstance(exc, aiohttp.ClientError | OSError):  # reached, then cut off
+        message = "The connection to the provider broke off before its reply was finished."
+    else:
+        return adapter.map_openai_error(model, exc, provider)
+    return adapter.APIConnectionError(message=message, llm_provider=provider, model=model)
 
 
 def _url(params: dict[str, Any]) -> str:

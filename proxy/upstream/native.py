@@ -34,8 +34,8 @@ import aiohttp
 import orjson
 
 from proxy.errors import UpstreamFailure
-from proxy.upstream import adapter
-from proxy.upstream.lean import DirectClient, Events, parsed_reply, unfinished
+from proxy.upstream import adapter, reading
+from proxy.upstream.lean import DirectClient, Events, chained, parsed_reply, unfinished
 
 __all__ = [
     "ITEMS",
@@ -90,20 +90,16 @@ class Native(Protocol):
     def stream(self) -> NativeStream: ...
 
 
-async def _sse_events(pieces: AsyncIterator[Any]) -> AsyncIterator[tuple[str, dict, bytes]]:
-    """Server-sent events, whole, from transport pieces of bytes (an event may span
-    pieces, a piece may hold several): each event's type, its data, its exact bytes."""
-    buffer = b""
-    async for piece in pieces:
-        buffer += piece if isinstance(piece, bytes) else str(piece).encode()
-        *whole, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
-        for raw in whole:
+async def _sse_events(
+    pieces: AsyncIterator[Any], limit: int
+) -> AsyncIterator[tuple[str, dict, bytes]]:
+    """Server-sent events, whole, from transport pieces of bytes, each at most `limit`
+    bytes (`proxy.upstream.reading`): each event's type, its data, its exact bytes."""
+    async for events in reading.events_of(pieces, limit):
+        for raw in events:
             parsed = _event(raw)
             if parsed is not None:
-                yield parsed[0], parsed[1], raw + b"\n\n"
-    parsed = _event(buffer)
-    if parsed is not None:
-        yield parsed[0], parsed[1], buffer + b"\n\n"
+                yield parsed[0], parsed[1], raw if raw.endswith(b"\n\n") else raw + b"\n\n"
 
 
 def _event(raw: bytes) -> tuple[str, dict[str, Any]] | None:
@@ -133,7 +129,7 @@ def native_json(obj: Any) -> dict[str, Any]:
 
 
 async def native_events(
-    api: NativeApi, response: Any, reader: NativeStream, sse: bool = False
+    api: NativeApi, response: Any, reader: NativeStream, limit: int, sse: bool = False
 ) -> AsyncIterator[Events]:
     """A native stream as relayed bytes and chat chunks, event by event: LiteLLM hands
     Anthropic's stream over as the provider's bytes, OpenAI's Responses stream as event
@@ -142,9 +138,10 @@ async def native_events(
     where the reader finishes the turn) failed, as a chat stream with no finish does:
     closed early, or with what was not JSON (LiteLLM skips such data on the Responses
     route), it raises, so the door ends it with its error event and nothing is stored.
-    `sse`: `response` is the provider's bytes on either API (the lean path)."""
+    `sse`: `response` is the provider's bytes on either API (the lean path); `limit`:
+    the most bytes one of its events may take (`proxy.upstream.reading`)."""
     sse = sse or api == "anthropic_messages"
-    events = _sse_events(response) if sse else _serialized(response)
+    events = _sse_events(response, limit) if sse else _serialized(response)
     finished = False
     try:
         async for kind, data, raw in events:
@@ -209,9 +206,10 @@ class NativeClient(DirectClient):
         started = time.time()
         try:
             async with self._native_post(params, stream=False) as response:
-                data = parsed_reply(await response.read(), params)
+                data = parsed_reply(await reading.whole(response, self.limit), params)
         except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+            failed = self._failed(params, exc, started)
+            raise failed from chained(failed, exc)
         self._succeeded(params, data.get("usage"), started)
         return data
 
@@ -229,12 +227,14 @@ class NativeClient(DirectClient):
         usage: Any = None
         api, reader = params["native_api"], params["native_reader"]
         try:
-            async for events in native_events(api, response.content.iter_any(), reader, sse=True):
+            pieces = response.content.iter_any()
+            async for events in native_events(api, pieces, reader, self.limit, sse=True):
                 for chunk in events.chunks:
                     usage = chunk.get("usage") or usage
                 yield events
         except Exception as exc:
-            raise self._failed(params, exc, started) from exc
+            failed = self._failed(params, exc, started)
+            raise failed from chained(failed, exc)
         finally:
             with contextlib.suppress(Exception):
                 await context.__aexit__(None, None, None)

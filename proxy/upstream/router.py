@@ -2,9 +2,12 @@
 
 Retries: the Router retries twice when `router_settings` names no `num_retries`; here a
 request is tried as often as the config says, once unless it says more. Cooldowns: a
-rejected key (401, 403) says nothing of a deployment's health, only of the key (with
-`auth.mode: passthrough`, of one caller's key), so it benches no deployment; LiteLLM
-cools a deployment down on the first 401, even the only one of its model.
+deployment is benched for its own failures only (5xx, timeouts, 408, 429, no answer),
+never for a 4xx the request itself caused: a rejected key (401, 403; with
+`auth.mode: passthrough`, one caller's key), a 404 for an id the client chose (a
+container, a file, a previous response), a 400, 413 or 422 for what the body says.
+LiteLLM cools a deployment down on the first 401 or 404, even the only one of its model,
+so one tenant's request could bench a deployment every tenant shares.
 
 And which way past the Router each model's calls go: the lean path for models whose
 deployments all speak the OpenAI API (`lean_models`), a door's own API for models whose
@@ -30,7 +33,9 @@ __all__ = [
     "router_for",
 ]
 
-_KEY_REJECTED = frozenset({401, 403})
+# The 4xx statuses that speak of the deployment, not of the request: it timed the
+# request out, or is over its rate.
+_DEPLOYMENTS_OWN = frozenset({408, 429})
 # Deployment settings the lean native path honours (OpenAI's organization header is
 # the chat path's only).
 LEAN_NATIVE_PARAMS = LEAN_PARAMS - {"organization"}
@@ -38,10 +43,20 @@ LEAN_NATIVE_PARAMS = LEAN_PARAMS - {"organization"}
 
 class ProxyRouter(adapter.Router):
     def deployment_callback_on_failure(self, kwargs: dict[str, Any], *args: Any) -> Any:
-        """LiteLLM's failure bookkeeping (cooldowns), minus rejected keys."""
-        if _key_rejected(kwargs):
+        """LiteLLM's failure bookkeeping (cooldowns), minus the request's own failures."""
+        if _requests_own(kwargs.get("exception")):
             return False
         return super().deployment_callback_on_failure(kwargs, *args)
+
+
+def _requests_own(exception: Any) -> bool:
+    """Whether a failure is the request's own (a 4xx but 408 and 429), not the
+    deployment's: it neither counts towards nor starts a cooldown."""
+    try:
+        status = int(getattr(exception, "status_code", None) or 0)
+    except (TypeError, ValueError):
+        return False
+    return 400 <= status < 500 and status not in _DEPLOYMENTS_OWN
 
 
 def router_for(settings: Settings) -> ProxyRouter | None:
@@ -82,10 +97,6 @@ def _check_provider(index: int, params: dict[str, Any]) -> None:
 def _first_line(exc: Exception) -> str:
     text = str(getattr(exc, "message", None) or exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _key_rejected(kwargs: dict[str, Any]) -> bool:
-    return getattr(kwargs.get("exception"), "status_code", None) in _KEY_REJECTED
 
 
 # The provider that speaks each door's own API, and where it speaks it by default.

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import httpx
 import openai
+import pytest
 
+from tests.integration.test_messages import CLAUDE, claude_config
 from tests.proxies import MODEL, UPSTREAM_KEY
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
@@ -145,3 +148,71 @@ def test_a_rate_limited_deployment_cools_down(
     # benched, and stays so for the cooldown's minute.
     eventually(twelve_to_b, "model-a to be benched")
     assert twelve_to_b(), models_called(upstream)
+
+
+# -- a client's own request benches nothing -------------------------------------------
+
+KEYS = {"team-a": "team-a-key-0123456789abcdef", "team-b": "team-b-key-0123456789abcdef"}
+
+
+def tenants_config(upstream: FakeUpstream, lean: bool) -> dict[str, Any]:
+    """MODEL (OpenAI-compatible) and CLAUDE (the Messages API), one deployment each,
+    shared by two tenants; a deployment is benched at its first failure that counts,
+    a 400 included (which LiteLLM counts only where a deployment's policy says so)."""
+    config = claude_config(
+        upstream,
+        router_settings={"num_retries": 0, "allowed_fails": 0, "cooldown_time": 60},
+        server={"lean_upstream": lean},
+        auth={"keys": [{"key": key, "tenant": tenant} for tenant, key in KEYS.items()]},
+    )
+    policy = {"BadRequestErrorAllowedFails": 0, "NotFoundErrorAllowedFails": 0}
+    for entry in config["model_list"]:
+        entry["model_info"] = entry.get("model_info", {}) | {"allowed_fails_policy": policy}
+    return config
+
+
+def ask(url: str, door: str, tenant: str, **fields: Any) -> httpx.Response:
+    """One turn of `tenant`'s through `door`, with the body's extra `fields`."""
+    headers = {"Authorization": f"Bearer {KEYS[tenant]}"}
+    if door == "chat":
+        body = {"model": MODEL, "messages": USER}
+        return httpx.post(url + "/v1/chat/completions", json=body | fields, headers=headers)
+    body = {"model": CLAUDE, "max_tokens": 32, "messages": USER}
+    return httpx.post(url + "/v1/messages", json=body | fields, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("status", [400, 404, 409, 413, 422])
+@pytest.mark.parametrize("door", ["chat", "messages"])
+def test_a_tenants_refused_request_benches_no_shared_deployment(
+    upstream: FakeUpstream, start_proxy: Any, lean: bool, door: str, status: int
+) -> None:
+    """Tenant A's request that the provider refuses for what it holds (a 404 for a
+    container id of its choosing, a 400, 413 or 422 for its body) says nothing of the
+    deployment: tenant B's requests to the same model, right after, are all served."""
+    url = start_proxy(tenants_config(upstream, lean))
+    upstream.queue(Reply(status=status, error_message="no such container: MODE:e404"))
+    refused = ask(url, door, "team-a", **({"container": "MODE:e404"} if door == "messages" else {}))
+    # (LiteLLM's Anthropic route says a 413 as a 400.)
+    assert refused.status_code in (status, 400), refused.text
+    # LiteLLM's own path books a failure from a callback a moment after the answer:
+    # twenty turns in a row would meet a cooldown it started.
+    answers = [ask(url, door, "team-b") for _ in range(20)]
+    assert [a.status_code for a in answers] == [200] * 20, answers[-1].text
+    assert "resting" not in answers[-1].text
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_a_deployments_own_failure_still_benches_it(
+    upstream: FakeUpstream, start_proxy: Any, lean: bool, status: int
+) -> None:
+    """The control: a failure of the deployment's own (over its rate, broken) benches it,
+    with `allowed_fails: 0`, for every tenant."""
+    url = start_proxy(tenants_config(upstream, lean))
+    upstream.queue(Reply(status=status, error_message="the deployment is down"))
+    assert ask(url, "chat", "team-a").status_code == status
+
+    def benched() -> bool:
+        answer = ask(url, "chat", "team-b")
+        return answer.status_code != 200 and "resting" in answer.text
+
+    eventually(benched, "the deployment to be benched")

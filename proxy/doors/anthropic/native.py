@@ -22,9 +22,10 @@ import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.costs.usage import chat_usage
-from proxy.doors.anthropic.stream import event
+from proxy.doors.anthropic.stream import ERROR_STATUS, event
 from proxy.doors.translations import Rendered, Rendering, Renderings, compact, joined
 from proxy.errors import UpstreamFailure
+from proxy.upstream.failures import said_in
 from proxy.upstream.native import NativeApi, lean_covers
 
 __all__ = ["MessagesNative", "arguments", "native_content"]
@@ -157,8 +158,10 @@ class MessagesEvents:
         delta: dict[str, Any] = {}
         chunks: list[dict[str, Any]] = []
         if kind == "error":
-            error = data.get("error") or {}
-            raise UpstreamFailure(str(error.get("message") or "The provider's stream failed."))
+            error = data.get("error")
+            said = said_in(data) or "The provider's stream failed."
+            named = error.get("type") if isinstance(error, dict) else None
+            raise UpstreamFailure(said, provider_status=ERROR_STATUS.get(str(named)))
         if kind == "message_start":
             message = (data.get("message") or {}) | {"model": self._model}  # as asked for
             self._input = message.get("usage") or {}

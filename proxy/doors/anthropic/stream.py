@@ -15,7 +15,7 @@ import orjson
 from proxy.costs.usage import usage_of
 from proxy.doors.base import ErrorReply
 
-__all__ = ["MessagesFramer", "error_body", "message_id", "stop_reason"]
+__all__ = ["ERROR_STATUS", "MessagesFramer", "error_body", "message_id", "stop_reason"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -27,6 +27,19 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
     504: "timeout_error",
     529: "overloaded_error",
+}
+
+# The status an error of each type is answered with (Anthropic's own table).
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
 }
 
 _STOP_REASONS = {

@@ -25,6 +25,7 @@ from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
 from proxy.doors.translations import Rendered, Rendering, Renderings, joined
 from proxy.errors import UpstreamFailure
+from proxy.upstream.failures import said_in
 from proxy.upstream.native import NativeApi, lean_covers
 
 __all__ = ["CARRIED", "ResponsesNative", "chat_item"]
@@ -141,9 +142,8 @@ class ResponsesEvents:
     def event(self, kind: str, data: dict[str, Any], raw: bytes) -> tuple[bytes, list[dict]]:
         delta: dict[str, Any] = {}
         if kind in ("error", "response.failed"):
-            failed = data.get("response") or {}
-            error = data.get("error") or failed.get("error") or data
-            raise UpstreamFailure(str(error.get("message") or "The provider's response failed."))
+            said = said_in(data.get("response")) or said_in(data)
+            raise UpstreamFailure(said or "The provider's response failed.")
         if kind == "response.output_text.delta":
             delta = {"content": data.get("delta") or ""}
         elif kind == "response.output_item.added":

@@ -1,0 +1,129 @@
+"""A provider's reply is read within `server.max_upstream_reply_bytes`: a whole reply, or
+one event of a stream, that passes it (here from a provider that never stops sending)
+is read no further, and the client is told so, naming the setting: a 502 before the
+stream began, the door's error event after. Nothing of such a turn is stored, and the
+proxy answers everyone else meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import httpx
+import pytest
+
+from proxy.config.settings import ServerSettings
+from tests.integration.test_error_words import ROUTES, config
+from tests.proxies import serving
+from tests.upstream import FakeUpstream, Reply
+from tests.waiting import eventually
+
+CAP = 1 << 20  # the test proxy's cap: a flood is refused after a MiB
+KEY = "bounds-key-0123456789abcdef"
+FINISHED = ("[DONE]", "message_stop", "response.completed")
+
+
+class Proxy(NamedTuple):
+    url: str
+    path: str  # the upstream path it takes: "lean", or "litellm" for every call
+
+
+@pytest.fixture(scope="module", params=["lean", "litellm"])
+def proxy(
+    request: pytest.FixtureRequest,
+    _shared_upstream: FakeUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Proxy]:
+    """A proxy of every route with a 1 MiB cap, on either path."""
+    bounded = config(_shared_upstream)
+    bounded["server"] = {
+        "lean_upstream": request.param == "lean",
+        "max_upstream_reply_bytes": CAP,
+        "request_timeout_seconds": 20,  # a proxy reading a flood for ever fails by then
+    }
+    bounded["auth"] = {"keys": [{"key": KEY, "tenant": "bounds"}]}
+    with serving(bounded, tmp_path_factory.mktemp("proxy")) as url:
+        yield Proxy(url, request.param)
+
+
+def send(url: str, route: str, session: str, stream: bool) -> httpx.Response:
+    path, model, body = ROUTES[route]
+    headers = {"Authorization": f"Bearer {KEY}", "X-Session-Id": session}
+    body = {"model": model, **body, "stream": stream}
+    return httpx.post(url + path, json=body, headers=headers, timeout=30)
+
+
+def stored(url: str, session: str) -> list[Any]:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    answer = httpx.get(f"{url}/v1/sessions/{session}", headers=headers)
+    return answer.json()["messages"] if answer.status_code == 200 else []
+
+
+def says_the_cap(text: str, cap: int = CAP) -> bool:
+    return "server.max_upstream_reply_bytes" in text and f"({cap} bytes)" in text
+
+
+def bounded(path: str, route: str, stream: bool) -> bool:
+    """Whether the proxy reads the reply itself on this path and route: the lean path
+    always; LiteLLM's only a Messages stream (whose bytes it hands over)."""
+    return path == "lean" or (route == "messages-native" and stream)
+
+
+CASES = [
+    pytest.param(False, None, id="whole"),
+    pytest.param(True, 0, id="stream-first-event"),
+    pytest.param(True, None, id="stream-mid"),
+]
+
+
+@pytest.mark.parametrize(("stream", "before"), CASES)
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_a_flood_is_refused_naming_the_cap_and_nothing_is_stored(
+    proxy: Proxy, upstream: FakeUpstream, route: str, stream: bool, before: int | None
+) -> None:
+    if not bounded(proxy.path, route, stream):
+        pytest.skip("LiteLLM reads this reply itself (docs/configuration.md)")
+    session = f"flood-{proxy.path}-{route}-{stream}-{before}"
+    upstream.queue(Reply(flood=-1, fail_after_chunks=before))  # it never stops sending
+    answer = send(proxy.url, route, session, stream)
+    eventually(lambda: upstream.hung_up == 1, "the proxy to hang up on the flood")
+    if stream and before is None:  # the stream had begun: the door's error event
+        assert answer.status_code == 200, answer.text[:300]
+        assert "error" in answer.text and not any(end in answer.text for end in FINISHED)
+    else:
+        assert answer.status_code == 502, answer.text[:300]
+    assert says_the_cap(answer.text), answer.text[-400:]
+    assert stored(proxy.url, session) == []
+    upstream.queue(Reply(content="after the flood"))
+    assert send(proxy.url, route, session, stream).status_code == 200  # served as ever
+    assert [m["role"] for m in stored(proxy.url, session)] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("route", ["chat", "messages-native", "responses-native"])
+def test_a_reply_within_the_cap_is_answered_whole(
+    proxy: Proxy, upstream: FakeUpstream, route: str
+) -> None:
+    upstream.queue(Reply(flood=CAP // 2))
+    answer = send(proxy.url, route, f"half-{proxy.path}-{route}", stream=False)
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.text.count("lorem ipsum") >= CAP // 2 // 28  # the whole text came
+
+
+def test_the_proxy_stays_live_while_a_flood_is_read_and_refused(
+    upstream: FakeUpstream, start_proxy: Any
+) -> None:
+    """At the default cap: a stream whose event never ends is refused once it passes the
+    cap, while /health/live answers every poll within a second."""
+    url = start_proxy(config(upstream))
+    cap = ServerSettings().max_upstream_reply_bytes
+    upstream.queue(Reply(flood=-1, fail_after_chunks=1))
+    flooded: list[httpx.Response] = []
+    reader = threading.Thread(target=lambda: flooded.append(send(url, "chat", "live", True)))
+    reader.start()
+    polls = 0
+    while reader.is_alive() or polls == 0:
+        assert httpx.get(url + "/health/live", timeout=1).status_code == 200
+        polls += 1
+    reader.join()
+    assert says_the_cap(flooded[0].text, cap), flooded[0].text[-400:]
