@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import httpx
@@ -29,22 +30,42 @@ class Proxy(NamedTuple):
     path: str  # the upstream path it takes: "lean", or "litellm" for every call
 
 
-@pytest.fixture(scope="module", params=["lean", "litellm"])
-def proxy(
-    request: pytest.FixtureRequest,
-    _shared_upstream: FakeUpstream,
-    tmp_path_factory: pytest.TempPathFactory,
+@pytest.fixture(scope="module")
+def lean_proxy(
+    _shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxy]:
+    with bounded_proxy("lean", _shared_upstream, tmp_path_factory) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(
+    _shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    with bounded_proxy("litellm", _shared_upstream, tmp_path_factory) as served:
+        yield served
+
+
+@pytest.fixture(params=["lean", "litellm"])
+def proxy(request: pytest.FixtureRequest) -> Proxy:
     """A proxy of every route with a 1 MiB cap, on either path."""
-    bounded = config(_shared_upstream)
+    served: Proxy = request.getfixturevalue(f"{request.param}_proxy")
+    return served
+
+
+@contextmanager
+def bounded_proxy(
+    path: str, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    bounded = config(upstream)
     bounded["server"] = {
-        "lean_upstream": request.param == "lean",
+        "lean_upstream": path == "lean",
         "max_upstream_reply_bytes": CAP,
         "request_timeout_seconds": 20,  # a proxy reading a flood for ever fails by then
     }
     bounded["auth"] = {"keys": [{"key": KEY, "tenant": "bounds"}]}
     with serving(bounded, tmp_path_factory.mktemp("proxy")) as url:
-        yield Proxy(url, request.param)
+        yield Proxy(url, path)
 
 
 def send(url: str, route: str, session: str, stream: bool) -> httpx.Response:
@@ -64,12 +85,6 @@ def says_the_cap(text: str, cap: int = CAP) -> bool:
     return "server.max_upstream_reply_bytes" in text and f"({cap} bytes)" in text
 
 
-def bounded(path: str, route: str, stream: bool) -> bool:
-    """Whether the proxy reads the reply itself on this path and route: the lean path
-    always; LiteLLM's only a Messages stream (whose bytes it hands over)."""
-    return path == "lean" or (route == "messages-native" and stream)
-
-
 CASES = [
     pytest.param(False, None, id="whole"),
     pytest.param(True, 0, id="stream-first-event"),
@@ -80,10 +95,24 @@ CASES = [
 @pytest.mark.parametrize(("stream", "before"), CASES)
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_a_flood_is_refused_naming_the_cap_and_nothing_is_stored(
+    lean_proxy: Proxy, upstream: FakeUpstream, route: str, stream: bool, before: int | None
+) -> None:
+    """On the lean path, which reads every reply itself."""
+    refused(lean_proxy, upstream, route, stream, before)
+
+
+@pytest.mark.parametrize(("stream", "before"), CASES[1:])
+def test_litellms_messages_stream_is_bounded_too(
+    litellm_proxy: Proxy, upstream: FakeUpstream, stream: bool, before: int | None
+) -> None:
+    """LiteLLM's call reads its replies itself, but for a Messages stream, whose bytes it
+    hands over (docs/configuration.md)."""
+    refused(litellm_proxy, upstream, "messages-native", stream, before)
+
+
+def refused(
     proxy: Proxy, upstream: FakeUpstream, route: str, stream: bool, before: int | None
 ) -> None:
-    if not bounded(proxy.path, route, stream):
-        pytest.skip("LiteLLM reads this reply itself (docs/configuration.md)")
     session = f"flood-{proxy.path}-{route}-{stream}-{before}"
     upstream.queue(Reply(flood=-1, fail_after_chunks=before))  # it never stops sending
     answer = send(proxy.url, route, session, stream)
