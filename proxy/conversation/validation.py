@@ -263,6 +263,8 @@ def validate_messages(
             _reject(message, where)
         if type(message.get("content")) is list:
             _check_parts(message["content"], where)
+        elif message.get("content") is None and message["role"] != "assistant":
+            raise invalid(f"{where}.content", f"`{where}.content` is required.")
         if type(message.get("name", "")) not in _NAME_TYPES:
             raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
         role = message["role"]

@@ -57,6 +57,17 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
         {"tools": [TOOL], "tool_choice": {"type": "function", "function": {}}},
         "tool_choice.function",
     ),
+    "chat system message without content": (
+        "/v1/chat/completions",
+        {"messages": [{"role": "system"}, *CHAT]},
+        "messages[0].content",
+    ),
+    "chat tool of no function": (
+        "/v1/chat/completions",
+        {"tools": [{"type": "function"}]},
+        "tools[0].function",
+    ),
+    "chat tool a number": ("/v1/chat/completions", {"tools": [-1e308]}, "tools[0]"),
     "chat deep response_format": (
         "/v1/chat/completions",
         {"response_format": {"type": "json_object", "x": DEEP}},
