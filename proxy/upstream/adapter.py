@@ -123,8 +123,9 @@ def report_failure(
     router: Any, exception: Exception, params: dict[str, Any], started: float, ended: float
 ) -> None:
     """Tell the Router's cooldown bookkeeping that a call it routed failed, as LiteLLM's
-    logging does (its deployment callback, with the arguments its logging passes)."""
-    kwargs = {"exception": exception, "litellm_params": params}
+    logging does (its deployment callback, with the arguments its logging passes: the
+    call was made, at `started`)."""
+    kwargs = {"exception": exception, "litellm_params": params, "api_call_start_time": started}
     router.deployment_callback_on_failure(kwargs, None, started, ended)
 
 

@@ -19,7 +19,7 @@ from proxy.config.settings import ConfigError, Settings
 from proxy.errors import ProxyError
 from proxy.observability.redaction import Redactor
 from proxy.upstream import adapter
-from proxy.upstream.failures import failure
+from proxy.upstream.failures import failure, untranslatable
 from proxy.upstream.lean import Completion, Events, unfinished
 from proxy.upstream.models import OPENAI_OWN, Models
 from proxy.upstream.native import (
@@ -321,9 +321,16 @@ class Upstream:
         if own:  # left in only for an `openai/…` model: the body's own, as the client sent it
             params = {name: value for name, value in params.items() if name not in own}
             options["extra_body"] = own
-        if self._router is not None and self.models.served_as(params["model"]) is not None:
-            return await self._router.acompletion(**params, **options)
-        return await adapter.acompletion(**params, **options)
+        sent = _Sent()
+        try:
+            if self._router is not None and self.models.served_as(params["model"]) is not None:
+                return await self._router.acompletion(**params, **options, logger_fn=sent)
+            return await adapter.acompletion(**params, **options, logger_fn=sent)
+        except Exception as exc:
+            refused = None if sent.sent else untranslatable(exc)
+            if refused is None:
+                raise
+            raise refused from None
 
     def _options(self, api_key: str | None, models: frozenset[str] | None) -> dict[str, Any]:
         """The Router's arguments for one caller: their own provider key (passthrough),
@@ -344,6 +351,19 @@ class Upstream:
             return []
         refused = fallbacks_for(self._router, models, self.models.served_as)[1]
         return sorted({*refused.get(model, ()), *refused.get("*", ())})
+
+
+class _Sent:
+    """LiteLLM's `logger_fn`, which its logging calls as a request is sent: a call that
+    failed before is one LiteLLM could not make of the request (`untranslatable`)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def __call__(self, details: Any) -> None:
+        self.sent = True
 
 
 def _encoded(params: dict[str, Any], messages_json: bytes | None) -> bytes:

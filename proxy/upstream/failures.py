@@ -23,10 +23,10 @@ import httpx
 import openai
 import orjson
 
-from proxy.errors import ProxyError, UpstreamFailure, UpstreamTimeout
+from proxy.errors import InvalidRequest, ProxyError, UpstreamFailure, UpstreamTimeout
 from proxy.upstream import adapter
 
-__all__ = ["failure", "provider_words", "said_in"]
+__all__ = ["failure", "provider_words", "said_in", "untranslatable"]
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -88,6 +88,24 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
         provider_status=status,
         code=code,
         retry_after=_retry_after(exc) if status in (429, 503) else None,
+    )
+
+
+def untranslatable(exc: Exception) -> ProxyError | None:
+    """The request's own failure, where LiteLLM failed before it sent anything and for a
+    reason in code, not the network (a ValueError, a KeyError: it could not put this
+    request in the provider's API, as for `tools[0].type: "x"` to Claude): a 400, for
+    the provider was never asked. None for anything else."""
+    if isinstance(exc, ProxyError):
+        return None
+    root = _causes(exc)[-1]  # LiteLLM says what it raised as an APIConnectionError
+    if type(root).__module__ != "builtins" or isinstance(root, OSError | TimeoutError):
+        return None
+    said = f"`{root.args[0]}` is missing" if isinstance(root, KeyError) and root.args else str(root)
+    shown = f": {said}" if said and len(said) <= 300 and not _INSIDES.search(said) else ""
+    return InvalidRequest(
+        f"This request cannot be put in the API of the model's provider{shown}.",
+        code="invalid_value",
     )
 
 

@@ -43,8 +43,12 @@ LEAN_NATIVE_PARAMS = LEAN_PARAMS - {"organization"}
 
 class ProxyRouter(adapter.Router):
     def deployment_callback_on_failure(self, kwargs: dict[str, Any], *args: Any) -> Any:
-        """LiteLLM's failure bookkeeping (cooldowns), minus the request's own failures."""
-        if _requests_own(kwargs.get("exception")):
+        """LiteLLM's failure bookkeeping (cooldowns), minus the request's own failures:
+        a 4xx it caused, or a call that failed before anything was sent (LiteLLM could
+        not put the request in the provider's API; its logging marks a request as it
+        sends it with `api_call_start_time`, as the lean path, which translates
+        nothing, does: `adapter.report_failure`)."""
+        if _requests_own(kwargs.get("exception")) or "api_call_start_time" not in kwargs:
             return False
         return super().deployment_callback_on_failure(kwargs, *args)
 

@@ -172,10 +172,11 @@ def tenants_config(upstream: FakeUpstream, lean: bool) -> dict[str, Any]:
 
 
 def ask(url: str, door: str, tenant: str, **fields: Any) -> httpx.Response:
-    """One turn of `tenant`'s through `door`, with the body's extra `fields`."""
+    """One turn of `tenant`'s through `door` ("chat-claude": the chat door to Claude, by
+    LiteLLM's translation), with the body's extra `fields`."""
     headers = {"Authorization": f"Bearer {KEYS[tenant]}"}
-    if door == "chat":
-        body = {"model": MODEL, "messages": USER}
+    if door in ("chat", "chat-claude"):
+        body = {"model": MODEL if door == "chat" else CLAUDE, "messages": USER}
         return httpx.post(url + "/v1/chat/completions", json=body | fields, headers=headers)
     body = {"model": CLAUDE, "max_tokens": 32, "messages": USER}
     return httpx.post(url + "/v1/messages", json=body | fields, headers=headers, timeout=30)
@@ -201,18 +202,42 @@ def test_a_tenants_refused_request_benches_no_shared_deployment(
     assert "resting" not in answers[-1].text
 
 
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "x", "function": {"name": "f"}}],  # a tool type LiteLLM cannot translate
+        [{"type": "function", "function": {"name": "f"}}, {"type": "unknown_20250101"}],
+    ],
+)
+def test_a_request_litellm_cannot_translate_is_a_400_and_benches_nothing(
+    upstream: FakeUpstream, start_proxy: Any, tools: list[Any]
+) -> None:
+    """LiteLLM fails before it sends anything on a request it cannot put in the
+    provider's API: the provider was never asked, so the request is the client's own
+    mistake (a 400 in LiteLLM's words, no traceback) and the deployment is not benched."""
+    url = start_proxy(tenants_config(upstream, lean=False))
+    refused = ask(url, "chat-claude", "team-a", tools=tools)
+    assert refused.status_code == 400, refused.text
+    assert "cannot be put in the API of the model's provider" in refused.text
+    assert "Traceback" not in refused.text and "litellm" not in refused.text.lower()
+    assert upstream.messages_requests() == []
+    answers = [ask(url, "chat-claude", "team-b") for _ in range(20)]
+    assert [a.status_code for a in answers] == [200] * 20, answers[-1].text
+
+
 @pytest.mark.parametrize("status", [429, 500])
+@pytest.mark.parametrize("door", ["chat", "chat-claude"])
 def test_a_deployments_own_failure_still_benches_it(
-    upstream: FakeUpstream, start_proxy: Any, lean: bool, status: int
+    upstream: FakeUpstream, start_proxy: Any, lean: bool, status: int, door: str
 ) -> None:
     """The control: a failure of the deployment's own (over its rate, broken) benches it,
-    with `allowed_fails: 0`, for every tenant."""
+    with `allowed_fails: 0`, for every tenant, on the lean path and LiteLLM's."""
     url = start_proxy(tenants_config(upstream, lean))
     upstream.queue(Reply(status=status, error_message="the deployment is down"))
-    assert ask(url, "chat", "team-a").status_code == status
+    assert ask(url, door, "team-a").status_code == status
 
     def benched() -> bool:
-        answer = ask(url, "chat", "team-b")
+        answer = ask(url, door, "team-b")
         return answer.status_code != 200 and "resting" in answer.text
 
     eventually(benched, "the deployment to be benched")
