@@ -48,7 +48,12 @@ from proxy.engine.types import (
     planned_turn,
 )
 from proxy.engine.window import Plan
-from proxy.errors import ProxyError, SessionConflict, previous_response_not_found
+from proxy.errors import (
+    ProxyError,
+    SessionConflict,
+    UpstreamFailure,
+    previous_response_not_found,
+)
 from proxy.observability.metrics import ModelLabels
 from proxy.sessions.locks import Lease, TurnLocks
 from proxy.sessions.records import Inserts, SessionMeta
@@ -143,7 +148,7 @@ class Engine:
                 reply = await self.upstream.native_complete(
                     native.api, request, context.provider_key, context.models, native.serialized
                 )
-                completion = Completion(native.completion(reply), native=reply)
+                completion = Completion(_as_chat(native, reply), native=reply)
             else:
                 observer.upstream_started()
                 completion = await self.upstream.complete(
@@ -339,6 +344,15 @@ class Engine:
             return int((await self.preview(body, context))["tokens_sent"])
         validate_messages(request.conversation, offset=len(request.system))
         return (await self._intake.fitted(request))[1].tokens
+
+
+def _as_chat(native: Native, reply: dict[str, Any]) -> dict[str, Any]:
+    """A provider's reply in its own API as a chat completion; a 502 for one that is not
+    of that API's shape (a 200 of anything else), which is no fault of the client's."""
+    try:
+        return native.completion(reply)
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError):
+        raise UpstreamFailure("The provider's reply is not of its API's shape.") from None
 
 
 def _compacting(request: Request) -> bool:

@@ -176,3 +176,31 @@ def test_a_model_without_reasoning_is_not_sent_it(url: str, upstream: FakeUpstre
     assert response.status_code == 200, response.text
     assert response.headers[DROPPED] == "reasoning"
     assert "reasoning" not in upstream.responses_requests()[-1].body
+
+
+@pytest.mark.parametrize("shape", [b"null", b'{"choices": 5}', b'{"output": 5}', b"[]"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/messages", {"max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", {"input": "hi"}),
+    ],
+)
+def test_a_reply_not_of_the_apis_shape_is_a_502(
+    url: str, upstream: FakeUpstream, path: str, body: dict[str, Any], shape: bytes
+) -> None:
+    """A provider that answers 200 with what its API never returns failed: an error of the
+    provider's (a 5xx, never the proxy's own "internal error") on every door, nothing of
+    the proxy's insides, nothing stored."""
+    upstream.queue(Reply(raw=shape))
+    headers = {"Authorization": "Bearer client-key", "X-Session-Id": f"shape-{path}-{shape!r}"}
+    answer = httpx.post(url + path, json={"model": NATIVE, **body}, headers=headers, timeout=30)
+    assert answer.status_code in (500, 502), answer.text
+    message = answer.json()["error"]["message"]
+    assert "context-proxy" not in message and "Traceback" not in message, message
+    assert "Error" not in message and ".py" not in message, message
+    assert (
+        httpx.get(f"{url}/v1/sessions/{headers['X-Session-Id']}", headers=headers).status_code
+        == 404
+    )

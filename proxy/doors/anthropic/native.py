@@ -114,7 +114,10 @@ class MessagesNative:
         return out
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
-        """An Anthropic message as a chat completion."""
+        """An Anthropic message as a chat completion (a ValueError for what is none: its
+        `content` is not a list)."""
+        if not isinstance(reply.get("content"), list):
+            raise ValueError("a message without its content")
         message: dict[str, Any] = {"role": "assistant", "content": None}
         texts: list[str] = []
         calls: list[dict[str, Any]] = []

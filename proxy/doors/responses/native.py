@@ -107,8 +107,11 @@ class ResponsesNative:
         return out
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
-        """A response as a chat completion."""
-        output = reply.get("output") or []
+        """A response as a chat completion (a ValueError for what is none: its
+        `output` is not a list)."""
+        output = reply.get("output")
+        if not isinstance(output, list):
+            raise ValueError("a response without its output")
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for item in output:
