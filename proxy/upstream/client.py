@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import orjson
 
 from proxy.config.settings import ConfigError, Settings
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, UpstreamFailure
 from proxy.observability.redaction import Redactor
 from proxy.upstream import adapter
 from proxy.upstream.failures import failure, untranslatable
@@ -129,7 +129,10 @@ class Upstream:
             raise self.error(exc, api_key) from None
         if isinstance(response, Completion):
             return response
-        return Completion(_openai_completion(_plain(response)))
+        data = _openai_completion(_plain(response))
+        if not data.get("choices"):  # LiteLLM reads a reply of no choices as one
+            raise UpstreamFailure("The provider's reply is not a chat completion.")
+        return Completion(data)
 
     async def stream(
         self,

@@ -113,7 +113,7 @@ class DirectClient:
         try:
             async with self._post(params, stream=False) as response:
                 raw = await reading.whole(response, self.limit)
-            data = parsed_reply(raw, params)
+            data = _chat_shaped(parsed_reply(raw, params), params, "message")
         except Exception as exc:
             failed = self._failed(params, exc, started)
             raise failed from chained(failed, exc)
@@ -161,6 +161,7 @@ class DirectClient:
                     chunk = parsed_reply(data, params)
                     if "error" in chunk and "choices" not in chunk:
                         raise _mapped(params, _error_from_event(chunk, data))
+                    _chat_shaped(chunk, params, "delta")
                     usage = chunk.get("usage") or usage
                     finished = finished or any(
                         isinstance(c, dict) and c.get("finish_reason")
@@ -300,6 +301,32 @@ def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
             model=str(params.get("model")),
         )
     return data
+
+
+def _chat_shaped(data: dict[str, Any], params: dict[str, Any], part: str) -> dict[str, Any]:
+    """A chat completion (`part` "message") or a stream's chunk ("delta") whose choices
+    the proxy can read: a list of objects, each with its `part` an object whose content
+    is text, parts or null; a reply of one choice at least. Else the provider failed,
+    as LiteLLM says of a reply it cannot read (never an internal error of ours)."""
+    choices = data.get("choices", None if part == "message" else [])
+    if (
+        isinstance(choices, list)
+        and (choices or part == "delta")
+        and all(
+            isinstance(choice, dict)
+            and isinstance(choice.get(part, {}), dict)
+            and isinstance(choice.get(part, {}).get("content"), str | list | None)
+            and isinstance(choice.get(part, {}).get("tool_calls"), list | None)
+            for choice in choices
+        )
+    ):
+        return data
+    raise adapter.APIError(
+        status_code=502,
+        message="The provider's reply is not a chat completion.",
+        llm_provider=str(params.get("lean_provider") or "openai"),
+        model=str(params.get("model")),
+    )
 
 
 def _error_from_event(chunk: dict[str, Any], raw: bytes) -> Exception:

@@ -95,6 +95,30 @@ def test_a_reply_that_is_not_json_is_502(
     assert KEY not in caplog.text
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        b'{"choices": 5}',
+        b'{"choices": [5]}',
+        b'{"choices": []}',
+        b'{"choices": [{"message": 5}]}',
+        b'{"choices": [{"message": {"content": 5}}]}',
+        b"{}",
+    ],
+)
+def test_a_reply_that_is_no_chat_completion_is_the_providers_failure(
+    start: Callable[..., str], upstream: FakeUpstream, shape: bytes
+) -> None:
+    """A 200 of JSON that is no chat completion: the provider failed (a 5xx of its own,
+    never the proxy's "internal error" nor a 200), and nothing is stored."""
+    url = start()
+    upstream.queue(Reply(raw=shape))
+    response = chat(url, USER)
+    assert response.status_code in (500, 502), response.text
+    assert response.json()["error"]["type"] == "upstream_error", response.text
+    assert stored(url) == []
+
+
 def test_a_stalled_upstream_is_504_within_one_deadline(
     start: Callable[..., str], upstream: FakeUpstream
 ) -> None:
