@@ -1,8 +1,11 @@
 """`python -m tests.benchmarks [overhead|history|stores|context|scorecard|adversarial|cost|doors
-|all|soak] [--quick] [--no-litellm]`.
+|all|soak|fuzz] [--quick] [--no-litellm]`.
 
 `soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
 all three doors (`tests/benchmarks/soak.py`).
+
+`fuzz [--count N] [--seed S] [--case N ...]`: 12,000 hostile requests over the three
+doors (`tests/benchmarks/fuzz.py`); `--case` sends only those cases, one at a time.
 
 Benchmarks print ratios from one run on this machine; they are not part of the test
 suite (timings on shared machines are noisy), but `tests/benchmarks/test_harness.py`
@@ -25,6 +28,7 @@ from tests.benchmarks import (
     context,
     cost,
     doors,
+    fuzz,
     history,
     overhead,
     scorecard,
@@ -32,7 +36,7 @@ from tests.benchmarks import (
     stores,
 )
 
-# `all`; the soak runs alone
+# `all`; the soak and the fuzz run alone
 BENCHMARKS = (
     "overhead",
     "history",
@@ -58,7 +62,9 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
-    parser.add_argument("which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak"))
+    parser.add_argument(
+        "which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak", "fuzz")
+    )
     parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
     parser.add_argument(
@@ -67,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, help="soak: how long (default 10, growing 15)")
     parser.add_argument(
         "--trace", type=Path, help="soak --growing: tracemalloc snapshots into this directory"
+    )
+    parser.add_argument("--count", type=int, help="fuzz: requests (default 12,000; quick 300)")
+    parser.add_argument("--seed", type=int, default=fuzz.SEED, help="fuzz: the run's seed")
+    parser.add_argument(
+        "--case", type=int, nargs="+", help="fuzz: send only these cases, one at a time"
     )
     args = parser.parse_args(argv)
     # The scorecard imports the proxy, and with it LiteLLM: a few hundred thousand
@@ -97,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = 8 if args.quick else 600
                 seconds = args.minutes * 60 if args.minutes else seconds
                 text = asyncio.run(soak.benchmark(Path(directory), seconds))
+            elif name == "fuzz" and args.case:
+                text = asyncio.run(fuzz.cases(Path(directory), args.case, args.seed))
+            elif name == "fuzz":
+                count = args.count or (fuzz.QUICK_COUNT if args.quick else fuzz.COUNT)
+                text = asyncio.run(fuzz.benchmark(Path(directory), count, args.seed))
             elif name == "scorecard":
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
             elif name == "adversarial":

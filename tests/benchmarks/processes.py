@@ -22,6 +22,7 @@ import yaml
 
 from proxy.cli.local import held_port, running_server
 from tests.benchmarks.conversations import MODEL
+from tests.servers import proxy_command, stop, wait_ready
 
 _ROOT = Path(__file__).resolve().parents[2]
 # LiteLLM's proxy's virtualenv and pip's cache: in the checkout, never in `~`.
@@ -57,6 +58,39 @@ def upstream(faults: bool = False) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}/v1"
         with running_server(command, url + "/models", cwd=_ROOT):
             yield url
+
+
+@contextmanager
+def hostile_upstream() -> Iterator[str]:
+    """The fuzz benchmark's upstream (`fuzz_upstream`: the test upstream, hostile where a
+    request asks it to be) in its own process; yields its `/v1` base URL."""
+    with held_port() as port:
+        command = [sys.executable, "-m", "tests.benchmarks.fuzz_upstream", str(port)]
+        url = f"http://127.0.0.1:{port}/v1"
+        with running_server(command, url + "/models", cwd=_ROOT):
+            yield url
+
+
+@contextmanager
+def deployed_proxy(
+    config: dict[str, Any], directory: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`context-proxy serve` as users install it (`.venv-deploy`: its malloc settings,
+    one worker) with `config`; yields its URL, its process and the file its output
+    goes to."""
+    config = {**config, "session": {"path": str(directory / "sessions")}}
+    path = directory / "context-proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = directory / "context-proxy.log"
+    with held_port() as port, log.open("wb") as output:
+        command = proxy_command("serve", "--config", str(path), "--port", str(port))
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=_ROOT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(url, process)
+            yield url, process, log
+        finally:
+            stop(process)
 
 
 @contextmanager

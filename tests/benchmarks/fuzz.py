@@ -1,0 +1,522 @@
+"""Fuzz: hostile requests over the three doors, as an attacker sends them (issue 51).
+
+`count` requests (12,000; `--quick` 300), `CONCURRENCY` in flight, to `context-proxy
+serve` from the deploy install (`.venv-deploy`, its malloc settings, one worker, the
+default settings) in front of `fuzz_upstream`, with three models: an OpenAI-compatible
+one (chat completions), a Claude one (Anthropic's Messages API) and a Responses-native
+one. What is sent is `fuzz_cases`' (seeded: case N is always the same request): every
+repro of the issue, mutated valid bodies, a tenth whose upstream misbehaves, valid
+bodies. Meanwhile a prober asks `/health/live` every 50 ms from a thread of its own.
+
+It prints the answers by door and kind; every 5xx the request itself did not cause
+(a request whose upstream misbehaved may be answered 502 or 504, or end its stream in
+the door's error event) and every dropped connection (a transport error, no answer in
+`CLIENT_TIMEOUT`, a stream with neither its end nor its door's error event, a 200 that
+is not JSON), grouped, each group with a repro and that case sent again alone with what
+the proxy logged for it; any answer with a traceback, a module path or a LiteLLM class
+name; the proxy's RSS fresh (after start-up and `WARM_UP` valid requests), after the run
+and its peak; and the worst `/health/live` latencies. `--case N ...` sends only those
+cases, one at a time, and shows each answer and log whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+
+from tests.benchmarks import processes
+from tests.benchmarks.fuzz_bodies import CHAT, CLAUDE, MODELS, PATHS, RESPONSES, Case
+from tests.benchmarks.fuzz_cases import case, valid_case
+from tests.benchmarks.fuzz_upstream import UNKNOWN_ERROR
+from tests.benchmarks.load import quantile
+
+COUNT, QUICK_COUNT, SEED = 12_000, 300, 51
+CONCURRENCY = 8
+CLIENT_TIMEOUT = 120.0
+PROBE_EVERY = 0.05
+WARM_UP = 20
+SETTLE = 10.0  # seconds after the run before RSS is read again
+CONFIRMED = 40  # groups whose first case is sent again alone
+FOUR_XX = {"invalid_request_error", "authentication_error", "permission_error"}
+FOUR_XX |= {"not_found_error", "rate_limit_error", "request_too_large"}
+LEAK = re.compile(
+    rb"Traceback|File \"|\.py\"?, line|site-packages|litellm\.|AnthropicError - |"
+    rb"\b[A-Z]\w*Exception\b|\b(?:BadRequest|APIConnection|InternalServer|ServiceUnavailable"
+    rb"|ContextWindowExceeded|UnprocessableEntity|APIResponseValidation)Error\b"
+)
+ENDS = {
+    "chat": (b"data: [DONE]",),
+    "messages": (b"event: message_stop",),
+    "responses": (b"event: response.completed", b"event: response.incomplete"),
+}
+ERRORS = {
+    "chat": (b'data: {"error"',),
+    "messages": (b"event: error\n",),
+    "responses": (b"event: error\n", b"event: response.failed\n"),
+}
+
+
+@dataclass
+class Outcome:
+    index: int
+    kind: str
+    path: str
+    model: str
+    stream: bool
+    session: bool
+    upstream: str | None
+    status: int | None
+    verdict: str  # "2xx", "4xx", "5xx", "event 4xx", "event 5xx" or "dropped: why"
+    answer: bytes  # its first 200 bytes (an errored stream's: the error event's)
+    request: bytes  # the body's first 200 bytes
+    seconds: float
+    leak: bytes | None = None  # what in an error answer gave away the proxy's insides
+
+    @property
+    def dropped(self) -> bool:
+        return self.verdict.startswith("dropped")
+
+    @property
+    def unexpected_5xx(self) -> bool:
+        """A 5xx (or a stream's server error event) the request did not ask for: a
+        request whose upstream misbehaved may be answered 502, 504 or an error event,
+        and the upstream's own 500 with its message."""
+        if self.verdict not in ("5xx", "event 5xx"):
+            return False
+        if not self.upstream:
+            return True
+        if self.verdict == "event 5xx" or self.status in (502, 504):
+            return False
+        return not (self.status == 500 and UNKNOWN_ERROR.encode() in self.answer)
+
+    def finding(self) -> str | None:
+        if self.unexpected_5xx:
+            return "5xx"
+        if self.dropped:
+            return "dropped"
+        return "leak" if self.leak else None
+
+
+def config(upstream_url: str) -> dict[str, Any]:
+    """The three models at the fuzz upstream; every other setting the proxy's default."""
+    base = {"api_base": upstream_url, "api_key": processes.UPSTREAM_KEY}
+    anthropic = base | {"api_base": upstream_url.removesuffix("/v1")}  # LiteLLM adds /v1
+    return {
+        "model_list": [
+            {"model_name": CHAT, "litellm_params": base | {"model": "openai/gpt-4o-mini"}},
+            {
+                "model_name": CLAUDE,
+                "litellm_params": anthropic | {"model": "anthropic/claude-sonnet-4-5"},
+            },
+            {
+                "model_name": RESPONSES,
+                "litellm_params": base | {"model": "openai/gpt-4.1"},
+                "model_info": {"native_api": True},
+            },
+        ]
+    }
+
+
+@contextmanager
+def serving(directory: Path) -> Iterator[tuple[str, str, subprocess.Popen[bytes], Path]]:
+    """The fuzz upstream and the proxy in front of it: the upstream's URL, the proxy's,
+    its process and its log."""
+    with (
+        processes.hostile_upstream() as upstream_url,
+        processes.deployed_proxy(config(upstream_url), directory) as (url, process, log),
+    ):
+        yield upstream_url, url, process, log
+
+
+# -- one request ---------------------------------------------------------------------------
+
+
+async def send(http: aiohttp.ClientSession, url: str, sent: Case) -> Outcome:
+    """`sent`, and what became of it."""
+    headers = {"Content-Type": "application/json", **sent.headers}
+    started = time.perf_counter()
+    status: int | None = None
+    data, kind = b"", ""
+    try:
+        async with asyncio.timeout(CLIENT_TIMEOUT):
+            async with http.post(url + sent.path, data=sent.body, headers=headers) as response:
+                status, kind = response.status, response.content_type
+                data = await response.read()
+        verdict, answer = judge(sent, status, kind, data)
+    except TimeoutError:
+        verdict, answer = f"dropped: no answer in {CLIENT_TIMEOUT:.0f} s", data[:200]
+    except aiohttp.ClientError as exc:
+        verdict, answer = f"dropped: {type(exc).__name__}", str(exc)[:200].encode()
+    leak = None
+    if verdict != "2xx" and not verdict.startswith("dropped"):
+        shown = data[:100_000] if verdict in ("4xx", "5xx") else answer
+        found = LEAK.search(shown)
+        leak = shown[max(0, found.start() - 60) : found.end() + 100] if found else None
+    return Outcome(
+        sent.index,
+        sent.kind,
+        sent.path,
+        sent.model,
+        sent.stream,
+        "X-Session-Id" in sent.headers,
+        sent.upstream,
+        status,
+        verdict,
+        answer,
+        sent.body[:200],
+        time.perf_counter() - started,
+        leak,
+    )
+
+
+def judge(sent: Case, status: int, kind: str, data: bytes) -> tuple[str, bytes]:
+    """The verdict on an answer, and the part of it to show."""
+    if status >= 400:
+        return ("5xx" if status >= 500 else "4xx"), data[:200]
+    if kind == "text/event-stream":
+        api = "messages" if sent.door == "count_tokens" else sent.door
+        error = next((data.index(m) for m in ERRORS[api] if m in data), None)
+        if error is not None:
+            event = data[error : error + 600]
+            return f"event {_event_class(event)}", event[:200]
+        if any(end in data for end in ENDS[api]):
+            return "2xx", data[:200]
+        return "dropped: a stream with neither its end nor an error event", data[-200:]
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return "dropped: a 200 that is not JSON", data[:200]
+    return "2xx", data[:200]
+
+
+def _event_class(event: bytes) -> str:
+    """4xx or 5xx, by the error type an error event names."""
+    line = next((line for line in event.split(b"\n") if line.startswith(b"data: ")), b"")
+    try:
+        data = orjson.loads(line[6:])
+    except orjson.JSONDecodeError:
+        return "5xx"
+    inner = data.get("error") if isinstance(data, dict) else None
+    found = inner.get("type") if isinstance(inner, dict) else None
+    if found is None and isinstance(data, dict) and isinstance(data.get("response"), dict):
+        found = (data["response"].get("error") or {}).get("code")
+    return "4xx" if found in FOUR_XX else "5xx"
+
+
+# -- the prober ----------------------------------------------------------------------------
+
+
+class Prober(threading.Thread):
+    """`/health/live` every `PROBE_EVERY` s and the proxy's RSS, from a thread of its own
+    (the client's event loop is busy building and reading bodies)."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.pid = url, pid
+        self.latencies: list[float] = []
+        self.failed = 0
+        self.peak = 0.0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=60) as client:
+            while not self.done.is_set():
+                started = time.perf_counter()
+                try:
+                    client.get(self.url + "/health/live")
+                except httpx.HTTPError:
+                    self.failed += 1
+                took = time.perf_counter() - started
+                self.latencies.append(took)
+                self.peak = max(self.peak, rss(self.pid))
+                self.done.wait(max(0.0, PROBE_EVERY - took))
+
+
+def rss(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory (or its peak, `VmHWM`), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    outcomes: list[Outcome]
+    seconds: float
+    fresh: float
+    after: float
+    settled: float
+    peak: float
+    probes: list[float]
+    probe_failures: int
+    upstream: dict[str, int]
+    log: str
+    confirmed: dict[int, tuple[Outcome, list[str]]]
+    warm: Counter[str]
+
+
+async def drive(url: str, indices: Iterable[int], seed: int, concurrency: int) -> list[Outcome]:
+    pending = iter(indices)
+    outcomes: list[Outcome] = []
+
+    async def worker() -> None:
+        # A connection of its own for every request: a kept-alive one the server closed
+        # while idle would read as a drop.
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            for index in pending:
+                outcomes.append(await send(http, url, case(seed, index)))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sorted(outcomes, key=lambda o: o.index)
+
+
+async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURRENCY) -> Run:
+    with serving(directory) as (upstream_url, url, process, log):
+        warm = [valid_case(seed, n, list(PATHS)[n % 4]) for n in range(WARM_UP)]
+        warmed: Counter[str] = Counter()
+        async with aiohttp.ClientSession() as http:
+            for sent in warm:
+                warmed[(await send(http, url, sent)).verdict] += 1
+        await asyncio.sleep(1.0)
+        fresh = rss(process.pid)
+        prober = Prober(url, process.pid)
+        prober.start()
+        began = time.monotonic()
+        outcomes = await drive(url, range(count), seed, concurrency)
+        seconds = time.monotonic() - began
+        prober.done.set()
+        prober.join()
+        after = rss(process.pid)
+        await asyncio.sleep(SETTLE)
+        settled, peak = rss(process.pid), rss(process.pid, "VmHWM")
+        upstream = httpx.get(upstream_url.removesuffix("/v1") + "/fuzz/stats").json()
+        text = log.read_text(errors="replace")
+        confirmed = await confirm(url, log, seed, outcomes)
+    return Run(
+        outcomes,
+        seconds,
+        fresh,
+        after,
+        settled,
+        peak,
+        prober.latencies,
+        prober.failed,
+        upstream,
+        text,
+        confirmed,
+        warmed,
+    )
+
+
+async def alone(url: str, log: Path, sent: Case) -> tuple[Outcome, list[str]]:
+    """`sent` with nothing else in flight, and what the proxy logged meanwhile."""
+    offset = log.stat().st_size
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        outcome = await send(http, url, sent)
+    await asyncio.sleep(0.5)
+    with log.open("rb") as file:
+        file.seek(offset)
+        logged = file.read().decode(errors="replace")
+    return outcome, telling(logged)
+
+
+async def confirm(
+    url: str, log: Path, seed: int, outcomes: list[Outcome]
+) -> dict[int, tuple[Outcome, list[str]]]:
+    """The first case of each of the largest `CONFIRMED` groups of findings, sent again
+    alone."""
+    confirmed = {}
+    for members in sorted(groups(outcomes).values(), key=len, reverse=True)[:CONFIRMED]:
+        first = members[0]
+        confirmed[first.index] = await alone(url, log, case(seed, first.index))
+    return confirmed
+
+
+# -- what the proxy logged -----------------------------------------------------------------
+
+
+def exception_lines(text: str) -> Counter[str]:
+    """Each traceback's last line (the exception), counted."""
+    found: Counter[str] = Counter()
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            rest = lines[number + 1 :]
+            end = next((x for x in rest if x and not x.startswith((" ", "\t"))), "?")
+            found[end[:160]] += 1
+    return found
+
+
+def telling(text: str) -> list[str]:
+    """The lines of a log excerpt worth showing: exceptions, warnings, errors."""
+    shown = [f"exception: {line}" for line in exception_lines(text)]
+    shown += [
+        line[:240]
+        for line in text.splitlines()
+        if (" WARNING " in line or " ERROR " in line) and "Traceback" not in line
+    ]
+    return shown[:4]
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def signature(outcome: Outcome) -> str:
+    """What an answer said, without its numbers (its error message, or why it dropped)."""
+    text = outcome.answer
+    found = re.search(rb'"message":\s*"((?:[^"\\]|\\.){0,90})', text)
+    said = found[1].decode(errors="replace") if found else text[:60].decode(errors="replace")
+    return re.sub(r"\d+", "#", said)
+
+
+def groups(outcomes: list[Outcome]) -> dict[tuple[str, ...], list[Outcome]]:
+    """Findings grouped by what, where and what the answer said."""
+    out: dict[tuple[str, ...], list[Outcome]] = {}
+    for outcome in outcomes:
+        finding = outcome.finding()
+        if finding is None:
+            continue
+        status = str(outcome.status) if outcome.status is not None else "-"
+        key = (finding, outcome.verdict, status, outcome.path, outcome.model, signature(outcome))
+        out.setdefault(key, []).append(outcome)
+    return out
+
+
+def report(result: Run, count: int, seed: int, concurrency: int) -> str:
+    outcomes = result.outcomes
+    verdicts = ("2xx", "4xx", "5xx", "event 4xx", "event 5xx")
+    lines = [
+        f"fuzz: {count:,} requests (seed {seed}), {concurrency} in flight, in"
+        f" {result.seconds:.0f} s ({count / result.seconds:.1f}/s); context-proxy serve"
+        " from .venv-deploy, one worker, default settings; models: " + ", ".join(MODELS),
+        f"{'door':<28}{'sent':>7}" + "".join(f"{v:>10}" for v in verdicts) + f"{'dropped':>9}",
+    ]
+    for path in [*PATHS.values(), "all"]:
+        mine = [o for o in outcomes if path in (o.path, "all")]
+        row = [sum(o.verdict == v for o in mine) for v in verdicts]
+        lines.append(
+            f"{path:<28}{len(mine):>7}"
+            + "".join(f"{n:>10}" for n in row)
+            + f"{sum(o.dropped for o in mine):>9}"
+        )
+    kinds = Counter(o.kind.split(":")[0] for o in outcomes)
+    lines.append("sent: " + ", ".join(f"{n:,} {kind}" for kind, n in kinds.most_common()))
+    unexpected = [o for o in outcomes if o.unexpected_5xx]
+    dropped = [o for o in outcomes if o.dropped]
+    leaks = [o for o in outcomes if o.leak]
+    allowed = sum(o.verdict in ("5xx", "event 5xx") and not o.unexpected_5xx for o in outcomes)
+    lines += [
+        f"unexpected 5xx: {len(unexpected)} (target 0); {allowed} answers 502/504 or an"
+        " error event to a request whose upstream misbehaved (as they should)",
+        f"dropped connections: {len(dropped)} (target 0)"
+        + "".join(f"; {n} {why[9:]}" for why, n in Counter(o.verdict for o in dropped).items()),
+        f"answers with a traceback, module path or LiteLLM name: {len(leaks)} (target 0)",
+    ]
+    valid = Counter(o.verdict for o in outcomes if o.kind == "valid")
+    lines.append(
+        "valid bodies: " + (", ".join(f"{n} {v}" for v, n in valid.most_common()) or "none")
+    )
+    probes = result.probes
+    lines += [
+        f"RSS: fresh {result.fresh:.0f} MiB (after start-up and {WARM_UP} valid requests:"
+        f" {', '.join(f'{n} {v}' for v, n in result.warm.items())}), after"
+        f" the run {result.after:.0f} MiB ({result.after / result.fresh:.2f}x fresh),"
+        f" {SETTLE:.0f} s later {result.settled:.0f} MiB ({result.settled / result.fresh:.2f}x"
+        f" fresh), peak {result.peak:.0f} MiB",
+        f"/health/live every {PROBE_EVERY * 1000:.0f} ms during the run ({len(probes)} probes,"
+        f" {result.probe_failures} failed): p50 {quantile(probes, 0.5) * 1000:.0f} ms, p99"
+        f" {quantile(probes, 0.99) * 1000:.0f} ms, max {max(probes, default=0) * 1000:.0f} ms;"
+        f" {sum(p > 0.1 for p in probes)} over 100 ms, {sum(p > 1 for p in probes)} over 1 s",
+        "the upstream: " + ", ".join(f"{n} {k}" for k, n in sorted(result.upstream.items())),
+    ]
+    lines += by_kind(outcomes)
+    exceptions = exception_lines(result.log)
+    lines.append(f"the proxy logged {sum(exceptions.values())} tracebacks")
+    lines += [f"  {n:5d}  {line}" for line, n in exceptions.most_common(15)]
+    lines += findings(outcomes, result.confirmed, seed)
+    return "\n".join(lines)
+
+
+def by_kind(outcomes: list[Outcome]) -> list[str]:
+    """Each repro and each way the upstream misbehaved: how it was answered, how long
+    the slowest answer took."""
+    kinds: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.kind.startswith(("repro", "upstream")):
+            kinds.setdefault(outcome.kind, []).append(outcome)
+    lines = ["repros and misbehaving upstreams, by kind: answers (status), slowest"]
+    for kind, members in sorted(kinds.items()):
+        said = Counter(f"{o.verdict} ({o.status})" for o in members).most_common()
+        slowest = max(o.seconds for o in members)
+        lines.append(f"  {kind}: " + ", ".join(f"{n} {v}" for v, n in said) + f"; {slowest:.1f} s")
+    return lines
+
+
+def findings(
+    outcomes: list[Outcome], confirmed: dict[int, tuple[Outcome, list[str]]], seed: int
+) -> list[str]:
+    found = sorted(groups(outcomes).items(), key=lambda item: -len(item[1]))
+    lines = [f"findings: {len(found)} groups (largest first; each with its first case's repro)"]
+    for (finding, verdict, status, path, model, said), members in found:
+        first = members[0]
+        kinds = Counter(o.kind for o in members).most_common(3)
+        lines += [
+            f"[{finding}] {verdict} ({status}) on {path} to {model} x{len(members)}: {said}",
+            "    kinds: " + "; ".join(f"{kind} x{n}" for kind, n in kinds),
+            f"    case {first.index} (--seed {seed} --case {first.index}):"
+            f" {'streamed' if first.stream else 'whole'},"
+            f" {'session' if first.session else 'no session'}"
+            + (f", upstream {first.upstream}" if first.upstream else ""),
+            f"    request: {first.request!r}",
+            f"    answer: {first.answer!r}",
+        ]
+        if first.leak:
+            lines.append(f"    gave away: {first.leak!r}")
+        if first.index in confirmed:
+            again, logged = confirmed[first.index]
+            lines.append(f"    alone: {again.verdict} ({again.status}) in {again.seconds:.1f} s")
+            lines += [f"    log: {line}" for line in logged]
+    return lines
+
+
+async def cases(directory: Path, indices: list[int], seed: int) -> str:
+    """`--case`: each case alone, its request, answer and log shown whole."""
+    lines = []
+    with serving(directory) as (_, url, _, log):
+        for index in indices:
+            sent = case(seed, index)
+            outcome, logged = await alone(url, log, sent)
+            lines += [
+                f"case {index}: {sent.kind}, POST {sent.path} {sent.headers}",
+                f"  request ({len(sent.body):,} bytes): {sent.body[:2000]!r}",
+                f"  -> {outcome.verdict} ({outcome.status}) in {outcome.seconds:.2f} s:"
+                f" {outcome.answer!r}",
+                *(f"  log: {line}" for line in logged),
+            ]
+    return "\n".join(lines)
+
+
+async def benchmark(
+    directory: Path, count: int = COUNT, seed: int = SEED, concurrency: int = CONCURRENCY
+) -> str:
+    result = await run(directory, count, seed, concurrency)
+    return report(result, count, seed, concurrency)
