@@ -431,10 +431,10 @@ def report(result: Run, count: int, seed: int, concurrency: int) -> str:
         + "".join(f"; {n} {why[9:]}" for why, n in Counter(o.verdict for o in dropped).items()),
         f"answers with a traceback, module path or LiteLLM name: {len(leaks)} (target 0)",
     ]
-    valid = Counter(o.verdict for o in outcomes if o.kind == "valid")
-    lines.append(
-        "valid bodies: " + (", ".join(f"{n} {v}" for v, n in valid.most_common()) or "none")
-    )
+    for name in ("valid", "mutated"):
+        said = Counter(o.verdict for o in outcomes if o.kind.split(":")[0] == name)
+        shown = ", ".join(f"{n} {v}" for v, n in said.most_common()) or "none"
+        lines.append(f"{name} bodies: {shown}")
     probes = result.probes
     lines += [
         f"RSS: fresh {result.fresh:.0f} MiB (after start-up and {WARM_UP} valid requests:"
