@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -48,7 +49,10 @@ CONCURRENCY = 8
 CLIENT_TIMEOUT = 120.0
 PROBE_EVERY = 0.05
 WARM_UP = 20
-SETTLE = 10.0  # seconds after the run before RSS is read again
+PROGRESS = 1000  # answers between two progress lines
+SETTLE = 10.0
+# The run stops when the proxy's RSS passes this (MiB): the machine is shared.
+MEMORY_GUARD = 8192.0  # seconds after the run before RSS is read again
 CONFIRMED = 40  # groups whose first case is sent again alone
 FOUR_XX = {"invalid_request_error", "authentication_error", "permission_error"}
 FOUR_XX |= {"not_found_error", "rate_limit_error", "request_too_large"}
@@ -230,6 +234,7 @@ class Prober(threading.Thread):
         self.failed = 0
         self.peak = 0.0
         self.done = threading.Event()
+        self.over = threading.Event()  # the proxy's RSS passed `MEMORY_GUARD`
 
     def run(self) -> None:
         with httpx.Client(timeout=60) as client:
@@ -242,12 +247,18 @@ class Prober(threading.Thread):
                 took = time.perf_counter() - started
                 self.latencies.append(took)
                 self.peak = max(self.peak, rss(self.pid))
+                if self.peak > MEMORY_GUARD:
+                    self.over.set()
                 self.done.wait(max(0.0, PROBE_EVERY - took))
 
 
 def rss(pid: int, field: str = "VmRSS") -> float:
-    """A process's resident memory (or its peak, `VmHWM`), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    """A process's resident memory (or its peak, `VmHWM`), MiB; 0 once it has ended."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
@@ -270,9 +281,14 @@ class Run:
     log: str
     confirmed: dict[int, tuple[Outcome, list[str]]]
     warm: Counter[str]
+    stopped: bool  # by `MEMORY_GUARD`
+    ended: int | None  # the proxy's exit code, if it ended during the run
 
 
-async def drive(url: str, indices: Iterable[int], seed: int, concurrency: int) -> list[Outcome]:
+async def drive(
+    url: str, indices: Iterable[int], seed: int, concurrency: int, stop: threading.Event
+) -> list[Outcome]:
+    """The cases, `concurrency` in flight, until they are all answered or `stop` is set."""
     pending = iter(indices)
     outcomes: list[Outcome] = []
 
@@ -282,7 +298,12 @@ async def drive(url: str, indices: Iterable[int], seed: int, concurrency: int) -
         connector = aiohttp.TCPConnector(force_close=True, limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
             for index in pending:
+                if stop.is_set():
+                    return
                 outcomes.append(await send(http, url, case(seed, index)))
+                if len(outcomes) % PROGRESS == 0:  # on stderr: the report is stdout's
+                    found = sum(o.finding() is not None for o in outcomes)
+                    print(f"fuzz: {len(outcomes):,} answered, {found} findings", file=sys.stderr)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return sorted(outcomes, key=lambda o: o.index)
@@ -300,7 +321,7 @@ async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURR
         prober = Prober(url, process.pid)
         prober.start()
         began = time.monotonic()
-        outcomes = await drive(url, range(count), seed, concurrency)
+        outcomes = await drive(url, range(count), seed, concurrency, prober.over)
         seconds = time.monotonic() - began
         prober.done.set()
         prober.join()
@@ -308,8 +329,9 @@ async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURR
         await asyncio.sleep(SETTLE)
         settled, peak = rss(process.pid), rss(process.pid, "VmHWM")
         upstream = httpx.get(upstream_url.removesuffix("/v1") + "/fuzz/stats").json()
+        ended = process.poll()
+        confirmed = await confirm(url, log, seed, outcomes) if ended is None else {}
         text = log.read_text(errors="replace")
-        confirmed = await confirm(url, log, seed, outcomes)
     return Run(
         outcomes,
         seconds,
@@ -323,6 +345,8 @@ async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURR
         text,
         confirmed,
         warmed,
+        prober.over.is_set(),
+        ended,
     )
 
 
@@ -404,12 +428,20 @@ def groups(outcomes: list[Outcome]) -> dict[tuple[str, ...], list[Outcome]]:
 def report(result: Run, count: int, seed: int, concurrency: int) -> str:
     outcomes = result.outcomes
     verdicts = ("2xx", "4xx", "5xx", "event 4xx", "event 5xx")
+    sent = len(outcomes)
     lines = [
-        f"fuzz: {count:,} requests (seed {seed}), {concurrency} in flight, in"
-        f" {result.seconds:.0f} s ({count / result.seconds:.1f}/s); context-proxy serve"
+        f"fuzz: {sent:,} requests (seed {seed}), {concurrency} in flight, in"
+        f" {result.seconds:.0f} s ({sent / result.seconds:.1f}/s); context-proxy serve"
         " from .venv-deploy, one worker, default settings; models: " + ", ".join(MODELS),
         f"{'door':<28}{'sent':>7}" + "".join(f"{v:>10}" for v in verdicts) + f"{'dropped':>9}",
     ]
+    if result.stopped:
+        lines.append(
+            f"STOPPED after {sent:,} of {count:,} requests: the proxy's RSS passed"
+            f" {MEMORY_GUARD:.0f} MiB (the guard of a shared machine)"
+        )
+    if result.ended is not None:
+        lines.append(f"THE PROXY ENDED during the run (exit code {result.ended})")
     for path in [*PATHS.values(), "all"]:
         mine = [o for o in outcomes if path in (o.path, "all")]
         row = [sum(o.verdict == v for o in mine) for v in verdicts]

@@ -366,7 +366,14 @@ REPROS += [
     for s in (False, True)
 ]
 REPROS += [
-    (f"tool_result{where} without type", door, CLAUDE, False, False, _untyped_result(inside))
+    (
+        f"tool_result{where} without type{' (count_tokens)' if door == 'count_tokens' else ''}",
+        door,
+        CLAUDE,
+        False,
+        False,
+        _untyped_result(inside),
+    )
     for inside, where in ((True, "'s part"), (False, ""))
     for door in ("messages", "count_tokens")
 ]

@@ -39,6 +39,7 @@ SESSION_HEADER = "X-Session-Id"
 NATIVE = {"chat": CHAT, "messages": CLAUDE, "count_tokens": CLAUDE, "responses": RESPONSES}
 DOORS = {"chat": 0.34, "messages": 0.26, "count_tokens": 0.08, "responses": 0.32}
 UPSTREAM_DOORS = ("chat", "messages", "responses")
+HEAVY = ("huge", "endless-event")
 
 Tree = Any
 Mutation = Callable[[random.Random, Tree], Tree]
@@ -286,7 +287,9 @@ MUTATIONS: dict[str, Mutation] = {
     "long string": long_string,
     "other door's body": other_door,
 }
-LAST = ("huge array", "long string")
+# Applied last, in this order, each at most once: a huge array repeats one object, so
+# whatever changed inside it afterwards would be repeated as often.
+LAST = ("long string", "huge array")
 WEIGHTS = {"wrong type": 6, "deleted": 4, "unknown field": 3, "huge array": 0.5}
 WEIGHTS |= {"long string": 0.5, "other door's body": 0.5}
 
@@ -311,7 +314,7 @@ def odd_headers(rng: random.Random, headers: dict[str, str]) -> str:
     """An odd session header, session mode, content type or API version; its name."""
     name, value = rng.choice(
         (
-            (SESSION_HEADER, rng.choice(("", " ", "a" * 10_000, "../../x", "s\xe9ssion", "\x7f"))),
+            (SESSION_HEADER, rng.choice(("", " ", "a" * 10_000, "../../x", "s\xe9ssion", "a\tb"))),
             ("X-Session-Mode", rng.choice(("APPEND", "nonsense", "", "append, full"))),
             ("Content-Type", rng.choice(("text/plain", "application/json; charset=latin-1", ""))),
             ("Content-Encoding", "gzip"),
@@ -327,13 +330,23 @@ def odd_headers(rng: random.Random, headers: dict[str, str]) -> str:
 
 
 def guaranteed() -> list[tuple[str, ...]]:
-    """Each repro by name, then each (upstream kind, door, streamed) with a model in turn."""
-    out: list[tuple[str, ...]] = [("repro", str(n)) for n in range(len(REPROS))]
+    """Each repro by name and each (upstream kind, door, streamed) with a model in turn;
+    the heavy ones (megabytes each way) spread among the others, so that only a few
+    are in flight at once."""
+    light: list[tuple[str, ...]] = [("repro", str(n)) for n in range(len(REPROS))]
+    heavy = [light.pop(n) for n, (name, *_) in reversed(list(enumerate(REPROS))) if "MB" in name]
     for k, kind in enumerate(KINDS):
         for d, door in enumerate(UPSTREAM_DOORS):
             for s in (0, 1):
-                out.append(("upstream", kind, door, MODELS[(k + d + s) % 3], str(s)))
-    return out
+                what = ("upstream", kind, door, MODELS[(k + d + s) % 3], str(s))
+                (heavy if kind in HEAVY else light).append(what)
+    every = len(light) // len(heavy) + 1
+    out = []
+    for n, what in enumerate(light):
+        if n % every == 0 and heavy:
+            out.append(heavy.pop())
+        out.append(what)
+    return out + heavy
 
 
 def case(seed: int, index: int) -> Case:
@@ -398,8 +411,8 @@ def _mutated(
     names = list(MUTATIONS)
     body = copy.deepcopy(body)  # nothing a body shares with another is changed
     chosen = rng.choices(names, [WEIGHTS.get(n, 1.0) for n in names], k=rng.choice((1, 1, 2, 3)))
-    # The ones that make a body big go last: no other walks it after them.
-    for name in sorted(chosen, key=lambda name: name in LAST):
+    chosen = list(dict.fromkeys(chosen))
+    for name in sorted(chosen, key=lambda name: LAST.index(name) if name in LAST else -1):
         body = MUTATIONS[name](rng, body)
     stream = isinstance(body, dict) and body.get("stream") is True
     raw = dumps(body)

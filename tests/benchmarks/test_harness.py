@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.benchmarks.fuzz_bodies import REPROS
+from tests.benchmarks.fuzz_upstream import KINDS
 from tests.readme import snippet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -244,3 +246,30 @@ def test_the_growing_soak_runs_every_door_and_judges_its_memory() -> None:
     )
     assert {door for _, door, *_ in outcomes} == {"chat", "messages", "responses"}, out
     assert all(outcome == "ok" for *_, outcome in outcomes), out
+
+
+def test_the_fuzz_answers_every_hostile_request() -> None:
+    """`fuzz --quick`: every repro of issue 51, every way the upstream misbehaves on every
+    door (streamed and not), and a few hundred mutated bodies: no 5xx the request did not
+    ask for, no dropped connection, no traceback or LiteLLM name in any answer. (The full
+    run's RSS and `/health/live` figures are docs/performance.md's, not judged here.)"""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "fuzz", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    found = out[out.find("findings:") :][:8000]
+    sent = re.search(r"^all\s+(\d+)\s", out, re.M)
+    assert sent is not None and int(sent[1]) == 300, out
+    # Each repro and each misbehaviour (streamed and not) on a line of its own.
+    kinds = re.findall(r"^  (repro|upstream): ", out, re.M)
+    assert kinds.count("repro") == len(REPROS) and kinds.count("upstream") == 2 * len(KINDS)
+    assert re.search(r"^unexpected 5xx: 0 \(target 0\)", out, re.M), found
+    assert re.search(r"^dropped connections: 0 \(target 0\)", out, re.M), found
+    assert re.search(r"^answers with a traceback.*: 0 \(target 0\)", out, re.M), found
+    assert re.search(rf"^RSS: fresh {NUMBER} MiB .*, peak {NUMBER} MiB$", out, re.M), out
+    assert re.search(rf"^/health/live .* max {NUMBER} ms", out, re.M), out
