@@ -342,10 +342,10 @@ def guaranteed() -> list[tuple[str, ...]]:
                 (heavy if kind in HEAVY else light).append(what)
     every = len(light) // len(heavy) + 1
     out = []
-    for n, what in enumerate(light):
+    for n, other in enumerate(light):
         if n % every == 0 and heavy:
             out.append(heavy.pop())
-        out.append(what)
+        out.append(other)
     return out + heavy
 
 
