@@ -45,6 +45,7 @@ from tests.benchmarks.fuzz_report import (
     PROBE_EVERY,
     SETTLE,
     WARM_UP,
+    Alone,
     Outcome,
     Run,
     groups,
@@ -274,7 +275,7 @@ async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURR
         settled, peak = rss(process.pid), rss(process.pid, "VmHWM")
         upstream = httpx.get(upstream_url.removesuffix("/v1") + "/fuzz/stats").json()
         ended = process.poll()
-        confirmed = await confirm(url, log, seed, outcomes) if ended is None else {}
+        confirmed = await confirm(url, process.pid, log, seed, outcomes) if ended is None else {}
         text = log.read_text(errors="replace")
     return Run(
         outcomes,
@@ -294,44 +295,50 @@ async def run(directory: Path, count: int, seed: int, concurrency: int = CONCURR
     )
 
 
-async def alone(url: str, log: Path, sent: Case) -> tuple[Outcome, list[str]]:
-    """`sent` with nothing else in flight, and what the proxy logged meanwhile."""
+async def alone(url: str, pid: int, log: Path, sent: Case) -> Alone:
+    """`sent` with nothing else in flight: its outcome, what the proxy logged meanwhile,
+    and the longest `/health/live` took meanwhile (whether it holds the loop itself)."""
     offset = log.stat().st_size
+    prober = Prober(url, pid)
+    prober.start()
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(connector=connector) as http:
         outcome = await send(http, url, sent)
     await asyncio.sleep(0.5)
+    prober.done.set()
+    await asyncio.to_thread(prober.join)
     with log.open("rb") as file:
         file.seek(offset)
         logged = file.read().decode(errors="replace")
-    return outcome, telling(logged)
+    return Alone(outcome, telling(logged), max(prober.latencies, default=0.0))
 
 
 async def confirm(
-    url: str, log: Path, seed: int, outcomes: list[Outcome]
-) -> dict[int, tuple[Outcome, list[str]]]:
+    url: str, pid: int, log: Path, seed: int, outcomes: list[Outcome]
+) -> dict[int, Alone]:
     """The first case of each of the largest `CONFIRMED` groups of findings, sent again
     alone."""
     confirmed = {}
     for members in sorted(groups(outcomes).values(), key=len, reverse=True)[:CONFIRMED]:
         first = members[0]
-        confirmed[first.index] = await alone(url, log, case(seed, first.index))
+        confirmed[first.index] = await alone(url, pid, log, case(seed, first.index))
     return confirmed
 
 
 async def cases(directory: Path, indices: list[int], seed: int) -> str:
     """`--case`: each case alone, its request, answer and log shown whole."""
     lines = []
-    with serving(directory) as (_, url, _, log):
+    with serving(directory) as (_, url, process, log):
         for index in indices:
             sent = case(seed, index)
-            outcome, logged = await alone(url, log, sent)
+            again = await alone(url, process.pid, log, sent)
+            outcome = again.outcome
             lines += [
                 f"case {index}: {sent.kind}, POST {sent.path} {sent.headers}",
                 f"  request ({len(sent.body):,} bytes): {sent.body[:2000]!r}",
-                f"  -> {outcome.verdict} ({outcome.status}) in {outcome.seconds:.2f} s:"
-                f" {outcome.answer!r}",
-                *(f"  log: {line}" for line in logged),
+                f"  -> {outcome.verdict} ({outcome.status}) in {outcome.seconds:.2f} s"
+                f" (/health/live at most {again.health * 1000:.0f} ms): {outcome.answer!r}",
+                *(f"  log: {line}" for line in again.logged),
             ]
     return "\n".join(lines)
 

@@ -60,6 +60,15 @@ class Outcome:
 
 
 @dataclass
+class Alone:
+    """A case sent again with nothing else in flight."""
+
+    outcome: Outcome
+    logged: list[str]  # what the proxy logged meanwhile (`telling`)
+    health: float  # the longest `/health/live` took meanwhile, seconds
+
+
+@dataclass
 class Run:
     outcomes: list[Outcome]
     seconds: float
@@ -71,7 +80,7 @@ class Run:
     probe_failures: int
     upstream: dict[str, int]
     log: str
-    confirmed: dict[int, tuple[Outcome, list[str]]]
+    confirmed: dict[int, Alone]
     warm: Counter[str]
     stopped: bool  # by `MEMORY_GUARD`
     ended: int | None  # the proxy's exit code, if it ended during the run
@@ -205,9 +214,7 @@ def by_kind(outcomes: list[Outcome]) -> list[str]:
     return lines
 
 
-def findings(
-    outcomes: list[Outcome], confirmed: dict[int, tuple[Outcome, list[str]]], seed: int
-) -> list[str]:
+def findings(outcomes: list[Outcome], confirmed: dict[int, Alone], seed: int) -> list[str]:
     found = sorted(groups(outcomes).items(), key=lambda item: -len(item[1]))
     lines = [f"findings: {len(found)} groups (largest first; each with its first case's repro)"]
     for (finding, verdict, status, path, model, said), members in found:
@@ -226,7 +233,11 @@ def findings(
         if first.leak:
             lines.append(f"    gave away: {first.leak!r}")
         if first.index in confirmed:
-            again, logged = confirmed[first.index]
-            lines.append(f"    alone: {again.verdict} ({again.status}) in {again.seconds:.1f} s")
-            lines += [f"    log: {line}" for line in logged]
+            again = confirmed[first.index]
+            lines.append(
+                f"    alone: {again.outcome.verdict} ({again.outcome.status}) in"
+                f" {again.outcome.seconds:.1f} s, /health/live at most"
+                f" {again.health * 1000:.0f} ms meanwhile"
+            )
+            lines += [f"    log: {line}" for line in again.logged]
     return lines

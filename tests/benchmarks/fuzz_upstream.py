@@ -6,9 +6,10 @@ echo, and hostile for a request whose last user message carries `[[fuzz-upstream
 request alone, so the proxy's cooperation is never needed. The kinds, in the API the
 request came in and streamed or not as it asked:
 
-- `huge`: a valid reply of BYTES (24 MiB) of text, whole or as events;
-- `endless-event`: one SSE event that never ends (no blank line) growing to BYTES; not
-  streamed, a JSON body that never closes, as long;
+- `huge`: a valid reply of BYTES (24 MiB: within the proxy's default cap of 32) of
+  text, whole or as events;
+- `endless-event`: one SSE event that never ends (no blank line) growing to twice BYTES
+  (past the cap); not streamed, a JSON body that never closes, as long;
 - `error-event`: a stream whose second event is an error with a message LiteLLM does not
   know ("Internal server error"); not streamed, a 500 saying the same;
 - `cut`: the connection reset after two events (or half of a declared body);
@@ -133,7 +134,7 @@ class HostileUpstream:
                 opening = b"".join(_opening(api, model)) + b"data: "
             else:
                 opening = b'{"id": "x", "choices": [{"message": {"content": "'
-            return _events(_endless(opening, self.size), stream)
+            return _events(_endless(opening, 2 * self.size), stream)
         if kind == "error-event" and stream:
             return _events(_with_error(api, model))
         if kind == "error-event":
