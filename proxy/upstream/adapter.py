@@ -18,6 +18,10 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
+# LiteLLM scans every exception's text with its secret patterns, on the event loop: a
+# reply it could not parse is quoted whole in it, and 48 MB held the loop for a minute.
+# The proxy redacts whatever it writes itself (`proxy.observability.redaction`).
+os.environ.setdefault("LITELLM_DISABLE_REDACT_SECRETS", "true")
 
 from collections.abc import Mapping
 from typing import Any

@@ -59,6 +59,9 @@ _INSIDES = re.compile(
     r"|\b[A-Z]\w*(?:Error|Exception)\b"
 )
 _LONGEST_TEXT = 500  # an answer that is not JSON is the provider's words up to this long
+# What of an exception's text is read at all: LiteLLM quotes a reply it could not parse
+# whole (tens of MB), and every pattern here would scan it on the event loop.
+_LONGEST_MESSAGE = 4096
 
 
 def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
@@ -67,7 +70,7 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     a KeyError: a fault in code, LiteLLM's or ours) say nothing a client could use:
     logged, and said as a failed call."""
     if isinstance(exc, ProxyError):  # the proxy's own words (a door's, a bound's)
-        return exc.redacted(lambda text: redact(_plain(text, None, redact)))
+        return exc.redacted(lambda text: redact(_plain(_denoised(text), None, redact)))
     gateway = _gateway_failure(exc)
     if gateway is None and type(exc).__module__ == "builtins":  # a fault in code, not a call's
         logger.warning("an upstream call failed: %s: %s", type(exc).__name__, redact(str(exc)))
@@ -191,7 +194,7 @@ def _provider_words(exc: BaseException, status: int | None) -> str:
     """The provider's own message: read out of its answer, where an exception of the
     chain carries it (`_answered`); else out of LiteLLM's decorations and, where it
     quotes the provider's JSON error body, out of that body."""
-    message = str(getattr(exc, "message", None) or exc)
+    message = str(getattr(exc, "message", None) or exc)[:_LONGEST_MESSAGE]
     cooling = _COOLING.search(message)
     if cooling:
         wait = f" Try again in {cooling.group(1)} s." if cooling.group(1) else ""
@@ -202,15 +205,21 @@ def _provider_words(exc: BaseException, status: int | None) -> str:
         if said:
             return said
         return f"The provider answered {status} with no message." if status else ""
-    for pattern in _NOISE:
-        message = pattern.sub("", message)
-    message = message.strip()
+    message = _denoised(message)
     if message.startswith("{"):
         with contextlib.suppress(orjson.JSONDecodeError):
             inner = provider_words(message.encode())
             if inner:
                 message = inner
     return message or "The provider failed."
+
+
+def _denoised(message: str) -> str:
+    """`message` without LiteLLM's decorations (`_NOISE`: the Router appends its model
+    group notes even to the proxy's own errors raised inside its call)."""
+    for pattern in _NOISE:
+        message = pattern.sub("", message)
+    return message.strip()
 
 
 def _answered(exc: BaseException) -> bytes | None:
