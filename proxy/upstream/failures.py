@@ -47,6 +47,7 @@ _NOISE = [
     re.compile(r"^(?:\w+(?:Error|Exception)\s*)+- "),
     re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
     re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
+    re.compile(r"\s*Received Messages=.*$", re.DOTALL),  # the whole window, as Python
     re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
     re.compile(r"\.?\s*No fallback model group found for .*$", re.DOTALL),
 ]

@@ -221,6 +221,7 @@ def test_tool_call_arguments_claude_cannot_read_are_a_400_not_the_providers_fail
                 answer = httpx.post(proxy + path, json=body, headers=sent, timeout=30)
                 assert answer.status_code == 400, (where, answer.text)
                 assert "tool call arguments" in said(answer), (where, answer.text)
+                assert "tomorrow" not in answer.text, (where, "the window quoted back")
                 for word in ("Traceback", ".py", "litellm", "Exception"):
                     assert word not in answer.text, (where, answer.text)
                 assert len(upstream.requests) == before, (where, "a provider was called")
