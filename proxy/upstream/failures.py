@@ -35,7 +35,7 @@ logger = logging.getLogger("context_proxy.upstream")
 Gateway = Literal["timeout", "no_reply", "no_key"]
 _TIMEOUTS = (adapter.Timeout, openai.APITimeoutError, httpx.TimeoutException, TimeoutError)
 _UNREACHABLE = (openai.APIConnectionError, httpx.TransportError, ConnectionError)
-_NO_REPLY = (*_UNREACHABLE, json.JSONDecodeError, orjson.JSONDecodeError)  # none to relay
+_UNDECODED = (json.JSONDecodeError, orjson.JSONDecodeError)
 # The openai SDK's (and so LiteLLM's) words for a deployment with no key to send.
 _NO_KEY = re.compile(r"(?i)missing credentials|api_key client option must be set")
 
@@ -47,6 +47,7 @@ _NOISE = [
     re.compile(r"^(?:\w+(?:Error|Exception)\s*)+- "),
     re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?"),
     re.compile(r"\.?\s*Received Model Group=.*$", re.DOTALL),
+    re.compile(r"\s*Received Messages=.*$", re.DOTALL),  # the whole window, as Python
     re.compile(r"\s*LiteLLM Retried: .*$", re.DOTALL),
     re.compile(r"\.?\s*No fallback model group found for .*$", re.DOTALL),
 ]
@@ -240,11 +241,15 @@ def _answered(exc: BaseException) -> bytes | None:
 
 def _gateway_failure(exc: BaseException) -> Gateway | None:
     """A failure the provider's status does not tell: it timed out, was unreachable or
-    sent what is not JSON, or no key was there to send (LiteLLM reports these as 500s)."""
+    sent what is not JSON, or no key was there to send (LiteLLM reports these as 500s).
+    JSON that failed to parse under a 4xx was the request's own: LiteLLM could not read
+    a tool call's `arguments` to put them in the provider's API, and says so as a 400."""
+    status = getattr(exc, "status_code", None)
+    refused = isinstance(status, int) and 400 <= status < 500
     for cause in _causes(exc):
         if isinstance(cause, _TIMEOUTS):
             return "timeout"
-        if isinstance(cause, _NO_REPLY):
+        if isinstance(cause, _UNREACHABLE) or (isinstance(cause, _UNDECODED) and not refused):
             return "no_reply"
         if isinstance(cause, openai.OpenAIError) and _NO_KEY.search(str(cause)):
             return "no_key"

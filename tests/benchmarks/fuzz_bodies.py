@@ -181,7 +181,11 @@ def messages_body(rng: random.Random, model: str, text: str, stream: bool) -> di
         ]
         last.insert(0, {"type": "tool_result", "tool_use_id": use["id"], "content": "sunny"})
         body["tools"] = [
-            {"name": "get_weather", "description": "The weather.", "input_schema": SCHEMA}
+            {
+                "name": "get_weather",
+                "description": "The weather.",
+                "input_schema": copy.deepcopy(SCHEMA),
+            }
         ]
     body["messages"] = [*messages, {"role": "user", "content": last}]
     if rng.random() < 0.3:

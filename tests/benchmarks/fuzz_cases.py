@@ -162,8 +162,10 @@ ID_KEYS = ("id", "tool_call_id", "tool_use_id", "call_id")
 def odd_value(rng: random.Random) -> Any:
     """A value of any type, likely the wrong one wherever it goes."""
     pick = rng.randrange(8)
-    if pick == 0:
-        return rng.choice((None, True, False, 0, -1, 1.5, "", "x", [], {}, [[["x"]]]))
+    if pick == 0:  # a copy: a later mutation of the same body may change it in place
+        return copy.deepcopy(
+            rng.choice((None, True, False, 0, -1, 1.5, "", "x", [], {}, [[["x"]]]))
+        )
     if pick == 1:
         return rng.choice(HUGE_NUMBERS)
     if pick == 2:
@@ -246,9 +248,8 @@ def unknown_role(rng: random.Random, tree: Tree) -> Tree:
     for key in ("messages", "input"):
         items = tree.get(key) if isinstance(tree, dict) else None
         if isinstance(items, list) and items and isinstance(items[-1], dict):
-            rng.choice([i for i in items if isinstance(i, dict)] or [{}])["role"] = rng.choice(
-                ROLES
-            )
+            role = copy.deepcopy(rng.choice(ROLES))  # its own, as `odd_value`'s
+            rng.choice([i for i in items if isinstance(i, dict)] or [{}])["role"] = role
     return tree
 
 

@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.benchmarks.fuzz import COUNT, SEED
 from tests.benchmarks.fuzz_bodies import REPROS
+from tests.benchmarks.fuzz_cases import case
 from tests.benchmarks.fuzz_upstream import KINDS
 from tests.readme import snippet
 
@@ -273,3 +275,13 @@ def test_the_fuzz_answers_every_hostile_request() -> None:
     assert re.search(r"^answers with a traceback.*: 0 \(target 0\)", out, re.M), found
     assert re.search(rf"^RSS: fresh {NUMBER} MiB .*, peak {NUMBER} MiB$", out, re.M), out
     assert re.search(rf"^/health/live .* max {NUMBER} ms", out, re.M), out
+
+
+def test_a_fuzz_case_is_the_same_request_whatever_was_made_before_it() -> None:
+    """`--case N` and the end of a run's confirmations send case N again: it must be the
+    request the run sent (a mutation that changed a template shared by later bodies
+    made a long run's case 8211 another request than a fresh process's)."""
+    first = [case(SEED, index).body for index in range(COUNT)]  # a full run's
+    again = [case(SEED, index).body for index in range(COUNT)]
+    changed = [index for index, body in enumerate(first) if again[index] != body]
+    assert not changed, changed[:20]

@@ -178,3 +178,57 @@ def test_a_malformed_field_is_a_400_naming_it_before_any_call(
                         proxy + "/v1/messages/count_tokens", json=body, headers=headers
                     )
                     assert counted.status_code == 400, (where, counted.text)
+
+
+# A tool call whose `arguments` are not JSON (a model may write such: OpenAI takes any
+# string there), answered, in a conversation that goes on.
+UNREADABLE = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "x"}}
+UNREADABLE_CHAT = [
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": None, "tool_calls": [UNREADABLE]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    {"role": "user", "content": "and tomorrow?"},
+]
+UNREADABLE_INPUT = [
+    {"type": "message", "role": "user", "content": "weather?"},
+    {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "x"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+    {"type": "message", "role": "user", "content": "and tomorrow?"},
+]
+
+
+def test_tool_call_arguments_claude_cannot_read_are_a_400_not_the_providers_failure(
+    proxy: str, upstream: FakeUpstream
+) -> None:
+    """Claude takes a tool call's arguments as an object: arguments that are not JSON
+    cannot be put in its API. A 400 saying so (it was a 502 "The provider's answer was
+    not JSON." though no provider was asked: the fuzz's F18), on the chat and Responses
+    doors, streamed or not, with a session or not; Claude is not benched for it. An
+    OpenAI model takes the same conversation as it is."""
+    tools = [TOOL]
+    bodies = {
+        "/v1/chat/completions": {"messages": UNREADABLE_CHAT, "tools": tools},
+        "/v1/responses": {"input": UNREADABLE_INPUT, "tools": [{"type": "function", "name": "f"}]},
+    }
+    headers = {"authorization": "Bearer client-key"}
+    for path, change in bodies.items():
+        for stream in (False, True):
+            for session in (None, f"unreadable-{path}-{stream}"):
+                where = (path, stream, session)
+                sent = headers | ({"x-session-id": session} if session else {})
+                body = request(path, CLAUDE, change, stream)
+                before = len(upstream.requests)
+                answer = httpx.post(proxy + path, json=body, headers=sent, timeout=30)
+                assert answer.status_code == 400, (where, answer.text)
+                assert "tool call arguments" in said(answer), (where, answer.text)
+                assert "tomorrow" not in answer.text, (where, "the window quoted back")
+                for word in ("Traceback", ".py", "litellm", "Exception"):
+                    assert word not in answer.text, (where, answer.text)
+                assert len(upstream.requests) == before, (where, "a provider was called")
+    fine = request("/v1/chat/completions", CLAUDE, {}, False)
+    assert httpx.post(proxy + "/v1/chat/completions", json=fine, headers=headers).status_code == 200
+    body = request("/v1/chat/completions", MODEL, bodies["/v1/chat/completions"], False)
+    answer = httpx.post(proxy + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    call = upstream.chat_requests()[-1].body["messages"][1]["tool_calls"][0]
+    assert call["function"]["arguments"] == "x"
