@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -31,7 +32,7 @@ from proxy.engine.offload import pause
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
 from proxy.errors import InternalError, InvalidRequest, ProxyError
-from proxy.http import browser, headers, viewer
+from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
 from proxy.http.bodies import (
     ClientDisconnected,
@@ -438,7 +439,9 @@ def create_app(
         # none of them in cycles (reference counting frees them): collecting every 100k
         # allocations rather than every 700 saves ~1.5 ms of a 5,000-message request.
         gc.set_threshold(100_000, 50, 100)
+        trimmer = asyncio.get_running_loop().create_task(heap.trimming())
         yield
+        trimmer.cancel()
         await proxy.engine.close()
         await proxy.upstream.close()
         await store.close()
