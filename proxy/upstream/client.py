@@ -32,6 +32,7 @@ from proxy.upstream.native import (
     native_json,
 )
 from proxy.upstream.router import (
+    anthropic_models,
     fallbacks_for,
     lean_models,
     lean_native_models,
@@ -64,6 +65,7 @@ class Upstream:
         lean = settings.server.lean_upstream
         self.lean_models = lean_models(settings) if lean else frozenset()
         self._native = native_models(settings)
+        self._anthropic = anthropic_models(settings)
         self._lean_native = lean_native_models(settings) if lean else {}
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
@@ -316,6 +318,8 @@ class Upstream:
 
     async def _call(self, params: dict[str, Any], options: dict[str, Any]) -> Any:
         options = options | self._litellm_options()
+        if params["model"] in self._anthropic:  # this route reads no `shared_session`
+            options["client"] = self._direct.http_client
         own = {name: params[name] for name in OPENAI_OWN if name in params}
         if own:  # left in only for an `openai/…` model: the body's own, as the client sent it
             params = {name: value for name, value in params.items() if name not in own}

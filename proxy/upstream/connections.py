@@ -12,8 +12,11 @@ reply came back (its provider took it up), not one that failed on a connection i
 opened for it, not one that timed out. The second sending is part of the same attempt:
 the Router's retries and cooldowns, and the request's one deadline, see one call.
 
-Both ways past the Router use this pool: the lean path (`proxy.upstream.lean`) and
-LiteLLM's own calls, which are given it as their `shared_session`.
+Both ways past the Router use this pool: the lean path (`proxy.upstream.lean`), and
+LiteLLM's own calls, given it as their `shared_session` (its OpenAI chat and Responses
+routes read it) and, for its chat translation to Anthropic's deployments, which does
+not, as their HTTP client (`proxy.upstream.client`). LiteLLM's Messages route reads
+neither and keeps connections of its own.
 """
 
 from __future__ import annotations

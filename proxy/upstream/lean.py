@@ -103,6 +103,7 @@ class DirectClient:
         self._router = router
         self.limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self._http_client: Any = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -112,7 +113,16 @@ class DirectClient:
             self._session = connections.session()
         return self._session
 
+    @property
+    def http_client(self) -> Any:
+        """The pool as LiteLLM's HTTP client, for its routes that take no `shared_session`."""
+        if self._http_client is None:
+            self._http_client = adapter.http_client(self.session)
+        return self._http_client
+
     async def close(self) -> None:
+        if self._http_client is not None:
+            await self._http_client.close()
         if self._session is not None:
             await self._session.close()
 
