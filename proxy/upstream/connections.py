@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.payload import BytesPayload
 
-__all__ = ["Connector", "session"]
+__all__ = ["session"]
 
 # How a connection closed under a request fails it (cleanly, or reset; while the request
 # was being written, or before its reply began). A timeout is none of these.
@@ -39,7 +39,7 @@ _CLOSED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 def session() -> aiohttp.ClientSession:
     """The keep-alive pool, to be made in the event loop that uses it."""
-    connector = Connector(limit=0, ttl_dns_cache=300)
+    connector = _Connector(limit=0, ttl_dns_cache=300)
     return aiohttp.ClientSession(connector=connector, middlewares=(_sent_again_if_unanswered,))
 
 
@@ -75,12 +75,14 @@ _SENDING: contextvars.ContextVar[_Sending | None] = contextvars.ContextVar(
 )
 
 
-class Connector(aiohttp.TCPConnector):
+class _Connector(aiohttp.TCPConnector):
     """aiohttp's connector, whose connections count what they receive, and which tells
     each request's sending (`_SENDING`) the connection it got."""
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
+        # aiohttp's protocol factory is private: tests/integration/test_upstream_keepalive.py
+        # fails if its connections stop counting.
         counting = functools.partial(_Counting, loop=self._loop)
         self._factory = cast("functools.partial[ResponseHandler]", counting)
 
@@ -94,8 +96,8 @@ class Connector(aiohttp.TCPConnector):
             if sending is None or not isinstance(protocol, _Counting):
                 return connection
             if sending.new_connection and protocol.received:
-                # A kept-alive one, idle since before the first sending failed: the
-                # provider may have closed it too.
+                # A kept-alive one, idle as the one closed under the first sending was:
+                # the provider may have closed it too. Let go until a new one opens.
                 connection.close()
                 continue
             sending.connection, sending.before = protocol, protocol.received
