@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import litellm
 from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 from litellm.llms.openai.chat.gpt_transformation import (
     OpenAIGPTConfig,
     OpenAIUnknownModelConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "default_api_key",
     "get_llm_provider",
     "get_supported_openai_params",
+    "http_client",
     "is_provider",
     "leaves_openai_requests_alone",
     "map_openai_error",
@@ -114,6 +116,13 @@ async def call_with_fallbacks(router: Any, **kwargs: Any) -> Any:
     Router's retries, fallbacks and cooldowns: what its own `acompletion` runs, for a
     call the proxy makes itself (the lean path). The Router method is private."""
     return await router._ageneric_api_call_with_fallbacks(**kwargs)
+
+
+def http_client(session: Any) -> AsyncHTTPHandler:
+    """LiteLLM's HTTP client on the proxy's aiohttp `session`: given as `client`, LiteLLM's
+    Anthropic chat route sends on that session, not on a pool of its own (that route does
+    not read `shared_session`; tests/integration/test_upstream_keepalive.py pins it)."""
+    return AsyncHTTPHandler(shared_session=session)
 
 
 def pattern_route(router: Any, model: str) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from proxy.upstream.native import (
     native_json,
 )
 from proxy.upstream.router import (
+    anthropic_models,
     fallbacks_for,
     lean_models,
     lean_native_models,
@@ -64,6 +65,7 @@ class Upstream:
         lean = settings.server.lean_upstream
         self.lean_models = lean_models(settings) if lean else frozenset()
         self._native = native_models(settings)
+        self._anthropic = anthropic_models(settings)
         self._lean_native = lean_native_models(settings) if lean else {}
         # Every error text leaving the proxy passes through this.
         self.redact = Redactor.from_settings(settings)
@@ -266,9 +268,7 @@ class Upstream:
         assert self._router is not None  # native models are configured models
         if serialized is not None:  # LiteLLM's own copy: it may change what it is given
             request = request | {ITEMS[api]: orjson.loads(serialized[0])}
-        options = options | {"timeout": self._settings.server.request_timeout_seconds}
-        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
-            options["drop_params"] = True
+        options = options | self._litellm_options()
         if api == "anthropic_messages":
             return await self._router.aanthropic_messages(**request, **options)
         return await self._router.aresponses(**request, **options)
@@ -317,9 +317,9 @@ class Upstream:
                     await close()
 
     async def _call(self, params: dict[str, Any], options: dict[str, Any]) -> Any:
-        options = options | {"timeout": self._settings.server.request_timeout_seconds}
-        if self._settings.server.drop_params:  # LiteLLM's own: what the provider cannot take
-            options["drop_params"] = True
+        options = options | self._litellm_options()
+        if params["model"] in self._anthropic:  # this route reads no `shared_session`
+            options["client"] = self._direct.http_client
         own = {name: params[name] for name in OPENAI_OWN if name in params}
         if own:  # left in only for an `openai/…` model: the body's own, as the client sent it
             params = {name: value for name, value in params.items() if name not in own}
@@ -334,6 +334,16 @@ class Upstream:
             if refused is None:
                 raise
             raise refused from None
+
+    def _litellm_options(self) -> dict[str, Any]:
+        """What every LiteLLM call is given: the request's deadline, the proxy's keep-alive
+        pool (`proxy.upstream.connections`), and, where set, LiteLLM's own dropping of
+        what the provider cannot take."""
+        options: dict[str, Any] = {"timeout": self._settings.server.request_timeout_seconds}
+        options["shared_session"] = self._direct.session
+        if self._settings.server.drop_params:
+            options["drop_params"] = True
+        return options
 
     def _options(self, api_key: str | None, models: frozenset[str] | None) -> dict[str, Any]:
         """The Router's arguments for one caller: their own provider key (passthrough),

@@ -24,7 +24,7 @@ import aiohttp
 import orjson
 
 from proxy.errors import ProxyError
-from proxy.upstream import adapter, reading
+from proxy.upstream import adapter, connections, reading
 from proxy.upstream.failures import provider_words
 
 __all__ = [
@@ -95,15 +95,34 @@ class Events:
 
 
 class DirectClient:
-    """Posts to OpenAI-compatible deployments on one keep-alive connection pool; reads
-    a reply, or an event of a stream, of at most `limit` bytes (`proxy.upstream.reading`)."""
+    """Posts to OpenAI-compatible deployments on one keep-alive connection pool
+    (`proxy.upstream.connections`); reads a reply, or an event of a stream, of at most
+    `limit` bytes (`proxy.upstream.reading`)."""
 
     def __init__(self, router: adapter.Router | None, limit: int) -> None:
         self._router = router
         self.limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self._http_client: Any = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The keep-alive pool (`proxy.upstream.connections`), made on first use, in the
+        event loop that uses it."""
+        if self._session is None:
+            self._session = connections.session()
+        return self._session
+
+    @property
+    def http_client(self) -> Any:
+        """The pool as LiteLLM's HTTP client, for its routes that take no `shared_session`."""
+        if self._http_client is None:
+            self._http_client = adapter.http_client(self.session)
+        return self._http_client
 
     async def close(self) -> None:
+        if self._http_client is not None:
+            await self._http_client.close()
         if self._session is not None:
             await self._session.close()
 
@@ -199,9 +218,6 @@ class DirectClient:
         stream: bool,
     ) -> Any:
         """POST `body`, within the deadline the Router passes (`params["timeout"]`)."""
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(connector=connector)
         # The Router passes the request's deadline (`server.request_timeout_seconds`).
         timeout = params["timeout"] if isinstance(params.get("timeout"), int | float) else None
         limits = (  # a stream: each read within the deadline; else the whole call
@@ -209,7 +225,7 @@ class DirectClient:
             if stream
             else aiohttp.ClientTimeout(total=timeout)
         )
-        request = self._session.post(url, data=body, headers=headers, timeout=limits)
+        request = self.session.post(url, data=body, headers=headers, timeout=limits)
         return _checked(request, params, self.limit)
 
     def _failed(self, params: dict[str, Any], exc: Exception, started: float) -> Exception:

@@ -26,6 +26,7 @@ from proxy.upstream.lean import LEAN_PARAMS, is_openai_compatible
 
 __all__ = [
     "ProxyRouter",
+    "anthropic_models",
     "fallbacks_for",
     "lean_models",
     "lean_native_models",
@@ -127,17 +128,20 @@ def native_models(settings: Settings) -> dict[str, frozenset[str]]:
 
 def _speaks(params: dict[str, Any], info: dict[str, Any], wanted: str) -> bool:
     declared = info.get("native_api")
-    if declared is False:
+    if declared is False or _provider(params) != wanted:
         return False
+    return declared is True or wanted == "anthropic" or _openai_base(params).startswith(_OPENAI)
+
+
+def _provider(params: dict[str, Any]) -> str | None:
+    """A deployment's provider, as LiteLLM names it (None: it cannot)."""
     try:
         _, provider, _, _ = adapter.get_llm_provider(
             model=str(params["model"]), api_base=params.get("api_base")
         )
-    except Exception:  # a provider LiteLLM cannot name
-        return False
-    if provider != wanted:
-        return False
-    return declared is True or wanted == "anthropic" or _openai_base(params).startswith(_OPENAI)
+    except Exception:
+        return None
+    return provider if isinstance(provider, str) else None
 
 
 def _openai_base(params: dict[str, Any]) -> str:
@@ -159,12 +163,27 @@ def lean_models(settings: Settings, lean: Callable[[Any], bool] | None = None) -
     """Model names whose every deployment, and every model they fall back to, is
     OpenAI-compatible (`is_openai_compatible`), or passes `lean` (a `model_list`
     entry): those can take the lean path."""
-    router = settings.router_settings
-    if router.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
+    if settings.router_settings.get("routing_strategy", "simple-shuffle") not in _LEAN_STRATEGIES:
         return frozenset()
+    return _reaching_only(
+        settings, lean or (lambda entry: is_openai_compatible(entry.litellm_params))
+    )
+
+
+def anthropic_models(settings: Settings) -> frozenset[str]:
+    """Model names whose every deployment, and every model they fall back to, is
+    Anthropic's: LiteLLM's chat translation to them may be given the proxy's pool as its
+    HTTP client (`proxy.upstream.connections`)."""
+    return _reaching_only(settings, lambda entry: _provider(entry.litellm_params) == "anthropic")
+
+
+def _reaching_only(settings: Settings, passes: Callable[[Any], bool]) -> frozenset[str]:
+    """Model names whose every deployment, and every model they fall back to, `passes`
+    (a `model_list` entry)."""
+    router = settings.router_settings
     compatible: dict[str, bool] = {}
     for entry in settings.model_list:
-        ok = lean(entry) if lean else is_openai_compatible(entry.litellm_params)
+        ok = passes(entry)
         compatible[entry.model_name] = compatible.get(entry.model_name, True) and ok
     edges: dict[str, set[str]] = {}
     for key in FALLBACK_SETTINGS:

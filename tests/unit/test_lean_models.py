@@ -1,12 +1,14 @@
 """Which models take the lean path: OpenAI-compatible deployments only, never a provider
-that needs LiteLLM's translation, and never where the Router needs LiteLLM's logging."""
+that needs LiteLLM's translation, and never where the Router needs LiteLLM's logging. And
+which models LiteLLM's chat translation may send on the proxy's pool as its HTTP client:
+Anthropic's only, fallbacks included (another provider's route would fail on it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from proxy.config.settings import Settings
-from proxy.upstream.router import lean_models
+from proxy.upstream.router import anthropic_models, lean_models
 
 
 def entry(name: str, model: str, **params: Any) -> dict[str, Any]:
@@ -63,3 +65,20 @@ def test_fallbacks_to_a_translated_provider_keep_litellm() -> None:
 def test_routing_strategies_that_need_litellm_logging_keep_litellm() -> None:
     assert lean(entry("a", "openai/gpt-4o"), routing_strategy="simple-shuffle") == {"a"}
     assert lean(entry("a", "openai/gpt-4o"), routing_strategy="latency-based-routing") == set()
+
+
+def test_only_models_that_reach_anthropic_alone_take_the_pool_as_litellms_client() -> None:
+    entries = [
+        entry("claude", "anthropic/claude-3-5-haiku-latest"),
+        entry("sonnet", "anthropic/claude-sonnet-4-5"),
+        entry("gpt", "openai/gpt-4o"),
+        entry("pool", "anthropic/claude-sonnet-4-5"),
+        entry("pool", "gemini/gemini-1.5-flash"),
+    ]
+    settings = Settings.model_validate({"model_list": entries})
+    assert anthropic_models(settings) == {"claude", "sonnet"}
+    fallbacks = [{"claude": ["sonnet"]}, {"sonnet": ["gpt"]}]
+    settings = Settings.model_validate(
+        {"model_list": entries, "router_settings": {"fallbacks": fallbacks}}
+    )
+    assert anthropic_models(settings) == frozenset()
