@@ -143,13 +143,20 @@ def said_in(data: Any) -> str | None:
 
 
 def _plain(message: str, status: int | None, redact: Callable[[str], str]) -> str:
-    """`message`, unless it shows the proxy's insides (`_INSIDES`): then only that the
-    provider failed, with its status (the message withheld is logged, for operators)."""
-    if not _INSIDES.search(message):
+    """`message`, unless it shows the proxy's insides (`_INSIDES`): then its sentences
+    before the first that does ("anthropic does not support parameters: ['logit_bias'].",
+    not LiteLLM's advice on its settings after it), or only that the provider failed,
+    with its status (the message withheld is logged, for operators)."""
+    inside = _INSIDES.search(message)
+    if inside is None:
         return message
     logger.warning(
         "a provider failure's message withheld from the client: %s", redact(message)[:2000]
     )
+    head = message[: inside.start()]
+    end = max(head.rfind(". "), head.rfind(".\n"))
+    if end > 0:
+        return head[: end + 1].strip()
     return f"The provider failed (HTTP {status})." if status else "The provider failed."
 
 
