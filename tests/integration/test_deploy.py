@@ -275,10 +275,11 @@ def proxy_service(k8s: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """The real app (disk store in a temp dir), to ask which paths it serves."""
+    """The real app (disk store in a temp dir), to ask which paths it serves (keyless, so
+    by a loopback name, as it answers no other)."""
     store = tmp_path_factory.mktemp("deploy-sessions")
     settings = load_settings(None, environ={"CONTEXT_PROXY_SESSION_PATH": str(store)})
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url="http://localhost") as test_client:
         yield test_client
 
 
