@@ -1,8 +1,12 @@
 """`python -m tests.benchmarks [overhead|history|stores|context|scorecard|adversarial|cost|doors
-|all|soak|fuzz] [--quick] [--no-litellm]`.
+|all|soak|fuzz|locomo] [--quick] [--no-litellm]`.
 
 `soak --growing [--minutes N] [--trace DIR]`: the soak of few growing sessions on
 all three doors (`tests/benchmarks/soak.py`).
+
+`locomo`: LoCoMo's long real conversations, in one session and across sessions under
+one memory id: is each question's evidence in what the model reads, against a sliding
+window and plain BM25 (`tests/benchmarks/locomo.py`; minutes: not part of `all`).
 
 `fuzz [--count N] [--seed S] [--case N ...]`: 12,000 hostile requests over the three
 doors (`tests/benchmarks/fuzz.py`); `--case` sends only those cases, one at a time.
@@ -30,13 +34,14 @@ from tests.benchmarks import (
     doors,
     fuzz,
     history,
+    locomo,
     overhead,
     scorecard,
     soak,
     stores,
 )
 
-# `all`; the soak and the fuzz run alone
+# `all`; the soak, the fuzz and locomo run alone
 BENCHMARKS = (
     "overhead",
     "history",
@@ -63,7 +68,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
     parser.add_argument(
-        "which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak", "fuzz")
+        "which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak", "fuzz", "locomo")
     )
     parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
@@ -117,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
             elif name == "adversarial":
                 text = adversarial.benchmark(Path(directory), quick=args.quick)
+            elif name == "locomo":
+                text = locomo.benchmark(Path(directory), quick=args.quick)
             elif name == "cost":
                 text = cost.benchmark(Path(directory), quick=args.quick)
             elif name == "doors":
