@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -177,11 +177,16 @@ def replay(
         reply = messages[at]["content"] if at < len(messages) else UNANSWERED
         at += 1
         script.expected = (message["content"], reply)
-        answer = client.chat.completions.create(model=MODEL, messages=held)
-        content = answer.choices[0].message.content
+        content = send(client, held)
         assert content == reply, (content, reply)
         held.append({"role": "assistant", "content": content})
     return held
+
+
+def send(client: openai.OpenAI, messages: list[Message]) -> str | None:
+    """One request of `messages`; the reply's text."""
+    answer = client.chat.completions.create(model=MODEL, messages=cast(Any, messages))
+    return answer.choices[0].message.content
 
 
 @contextmanager
@@ -301,7 +306,7 @@ def previewed_as_sent(url: str, session: str, script: Script, messages: list[Mes
     question: the request appends it to the session)."""
     shown = preview(url, session, messages)
     script.expected, script.received = (messages[-1]["content"], UNANSWERED), None
-    client(url, session).chat.completions.create(model=MODEL, messages=messages)
+    send(client(url, session), messages)
     assert script.received is not None
     return bool(script.received["messages"] == shown["messages"])
 
@@ -323,7 +328,7 @@ def across_sessions(directory: Path, conversation: Conversation, run: Run) -> No
             whole = count_prompt_tokens({"messages": [system, *history, ask]})
             before = _preview_status(url, name, memory, [system, ask]) if number == 0 else 0
             script.expected, script.received = (question.text, UNANSWERED), None
-            client(url, name, memory).chat.completions.create(model=MODEL, messages=[system, ask])
+            send(client(url, name, memory), [system, ask])
             assert script.received is not None
             sent = script.received["messages"]
             if number == 0:
