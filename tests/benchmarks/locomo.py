@@ -31,6 +31,7 @@ import itertools
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -45,7 +46,9 @@ from proxy.config.settings import ContextSettings, load_settings
 from proxy.engine.budget import budget
 from proxy.http.app import create_app
 from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
+from proxy.recall.index import RECALL_PREFIX
 from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT
+from proxy.summary.message import SUMMARY_PREFIX
 from tests.benchmarks.locomo_baselines import BM25, Context, message_tokens, newest, ranked
 from tests.benchmarks.locomo_data import (
     CATEGORIES,
@@ -135,6 +138,27 @@ def scored(question: Question, messages: list[dict[str, Any]], whole: int) -> Sc
     )
 
 
+def placed(question: Question, messages: list[dict[str, Any]]) -> list[str]:
+    """Where each evidence turn is in a context: the first part of it that holds it."""
+    parts = [(_part(m), _text(m.get("content"))) for m in messages]
+    return [next((p for p, text in parts if e in text), "nowhere") for e in question.evidence]
+
+
+def _part(message: dict[str, Any]) -> str:
+    text = _text(message.get("content"))
+    if message.get("role") not in ("system", "developer"):
+        return "the window"
+    for prefix, part in (
+        (RECALL_PREFIX, "a recall block"),
+        (MEMORY_RECALL_PREFIX, "the memory's recall block"),
+        (MEMORY_PREFIX, "the memory's facts"),
+    ):
+        if text.startswith(prefix):
+            return part
+    # An agent's context blocks may come before the summary's label, in its message.
+    return "the summary or its pinned facts" if SUMMARY_PREFIX in text else "the system message"
+
+
 def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -155,6 +179,8 @@ class Run:
     unlike: int = 0  # conversations whose last question's request differed from its preview
     notes: list[str] = field(default_factory=list)
     by_conversation: list[tuple[str, int, int]] = field(default_factory=list)  # found, asked
+
+    places: Counter[str] = field(default_factory=Counter)  # of the proxy's evidence turns
 
     def add(self, name: str, score: Scored) -> None:
         self.strategies.setdefault(name, []).append(score)
@@ -292,6 +318,7 @@ def in_session(directory: Path, conversation: Conversation, run: Run) -> None:
             proxied = scored(question, shown["messages"], whole)
             run.previews.append(max(proxied.tokens, int(shown["tokens_sent"])))
             run.add(PROXY, proxied)
+            run.places.update(placed(question, shown["messages"]))
             found += proxied.found
             rows = [(WINDOWED, BUDGET, None), (HALVES, BUDGET, 0.5)]
             baselines.baselines(run, question, ask, whole, [*rows, (SAME, proxied.tokens, 0.5)])
@@ -335,6 +362,7 @@ def across_sessions(directory: Path, conversation: Conversation, run: Run) -> No
                 run.notes.append(memory_preview(url, name, memory, [system, ask], before, sent))
             proxied = scored(question, sent, whole)
             run.add(PROXY_MEMORY, proxied)
+            run.places.update(placed(question, sent))
             found += proxied.found
             rows = [(EARLIER_NEWEST, BUDGET, None), (EARLIER_RANKED, BUDGET, 0.0)]
             baselines.baselines(run, question, ask, whole, [*rows, (SAME, proxied.tokens, 0.0)])
@@ -448,6 +476,11 @@ def report(name: str, run: Run, seconds: float) -> list[str]:
         "the proxy by conversation: "
         + ", ".join(f"{c} {f / max(n, 1):.1%} of {n}" for c, f, n in run.by_conversation),
     ]
+    turns = sum(run.places.values())
+    lines.append(
+        f"where the proxy's context held each evidence turn ({turns:,}): "
+        + ", ".join(f"{place} {n / turns:.1%}" for place, n in run.places.most_common())
+    )
     if run.previews:
         asked = len(run.by_conversation)
         lines.append(
