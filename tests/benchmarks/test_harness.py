@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.benchmarks import locomo
 from tests.benchmarks.fuzz import COUNT, SEED
 from tests.benchmarks.fuzz_bodies import REPROS
 from tests.benchmarks.fuzz_cases import case
@@ -285,3 +286,51 @@ def test_a_fuzz_case_is_the_same_request_whatever_was_made_before_it() -> None:
     again = [case(SEED, index).body for index in range(COUNT)]
     changed = [index for index, body in enumerate(first) if again[index] != body]
     assert not changed, changed[:20]
+
+
+def test_locomo_prints_both_modes_within_the_budget() -> None:
+    """`locomo --quick`, as docs/performance.md writes it: LoCoMo's first conversation in
+    part, in one session and across sessions, each mode's table with every strategy's
+    shares between 0 and 1, every request and preview within the budget, and the
+    previews true to the requests they preview. (Quality is the full run's to judge.)"""
+    command = shlex.split(snippet(".venv/bin/python -m tests.benchmarks locomo --quick").text)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert "\n== locomo ==\n" in out, out
+    share = rf"({NUMBER})%"
+    for mode, names in (
+        ("in-session", [locomo.PROXY, locomo.WINDOWED, locomo.HALVES, locomo.SAME]),
+        (
+            "memory",
+            [locomo.PROXY_MEMORY, locomo.EARLIER_NEWEST, locomo.EARLIER_RANKED, locomo.SAME],
+        ),
+    ):
+        found = re.search(rf"^{mode}: (\d+) questions .*\n((?:\|.*\|\n)+)(.*)\n", out, re.M)
+        assert found is not None and int(found[1]) > 0, out
+        rows = re.findall(
+            rf"^\| ([^|]+?) \| {share} \|((?: (?:{NUMBER}%|n/a) \|){{4}})"
+            rf" ([\d,]+) \({share}\) \| {share} \|$",
+            found[2],
+            re.M,
+        )
+        assert [row[0] for row in rows] == names, found[2]
+        for _, evidence, categories, tokens, of_whole, answered in rows:
+            assert 0 <= float(evidence) / 100 <= 1 and 0 <= float(answered) / 100 <= 1
+            assert all(0 <= float(c) <= 100 for c in re.findall(NUMBER, categories))
+            assert int(tokens.replace(",", "")) > 0 and 0 < float(of_whole) <= 100
+        budget = re.search(
+            r"^budget ([\d,]+) tokens of [\d,]+: upstream requests over it (\d+) of ([\d,]+)"
+            r" .*?, largest ([\d,]+)(?:; previews over it (\d+) of (\d+), largest ([\d,]+)"
+            r" \(the budget they report: ([\d,]+)\))?$",
+            found[3],
+        )
+        assert budget is not None, found[3]
+        limit = int(budget[1].replace(",", ""))
+        assert budget[2] == "0" and int(budget[3].replace(",", "")) > 0, found[3]
+        assert int(budget[4].replace(",", "")) <= limit, found[3]
+        if mode == "in-session":
+            assert budget[5] == "0" and int(budget[7].replace(",", "")) <= limit, found[3]
+            assert budget[8] == budget[1], found[3]  # the proxy's own, as the benchmark's
+    true = re.search(r"what its preview showed in (\d+) of (\d+)$", out, re.M)
+    assert true is not None and true[1] == true[2], out
