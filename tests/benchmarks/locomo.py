@@ -260,10 +260,7 @@ def previewed_as_sent(url: str, session: str, script: Script, messages: list[Mes
     """Whether a request sends the messages its preview shows (asked once, of the last
     question: the request appends it to the session)."""
     shown = preview(url, session, messages)
-    script.expected, script.received = (messages[-1]["content"], UNANSWERED), None
-    send(client(url, session), messages)
-    assert script.received is not None
-    return bool(script.received["messages"] == shown["messages"])
+    return asked(url, session, None, script, messages) == shown["messages"]
 
 
 def across_sessions(directory: Path, conversation: Conversation, run: Run) -> None:
@@ -281,13 +278,11 @@ def across_sessions(directory: Path, conversation: Conversation, run: Run) -> No
         for number, question in enumerate(conversation.questions):
             ask, name = _user(question.text), f"{memory}-q{number}"
             whole = count_prompt_tokens({"messages": [system, *history, ask]})
-            before = _preview_status(url, name, memory, [system, ask]) if number == 0 else 0
-            script.expected, script.received = (question.text, UNANSWERED), None
-            send(client(url, name, memory), [system, ask])
-            assert script.received is not None
-            sent = script.received["messages"]
             if number == 0:
-                run.notes.append(memory_preview(url, name, memory, [system, ask], before, sent))
+                sent, note = probed(url, name, memory, script, [system, ask])
+                run.notes.append(note)
+            else:
+                sent = asked(url, name, memory, script, [system, ask])
             proxied = scored(question, sent, whole)
             run.add(PROXY_MEMORY, proxied)
             run.places.update(placed(question, sent))
@@ -298,38 +293,39 @@ def across_sessions(directory: Path, conversation: Conversation, run: Run) -> No
         checked(run, script, upstream)
 
 
-def _preview_status(url: str, session: str, memory: str, messages: list[Message]) -> int:
-    return httpx.post(
-        f"{url}/v1/sessions/{session}/preview",
-        json={"model": MODEL, "messages": messages},
-        headers={"X-Memory-Id": memory, **AUTHORIZATION},
-        timeout=60,
-    ).status_code
+def asked(
+    url: str, session: str, memory: str | None, script: Script, messages: list[Message]
+) -> list[dict[str, Any]]:
+    """`messages` sent as a request of `session`: the messages the upstream received."""
+    script.expected, script.received = (messages[-1]["content"], UNANSWERED), None
+    send(client(url, session, memory), messages)
+    assert script.received is not None
+    return list(script.received["messages"])
 
 
-def memory_preview(
-    url: str,
-    session: str,
-    memory: str,
-    messages: list[Message],
-    before: int,
-    sent: list[dict[str, Any]],
-) -> str:
-    """Whether the preview takes the memory id: of a new session (`before` the request,
-    its status), and of the same session once the request (which `sent`) stored it."""
-    answer = httpx.post(
-        f"{url}/v1/sessions/{session}/preview",
-        json={"model": MODEL, "messages": messages},
-        headers={"X-Memory-Id": memory, **AUTHORIZATION},
-        timeout=60,
-    )
-    answer.raise_for_status()
-    shown = answer.json()["messages"]
-    return (
-        f"the preview and the memory id: a new session's preview answers {before}; once"
-        f" asked, its preview shows {_memory_blocks(shown)} memory blocks where the request"
-        f" sent {_memory_blocks(sent)} (so questions are sent, and scored on what the"
-        " upstream received)"
+def probed(
+    url: str, session: str, memory: str, script: Script, messages: list[Message]
+) -> tuple[list[dict[str, Any]], str]:
+    """`asked`, and whether the preview takes the memory id: of the new session before
+    the request, and of the same session after it."""
+
+    def previewed() -> httpx.Response:
+        return httpx.post(
+            f"{url}/v1/sessions/{session}/preview",
+            json={"model": MODEL, "messages": messages},
+            headers={"X-Memory-Id": memory, **AUTHORIZATION},
+            timeout=60,
+        )
+
+    before = previewed()
+    sent = asked(url, session, memory, script, messages)
+    after = previewed()
+    after.raise_for_status()
+    return sent, (
+        f"the preview and the memory id: a new session's preview answers {before.status_code};"
+        f" once asked, its preview shows {_memory_blocks(after.json()['messages'])} memory"
+        f" blocks where the request sent {_memory_blocks(sent)} (so questions are sent, and"
+        " scored on what the upstream received)"
     )
 
 
