@@ -118,9 +118,11 @@ class ContextSettings(_Section):
     default_context_window: int = Field(8192, ge=256)
     # Facts the summary dropped (and current values of updated ones) pinned after it.
     pin_facts: bool = True
-    # Recall: up to this share of the budget brings back messages the summary covers,
-    # ranked by relevance to the latest turns blended with recency; 0 turns it off.
-    recall_ratio: float = Field(0.1, ge=0, le=0.5)
+    # Recall brings back messages the summary covers, the most relevant to the user's
+    # latest message first, in what the window leaves of the budget, at most this share
+    # of it (1: all it leaves; on real conversations a full block finds more of what a
+    # question needs than a few units); 0 turns it off.
+    recall_ratio: float = Field(1.0, ge=0, le=1)
     # ... and at most this many tokens: a turn's block is written to the provider's
     # prompt cache again each turn (1.25x the input price on Claude), so a big window's
     # tenth (16k tokens on a 200k model) costs more than the few units it needs.

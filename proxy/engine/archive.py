@@ -31,10 +31,15 @@ from proxy.sessions.store import SessionStore
 __all__ = ["Archive", "Archived", "last_unit"]
 
 _SESSIONS = 256  # archives cached per process
-_HITS = 12  # ranked units considered for one recall block
+_HITS = 12  # units found precisely, first in a recall block
+_FILL = 64  # units ranked by plain BM25 after them, while the room lasts
 _STATED = 3  # units where a fact the newest message names was stated, first
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
+# A new block takes at most this share of the room: the window grows a turn at a time
+# into the rest before the block must be chosen again (and the prompt cache rewritten
+# from where it stood).
+_FILLED = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +145,10 @@ class Archive:
         self, request: Request, state: State, plan: Plan, inserts: Inserts
     ) -> tuple[Plan, Inserts]:
         """`plan` with a recall block: the summarized units most relevant to the user's
-        latest message, within `context.recall_ratio` of the budget and what the plan
-        leaves of it. A new block goes just before that message, so everything before it
-        (system, summary, the verbatim turns before) keeps the last request's bytes. The
+        latest message, in what the plan leaves of the budget (at most
+        `context.recall_ratio` of it and `recall_max_tokens`). A new block goes just
+        before that message, so everything before it (system, summary, the verbatim
+        turns before) keeps the last request's bytes. The
         session's last block (`inserts`, as its latest request left them) stays where it
         was, bytes and all, while it shows the best hits and nothing else, and through an
         agent's tool loop (the requests that answer that message's tool calls) without a
@@ -196,6 +202,8 @@ class Archive:
             whole = {hit.start for hit in asked_about}
             hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
         hits = archived.named(asked, hits)
+        precise = {hit.start for hit in hits}
+        hits += [hit for hit in archived.index.ranked(asked, _FILL) if hit.start not in precise]
         if not hits:
             return plan, inserts
         if (
@@ -220,7 +228,7 @@ class Archive:
         ledger = await off_loop(
             plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
         )
-        block = recall_message(found, ledger, request.counter, room)
+        block = recall_message(found, ledger, request.counter, int(_FILLED * room))
         if block is None:
             return plan, inserts
         if placed and shown is not None and block.message == shown.message:
@@ -260,10 +268,13 @@ class Archive:
                 self._whole.popitem(last=False)
         self._whole.move_to_end(key)
         context = self._settings.context
-        hits = known[1].search(
+        index = known[1]
+        hits = index.search(
             query, limit, context.recall_relevance_weight, context.recall_recency_weight
         )
-        return archived.named(query, hits)[:limit]
+        hits = archived.named(query, hits)[:limit]
+        precise = {hit.start for hit in hits}
+        return [*hits, *(h for h in index.ranked(query, limit) if h.start not in precise)][:limit]
 
     async def search(
         self, key: SessionKey, meta: SessionMeta, query: str, limit: int

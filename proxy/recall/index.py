@@ -10,13 +10,15 @@ recency (a later unit outranks an earlier one of equal relevance, so an updated 
 beats the one it replaced); a unit that states a value about what is asked outranks one
 that only shares its words, and a question asked before comes after the units that may
 answer it. The words every question shares ("remind me again where ... lives") are not
-what is asked: they find nothing. Pure: the caller reads the segments and the messages
-from the store.
+what is asked: they find nothing. After those precise units, plain BM25 (`ranked`)
+fills the room they leave. Pure: the caller reads the segments and the messages from
+the store.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 import re
@@ -38,6 +40,7 @@ __all__ = [
     "Recalled",
     "asked_terms",
     "documents",
+    "inflections",
     "later_values",
     "recall_message",
     "segment",
@@ -148,6 +151,7 @@ class Hit:
     end: int
     score: float
     terms: tuple[str, ...]  # the query terms it matched
+    precise: bool = True  # found by `search`; False: by `ranked`, whose scores are BM25's
 
 
 @dataclass(slots=True)
@@ -295,6 +299,43 @@ class RecallIndex:
         return [
             Hit(self.units[u][0], self.units[u][1], ranked(u)[1], tuple(said[u]))
             for u in [*first, *rest][:limit]
+        ]
+
+    def ranked(self, query: str, limit: int) -> list[Hit]:
+        """Plain BM25 over the words of `query`, each in any of its `inflections`, best
+        first. `search` finds what a question names precisely; this fills the room it
+        leaves: on conversations nobody here wrote ("what did she research?" for
+        "Researching adoption agencies"), a block filled by BM25 holds more of what a
+        question needs than a few precise units. Work follows the postings of the
+        query's rarest terms."""
+        count = len(self.units)
+        if not count or limit <= 0:
+            return []
+        average = self.length / count or 1.0
+        forms: dict[str, list[str]] = {}
+        for term in dict.fromkeys(terms(query, parts=False)):
+            found = [form for form in inflections(term) if form in self.postings]
+            if found:
+                forms[term] = found
+        postings = {
+            term: Counter(dict(itertools.chain.from_iterable(self.postings[f] for f in found)))
+            for term, found in forms.items()
+        }
+        asked = sorted(postings, key=lambda term: len(postings[term]))[:_MAX_QUERY_TERMS]
+        scores: dict[int, float] = {}
+        matched: dict[int, list[str]] = {}
+        for term in asked:
+            entries = postings[term]
+            idf = math.log(1 + (count - len(entries) + 0.5) / (len(entries) + 0.5))
+            for unit, times in entries.items():
+                size = self.units[unit][2]
+                tf = times * (_K1 + 1) / (times + _K1 * (1 - _B + _B * size / average))
+                scores[unit] = scores.get(unit, 0.0) + idf * tf
+                matched.setdefault(unit, []).append(term)
+        best = heapq.nlargest(limit, scores, key=scores.__getitem__)
+        return [
+            Hit(self.units[u][0], self.units[u][1], scores[u], tuple(matched[u]), False)
+            for u in best
         ]
 
     def _asked(
@@ -477,3 +518,37 @@ def later_values(
         if note not in noted:
             notes.setdefault(fact.value, note)
     return list(notes.values())
+
+
+def inflections(term: str) -> tuple[str, ...]:
+    """`term` and the forms English inflection gives it ("research": "researching",
+    "researched"; "studied": "study", "studies"), by the language's suffixes, not by a
+    list of words: a question rarely asks in the tense a thing was said. Forms no one
+    says ("researchhed") cost nothing: only those in an index are looked up."""
+    if not term.isalpha() or len(term) < 4:
+        return (term,)
+    roots = {term}  # the word less its suffix, as it may be spelled
+    for suffix, back in (
+        ("ies", "y"),
+        ("ied", "y"),
+        ("ing", ""),
+        ("ed", ""),
+        ("es", ""),
+        ("s", ""),
+    ):
+        stem = term[: -len(suffix)] + back
+        if term.endswith(suffix) and len(stem) >= 3:
+            roots = {stem} if back else {stem, stem + "e"}
+            if stem[-1] == stem[-2]:  # "planned": "plan"
+                roots.add(stem[:-1])
+            break
+    forms = [term]
+    for root in sorted(roots):
+        if root.endswith("e"):
+            forms += [root, root + "s", root + "d", root[:-1] + "ing"]
+        elif root.endswith("y"):
+            forms += [root, root[:-1] + "ies", root[:-1] + "ied", root + "ing"]
+        else:  # "plan": "planning" as well as "plans"
+            forms += [root, root + "s", root + "es", root + "ed", root + "ing"]
+            forms += [root + root[-1] + "ed", root + root[-1] + "ing"]
+    return tuple(dict.fromkeys(forms))

@@ -6,7 +6,14 @@ from typing import Any
 
 from proxy.conversation.tokens import counter_named
 from proxy.facts.ledger import facts_in, merge, message_text
-from proxy.recall.index import RECALL_PREFIX, Recalled, RecallIndex, recall_message, segment
+from proxy.recall.index import (
+    RECALL_PREFIX,
+    Recalled,
+    RecallIndex,
+    inflections,
+    recall_message,
+    segment,
+)
 
 COUNTER = counter_named("char")
 
@@ -308,3 +315,29 @@ def test_a_number_of_one_digit_is_a_term_of_the_question() -> None:
     turns = [m for n in range(1, 61) for m in (user(f"turn {n}"), user(f"Done: turn {n}"))]
     index = RecallIndex().extended([segment(0, turns, "")])
     assert [hit.start for hit in index.search("turn 7", 5)] == [12, 13]
+
+
+def test_ranking_fills_with_what_a_question_says_in_another_tense() -> None:
+    """The precise search finds nothing for "what did she research?" (one common word);
+    plain BM25 over inflected forms finds the message that said "Researching", first,
+    and ranks no unit that shares none of the question's words."""
+    said = [
+        user("Maya: I went hiking with my dog last weekend"),
+        user("Maya: Researching adoption agencies lately, it has been a dream of mine"),
+        user("Maya: the pottery class was fun, I made a bowl"),
+        user("Maya: my sister visited and we baked bread"),
+    ]
+    index = RecallIndex().extended([segment(0, said, "")])
+    hits = index.ranked("What did Maya research?", 10)
+    assert hits[0].start == 1 and "research" in hits[0].terms
+    assert not hits[0].precise
+    assert all("maya" in hit.terms or "research" in hit.terms for hit in hits)
+    assert index.ranked("What did Maya research?", 1) == hits[:1]
+
+
+def test_inflections_reach_the_root_and_back() -> None:
+    assert {"researching", "researched"} <= set(inflections("research"))
+    assert {"study", "studies", "studying"} <= set(inflections("studied"))
+    assert {"move", "moving", "moves"} <= set(inflections("moved"))
+    assert {"plan", "planning"} <= set(inflections("planned"))
+    assert inflections("O-77") == ("O-77",) and inflections("cat") == ("cat",)
