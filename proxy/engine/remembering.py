@@ -42,10 +42,10 @@ logger = logging.getLogger("context_proxy.memory")
 
 _MEMORIES = 1024  # parsed memory records kept per process
 _INJECTION_SHARE = 0.02  # of the budget, when `memory.max_injection_tokens` is unset
-_SESSIONS_KEPT = 16  # a memory's sessions that said the most, whose messages recall searches
-_SEARCHED = 8  # of them, searched for one message (those that said the most)
-_PER_SESSION = 2  # units taken from each
-_UNITS = 3  # units recalled at most
+_SESSIONS_KEPT = 64  # a memory's sessions that said the most, whose messages recall searches
+_SEARCHED = 32  # of them, searched for one message (those that said the most)
+_PER_SESSION = 8  # units taken from each
+_UNITS = 64  # units offered to the block, best first, while its room lasts
 _QUERY_CHARS = 4000  # of the newest message
 
 
@@ -82,6 +82,7 @@ class Memories:
     def __init__(self, settings: Settings, store: SessionStore, archive: Archive) -> None:
         self._settings = settings.memory
         self._recall_ratio = settings.context.recall_ratio
+        self._recall_max_tokens = settings.context.recall_max_tokens
         self._store = store
         self._archive = archive
         # (tenant, memory) -> its record's bytes as last read, parsed: a memory is read
@@ -156,7 +157,11 @@ class Memories:
             or newest.get("role") != "user"
         ):
             return plan
-        room = min(int(self._recall_ratio * request.budget), request.budget - plan.tokens)
+        room = min(
+            int(self._recall_ratio * request.budget),
+            self._recall_max_tokens,
+            request.budget - plan.tokens,
+        )
         query = message_text(newest)[-_QUERY_CHARS:]
         if room <= 0 or not query.strip():
             return plan
@@ -164,21 +169,22 @@ class Memories:
         memory = await self.memory(tenant, memory_id)
         if memory is None:
             return plan
-        found: list[tuple[Hit, str]] = []
+        found: list[tuple[Hit, str, float]] = []  # (unit, its session, when that began)
         for other in [s for s in memory.sessions if s != session][:_SEARCHED]:
             meta = await self._store.load(tenant, other)
             if meta is not None and meta.length:
                 hits = await self._archive.hits((tenant, other), meta, query, _PER_SESSION)
-                found += [(hit, other) for hit in hits]
-        found.sort(key=lambda pair: pair[0].score, reverse=True)
-        found = sorted(found[:_UNITS], key=lambda pair: pair[0].start)  # as they were said
+                found += [(hit, other, meta.created) for hit in hits]
+        found.sort(key=lambda each: (each[0].precise, each[0].score), reverse=True)
+        found = found[:_UNITS]
         units = []
-        for hit, other in found:  # each with the message before it: what a reply answers
+        for hit, other, _ in found:  # each with the message before it: what a reply answers
             first = max(hit.start - 1, 0)
             read = [s.message for s in await self._store.messages(tenant, other, first, hit.end)]
             before = read.pop(0) if hit.start > first and read else None
             units.append((hit.start, read, before))
-        block = recalled_message(units, memory.facts, request.counter, room)
+        order = [(created, hit.start) for hit, _, created in found]
+        block = recalled_message(units, memory.facts, request.counter, room, order)
         if block is None:
             return plan
         tokens = request.counter.count_message(block)

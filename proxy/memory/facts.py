@@ -142,19 +142,23 @@ def recalled_message(
     memory: Sequence[Remembered],
     counter: TokenCounter,
     max_tokens: int,
+    order: Sequence[tuple[float, int]] = (),
 ) -> Message | None:
     """Units of other conversations (each with where it starts in its own, and the
     message said before it), the best that fit in the order given, as one labelled
-    system message of at most `max_tokens`; a unit too big is left out, and so is one
+    system message of at most `max_tokens`, shown by `order` (each unit's place in
+    time: its conversation's start, its position; default: as given), so a correction
+    comes after what it corrects; a unit too big is left out, and so is one
     that holds a credential or is a reply to a message that does (it may repeat it:
     "Got it: purple monkey dishwasher"): a credential said in one conversation stays in
     it. A value the memory says was replaced is followed by a note naming the current
     one."""
-    chosen: list[str] = []
+    chosen: list[tuple[tuple[float, int], str]] = []
     current = {fact.key: fact.value for fact in memory if fact.current}
     noted: set[str] = set()
     used = counter.count_message({"role": "system", "content": MEMORY_RECALL_PREFIX})
-    for start, messages, before in units:
+    places = list(order) or [(0.0, number) for number in range(len(units))]
+    for (start, messages, before), place in zip(units, places, strict=True):
         text = f"[earlier conversation, message {start}] " + render_transcript(messages)
         notes = later_values(text, memory, current, noted)
         if notes:
@@ -162,11 +166,12 @@ def recalled_message(
         cost = counter.count_text(text) + 1
         # Read for a credential once it fits (a unit too big for the block is not read).
         if used + cost <= max_tokens and not _secret(text, messages, before):
-            chosen.append(text)
+            chosen.append((place, text))
             noted.update(notes)
             used += cost
     while chosen:
-        message = {"role": "system", "content": MEMORY_RECALL_PREFIX + "\n\n".join(chosen)}
+        shown = [text for _, text in sorted(chosen, key=lambda unit: unit[0])]
+        message = {"role": "system", "content": MEMORY_RECALL_PREFIX + "\n\n".join(shown)}
         if counter.count_message(message) <= max_tokens:
             return message
         chosen.pop()  # our estimate was short

@@ -88,6 +88,23 @@ async def test_a_message_no_fact_was_read_from_is_recalled_from_another_session(
     assert parts.upstream.sent[-1]["messages"][-1] == said("Where did we leave the kayak?")
 
 
+async def test_units_of_other_sessions_come_as_they_were_said(parts: Parts) -> None:
+    """Issue 52: the recall block across sessions shows its units in the order they
+    were said, whatever their rank, so a later word on a subject comes after the
+    earlier one; and what one session said in other words is still found."""
+    await tell(
+        parts,
+        "trip",
+        "The kayak trip is booked for the lake house in June.",
+        "Our neighbour lent us two paddles for the trip.",
+        "Change of plans: the kayak trip is going to the river cabin instead.",
+    )
+    await tell(parts, "asking", "Where is the kayak trip going?")
+    recalled = block(parts.upstream.sent[-1], MEMORY_RECALL_PREFIX)
+    assert recalled is not None
+    assert recalled.index("lake house") < recalled.index("river cabin")
+
+
 async def test_a_credential_is_never_shared_with_another_session(parts: Parts) -> None:
     """Issue 40: a password said without the word "password" is neither remembered as a
     fact nor recalled verbatim from another session of the same memory."""
