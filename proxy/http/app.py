@@ -135,19 +135,8 @@ class Proxy:
             secrets=caller.presented,
             body=body,
             continues=inbound.continues,
-            memory_id=self._memory_id(request, caller) if named is not None else None,
+            memory_id=headers.memory_id(request.headers, self.settings.memory) if named else None,
         )
-
-    def _memory_id(self, request: Request, caller: Principal) -> str | None:
-        """The memory a session shares (`memory.enabled`): the header's, else with
-        `memory.per_tenant` the caller's tenant's own."""
-        memory = self.settings.memory
-        if not memory.enabled:
-            return None
-        value = request.headers.get(memory.header)
-        if value:
-            return header_session_id(value, memory.header)
-        return "tenant" if memory.per_tenant else None
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
         """The route handler of one API shape: every door runs the same turn."""

@@ -4,7 +4,10 @@ sent."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
+from proxy.config.settings import MemorySettings
+from proxy.conversation.validation import header_session_id
 from proxy.engine.types import Turn
 
 # Request headers (the session header's name is configurable: `session.header`).
@@ -39,3 +42,15 @@ def turn_headers(turn: Turn) -> dict[str, str]:
     if turn.side:
         values[SESSION_TURN] = "side" if turn.answer is None else "answered"
     return values
+
+
+def memory_id(headers: Mapping[str, str], memory: MemorySettings) -> str | None:
+    """The memory a session's request shares (`memory.enabled`): the header's, else with
+    `memory.per_tenant` the caller's tenant's own. One reading for a turn and its
+    preview, so a preview plans with the memory the turn would."""
+    if not memory.enabled:
+        return None
+    value = headers.get(memory.header)
+    if value:
+        return header_session_id(value, memory.header)
+    return "tenant" if memory.per_tenant else None

@@ -23,6 +23,7 @@ from proxy.engine.types import RequestContext
 from proxy.errors import InvalidRequest, NotFound, PermissionDenied, ProxyError
 from proxy.http.auth import Principal
 from proxy.http.bodies import parse_json, principal, read_body
+from proxy.http.headers import memory_id
 from proxy.sessions.records import Checkpoint, SessionMeta, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.upstream.client import Upstream
@@ -97,7 +98,8 @@ class SessionApi:
         if not principal(request).may_use(body["model"], route):
             raise model_not_allowed(body["model"])
         self.upstream.models.check(body["model"])
-        context = RequestContext(tenant=tenant, session_id=name)
+        memory = memory_id(request.headers, self.engine.settings.memory)
+        context = RequestContext(tenant=tenant, session_id=name, memory_id=memory)
         return ORJSONResponse(await self.engine.preview(body, context))
 
     async def search(self, request: Request) -> Response:

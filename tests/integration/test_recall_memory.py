@@ -177,6 +177,15 @@ def test_memory_carries_current_facts_to_a_new_session(
     with httpx.Client(
         base_url=url, headers={"Authorization": "Bearer tenant-a-key-0123456789"}
     ) as http:
+        # A preview plans with the memory the turn would (issue 52): the same block.
+        said = http.get("/v1/sessions/tuesday").json()["messages"]
+        question = {"role": "user", "content": "And the billing lead?"}
+        previewed = http.post(
+            "/v1/sessions/tuesday/preview",
+            json={"model": MODEL, "messages": [SYSTEM, *said, question]},
+            headers=memory,
+        ).json()["messages"]
+        assert memory_block({"messages": previewed}) == block
         facts = http.get("/v1/memories/team-memory").json()["facts"]
         old = next(f for f in facts if f["value"] == "$4,250")
         assert old["superseded_by"] == "$3,796"
