@@ -10,8 +10,8 @@ proxy -> a recording upstream on loopback), an 8,192-token model, two ways:
   (`POST /v1/sessions/{id}/preview`) as the next user message;
 - memory: each of its sessions is a session of its own under one `X-Memory-Id`, replayed
   in order; then every question is the first message of a new session under that memory
-  id, sent as a request (a preview does not take the memory id), and scored on what the
-  upstream received.
+  id, sent as a request (a new session has nothing stored to preview), and scored on
+  what the upstream received.
 
 The upstream knows the script: it answers each user message with the conversation's
 true next message, so the client resends exactly what it received. Its summarizer keeps
