@@ -15,7 +15,7 @@ from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL
 from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, probed, respond
 from tests.proxies import MODEL, proxy_config
-from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
+from tests.upstream import FakeUpstream, Reply, count_prompt_tokens, text_tokens
 
 WINDOW = 4096
 
@@ -97,6 +97,27 @@ def test_summarized_facts_come_back_when_the_conversation_turns_to_them(
         assert http.get(f"/v1/sessions/{session}/search", params={"q": " "}).status_code == 400
     with httpx.Client(base_url=url, headers={"Authorization": "Bearer other"}) as http:
         assert http.get(f"/v1/sessions/{session}/search?q=x").status_code == 404
+
+
+def test_a_large_message_beside_the_kept_window_stays_within_the_budget(
+    upstream: FakeUpstream, start_proxy
+) -> None:
+    """Issue 52: in a 150-turn chat with tool calls to a 4,096-token model, a user message
+    of about 2,000 tokens arrives beside a window of kept turns (and recall fills what
+    they leave): every request the model receives is within the budget, by the
+    provider's own count, not only by the proxy's."""
+    url = start(start_proxy, upstream)
+    script = generate(turns=150, facts=12, updates=4)
+    pasted = "Here is the incident log, read it before answering. " + " ".join(
+        f"line {n}: worker {n % 7} retried the ledger sync after timeout {n * 13 % 97}s;"
+        for n in range(110)
+    )
+    assert 1800 <= len(text_tokens(pasted)) <= 2600
+    script.turns.insert(100, pasted)
+    drive(client(url, "pasted"), MODEL, script)
+    sizes = [count_prompt_tokens(body) for body in model_calls(upstream)]
+    assert any(pasted in str(body["messages"]) for body in model_calls(upstream))
+    assert max(sizes) <= int(0.8 * WINDOW), sorted(sizes)[-5:]
 
 
 def test_a_recall_block_that_still_shows_the_best_hits_keeps_its_place_and_bytes(
