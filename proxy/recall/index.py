@@ -501,7 +501,8 @@ def later_values(
     text: str, ledger: Sequence[Valued], current: dict[str, str], noted: set[str]
 ) -> list[str]:
     """ "subject: old value replaced by current value" for each replaced value `text`
-    shows (the current value last, where a reader looks for it)."""
+    shows (the current value last, where a reader looks for it): one per subject, so two
+    subjects that both had the value a line shows each get theirs."""
     notes: dict[str, str] = {}
     for fact in ledger:
         if fact.current or fact.value not in text:
@@ -516,7 +517,7 @@ def later_values(
             continue
         note = f"{fact.subject}: {fact.value} was replaced by {now}"
         if note not in noted:
-            notes.setdefault(fact.value, note)
+            notes.setdefault(fact.key, note)
     return list(notes.values())
 
 

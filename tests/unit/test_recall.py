@@ -11,6 +11,7 @@ from proxy.recall.index import (
     Recalled,
     RecallIndex,
     inflections,
+    later_values,
     recall_message,
     segment,
 )
@@ -134,6 +135,25 @@ def test_the_block_fits_its_room_and_notes_later_values() -> None:
     assert block["content"].endswith("travel budget: $4,250 was replaced by $3,796.)")
     assert COUNTER.count_message(block) <= 120
     assert recall_message(hits, ledger, COUNTER, 10) is None
+
+
+def test_two_subjects_that_had_one_value_each_get_their_note() -> None:
+    """A line shows 15 for two subjects, both raised since: each gets its own note (one
+    note per value left the second showing its old value as current)."""
+    said = [
+        "the auth gateway concurrency is 15",
+        "the report exporter concurrency is 15",
+        "the auth gateway concurrency is 22",
+        "the report exporter concurrency is 41",
+    ]
+    ledger = merge([], [f for n, text in enumerate(said) for f in facts_in(text, n, n)])
+    current = {fact.key: fact.value for fact in ledger if fact.current}
+    shown = "auth gateway concurrency 15, report exporter concurrency 15"
+    notes = later_values(shown, ledger, current, set())
+    assert sorted(notes) == [
+        "auth gateway concurrency: 15 was replaced by 22",
+        "report exporter concurrency: 15 was replaced by 41",
+    ]
 
 
 def test_a_long_message_comes_back_as_excerpts_around_its_matches() -> None:
