@@ -47,6 +47,7 @@ _SEARCHED = 32  # of them, searched for one message (those that said the most)
 _PER_SESSION = 8  # units taken from each
 _UNITS = 64  # units offered to the block, best first, while its room lasts
 _QUERY_CHARS = 4000  # of the newest message
+_CHARS_PER_TOKEN = 6  # more than any text has: units read past this many fill any room
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +179,16 @@ class Memories:
         found.sort(key=lambda each: (each[0].precise, each[0].score), reverse=True)
         found = found[:_UNITS]
         units = []
+        chars = 0  # read, best first, until they would surely fill the room
         for hit, other, _ in found:  # each with the message before it: what a reply answers
             first = max(hit.start - 1, 0)
             read = [s.message for s in await self._store.messages(tenant, other, first, hit.end)]
             before = read.pop(0) if hit.start > first and read else None
             units.append((hit.start, read, before))
-        order = [(created, hit.start) for hit, _, created in found]
+            chars += sum(len(message_text(message)) for message in read)
+            if chars > _CHARS_PER_TOKEN * room:
+                break
+        order = [(created, hit.start) for hit, _, created in found[: len(units)]]
         block = recalled_message(units, memory.facts, request.counter, room, order)
         if block is None:
             return plan
