@@ -363,14 +363,15 @@ def _archived(
     """A fold's archive: the recall index of its span, the ledger with its facts, and
     their values (the summarizer's retention is measured on them)."""
     now = time.time()
-    facts = [
-        fact
+    said = [
+        (fact, message.get("role") == "assistant")
         for offset, message in enumerate(messages)
         for fact in facts_in(stated_text(message), start + offset, now)
     ]
+    facts = [fact for fact, _ in said]
     stated = [(fact.source, fact.subject) for fact in facts]  # what each message states
     return (
         segment(start, messages, follows, stated),
-        tuple(merge(ledger, facts)),
+        tuple(merge(ledger, facts, [fact for fact, heard in said if heard])),
         [f.value for f in facts],
     )

@@ -296,11 +296,15 @@ def related(key: str, other: str) -> bool:
     return len(words & others) >= 2 and (words <= others or others <= words)
 
 
-def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
+def merge(ledger: Iterable[Fact], new: Iterable[Fact], heard: Iterable[Fact] = ()) -> list[Fact]:
     """`ledger` with `new` facts (in the order said) added: a value said again is
-    refreshed, a different value of the same subject supersedes the current one."""
+    refreshed, a different value of the same subject supersedes the current one. Of the
+    `heard` among them (what the model said, not the user), none supersedes: a model
+    that restates a value wrongly ("Deliveries: 0" for "deliveries leave at 05:45") must
+    not have the proxy pin its slip as the current value."""
     facts = list(ledger)
     where = {fact.key: i for i, fact in enumerate(facts) if fact.current}
+    weak = {id(fact) for fact in heard}
     for fact in new:
         if fact.corrects is not None:
             corrected = _corrected(facts, where, fact)
@@ -319,6 +323,8 @@ def merge(ledger: Iterable[Fact], new: Iterable[Fact]) -> list[Fact]:
             facts[index] = replace(
                 old, source=fact.source, time=fact.time, mentions=old.mentions + 1
             )
+        elif id(fact) in weak:
+            continue
         else:
             facts[index] = replace(old, superseded_by=fact.value)
             if len(old.key.split()) > len(fact.key.split()):  # an alias: the fuller name

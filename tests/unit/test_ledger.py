@@ -331,3 +331,17 @@ def test_an_alias_spares_a_word_only_of_a_longer_subject() -> None:
     (long,) = said("The release cutoff for the media transcoder is 5.8.5.")
     assert names(long, "the media transcoder min version is now 21.9.6", spare=1)
     assert not names(long, "the media team is at lunch", spare=1)
+
+
+def test_what_the_model_says_never_replaces_what_the_user_said() -> None:
+    """Issue 52: a model's slip ("The deliveries count is 0") does not become the current
+    value of what the user stated; the user's own update still does."""
+    user = facts_in("The deliveries count is 12.", 0, 0)
+    slip = facts_in("The deliveries count is 0.", 1, 1)
+    assert user and slip
+    ledger = merge([], [*user, *slip], slip)
+    assert [f.value for f in ledger if f.current] == ["12"]
+    update = facts_in("The deliveries count is 14 now.", 2, 2)
+    ledger = merge(ledger, update)
+    assert [f.value for f in ledger if f.current] == ["14"]
+    assert [f.value for f in merge([], [*slip])] == ["0"]  # alone, it is what is known
