@@ -148,12 +148,12 @@ class Archive:
         latest message, in what the plan leaves of the budget (at most
         `context.recall_ratio` of it and `recall_max_tokens`). A new block goes just
         before that message, so everything before it (system, summary, the verbatim
-        turns before) keeps the last request's bytes. The
-        session's last block (`inserts`, as its latest request left them) stays where it
-        was, bytes and all, while it shows the best hits and nothing else, and through an
-        agent's tool loop (the requests that answer that message's tool calls) without a
-        search: each of those requests then only adds to the prompt the provider has
-        cached. With the inserts as this plan leaves them."""
+        turns before) keeps the last request's bytes. The session's last block
+        (`inserts`, as its latest request left them) stays where it was, bytes and all,
+        while it shows the best hits and nothing else, and through an agent's tool loop
+        (the requests that answer that message's tool calls) without a search: each of
+        those requests then only adds to the prompt the provider has cached. With the
+        inserts as this plan leaves them."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(
@@ -202,8 +202,7 @@ class Archive:
             whole = {hit.start for hit in asked_about}
             hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
         hits = archived.named(asked, hits)
-        precise = {hit.start for hit in hits}
-        hits += [hit for hit in archived.index.ranked(asked, _FILL) if hit.start not in precise]
+        hits = archived.index.filled(hits, asked, len(hits) + _FILL)
         if not hits:
             return plan, inserts
         if (
@@ -272,9 +271,7 @@ class Archive:
         hits = index.search(
             query, limit, context.recall_relevance_weight, context.recall_recency_weight
         )
-        hits = archived.named(query, hits)[:limit]
-        precise = {hit.start for hit in hits}
-        return [*hits, *(h for h in index.ranked(query, limit) if h.start not in precise)][:limit]
+        return index.filled(archived.named(query, hits)[:limit], query, limit)
 
     async def search(
         self, key: SessionKey, meta: SessionMeta, query: str, limit: int

@@ -301,6 +301,12 @@ class RecallIndex:
             for u in [*first, *rest][:limit]
         ]
 
+    def filled(self, hits: list[Hit], query: str, limit: int) -> list[Hit]:
+        """`hits`, then the units `ranked` finds for `query` that they lack, `limit` in all."""
+        found = {hit.start for hit in hits}
+        ranked = (hit for hit in self.ranked(query, limit) if hit.start not in found)
+        return [*hits, *ranked][: max(limit, len(hits))]
+
     def ranked(self, query: str, limit: int) -> list[Hit]:
         """Plain BM25 over the words of `query`, each in any of its `inflections`, best
         first. `search` finds what a question names precisely; this fills the room it
