@@ -31,7 +31,7 @@ from proxy.engine.types import Request
 from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text, stated_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
-from proxy.recall.index import Hit
+from proxy.recall.index import Hit, best_first
 from proxy.sessions.records import CAS_ATTEMPTS, Inserts, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import DAMAGED, store_fault
@@ -176,7 +176,8 @@ class Memories:
             if meta is not None and meta.length:
                 hits = await self._archive.hits((tenant, other), meta, query, _PER_SESSION)
                 found += [(hit, other, meta.created) for hit in hits]
-        found.sort(key=lambda each: (each[0].precise, each[0].score), reverse=True)
+        place = {id(hit): at for at, (hit, _, _) in enumerate(found)}
+        found = [found[place[id(hit)]] for hit in best_first([hit for hit, _, _ in found])]
         found = found[:_UNITS]
         units = []
         chars = 0  # read, best first, until they would surely fill the room

@@ -55,6 +55,7 @@ from proxy.errors import (
     previous_response_not_found,
 )
 from proxy.observability.metrics import ModelLabels
+from proxy.recall.meaning import vectors
 from proxy.sessions.locks import Lease, TurnLocks
 from proxy.sessions.records import Inserts, SessionMeta
 from proxy.sessions.store import SessionStore
@@ -120,11 +121,13 @@ class Engine:
         await self.summaries.close()
 
     def warm_up(self) -> None:
-        """Load the configured models' tokenizers now (a BPE file takes ~0.4 s to load)
-        rather than in the first request that needs one."""
+        """Load the configured models' tokenizers and recall's model of meaning now (a
+        BPE file takes ~0.4 s to load, the meanings ~0.5 s) rather than in the first
+        request that needs one."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
             counter_for(self.upstream.models.provider_model(name), mode).count_text("warm up")
+        vectors(["warm up"])
 
     # -- a turn: the one operation a door calls -----------------------------------------
 

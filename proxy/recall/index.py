@@ -10,9 +10,10 @@ recency (a later unit outranks an earlier one of equal relevance, so an updated 
 beats the one it replaced); a unit that states a value about what is asked outranks one
 that only shares its words, and a question asked before comes after the units that may
 answer it. The words every question shares ("remind me again where ... lives") are not
-what is asked: they find nothing. After those precise units, plain BM25 (`ranked`)
-fills the room they leave. Pure: the caller reads the segments and the messages from
-the store.
+what is asked: they find nothing. After those precise units, `ranked` fills the room
+they leave: plain BM25 fused with the nearness of each unit's meaning to the question's
+(`proxy.recall.meaning`), so a paraphrase is found too. Pure: the caller reads the
+segments and the messages from the store.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.facts.ledger import Fact, Valued, message_text, related, spellings, terms
+from proxy.recall.meaning import DIMENSIONS, decoded, encoded, vectors
 from proxy.summary.fold import render_transcript
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "RecallIndex",
     "Recalled",
     "asked_terms",
+    "best_first",
     "documents",
     "inflections",
     "later_values",
@@ -58,6 +63,8 @@ _DISTINCTIVE = 0.05  # a hit needs a query term found in at most this share of t
 _COMMON = 0.25  # a term in more of the units than this (and than _FEW) is the session's jargon
 _FEW = 8
 _ALIKE = 2  # units the query cannot tell apart (same length, same counts) before the rest
+_FUSED = 10  # reciprocal-rank fusion's constant: 1 / (_FUSED + rank) from each ranking
+_NEAR = 0.3  # the least cosine of meanings for a unit to be ranked by its meaning
 _STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
 _QUESTION = "?"  # postings of the units that are a user's question (never a term)
 _ASKED = 0.5  # a question's relevance: it names what is asked, it does not answer it
@@ -96,9 +103,11 @@ def segment(
     so search tells a unit that states a value about a subject from one that names it."""
     units: list[list[int]] = []
     postings: dict[str, list[list[int]]] = {}
+    said: list[str] = []  # each unit's text, for its meaning
     bounds = [i for i, m in enumerate(messages) if i == 0 or not _answers(messages[i - 1], m)]
     for number, (first, last) in enumerate(zip(bounds, [*bounds[1:], len(messages)], strict=True)):
         texts = [message_text(message) for message in messages[first:last]]
+        said.append("\n".join(texts))
         counted = Counter(term for text in texts for term in terms(text))
         units.append([start + first, start + last, sum(counted.values())])
         for term, count in counted.items():
@@ -113,7 +122,8 @@ def segment(
                 about.setdefault(_STATED + term, set()).add(at)
     for key, numbers in about.items():
         postings[key] = [[number, 1] for number in sorted(numbers)]
-    return {"follows": follows, "units": units, "postings": postings}
+    meanings = encoded(vectors(said))
+    return {"follows": follows, "units": units, "postings": postings, "meanings": meanings}
 
 
 def _answers(before: Message, message: Message) -> bool:
@@ -151,7 +161,9 @@ class Hit:
     end: int
     score: float
     terms: tuple[str, ...]  # the query terms it matched
-    precise: bool = True  # found by `search`; False: by `ranked`, whose scores are BM25's
+    precise: bool = True  # found by `search`; False: by `ranked` (score: fused ranks)
+    words: float = 0.0  # `ranked`'s: its BM25 score for the query
+    near: float = 0.0  # `ranked`'s: the cosine of its meaning and the query's
 
 
 @dataclass(slots=True)
@@ -161,23 +173,32 @@ class RecallIndex:
     units: list[tuple[int, int, int]] = field(default_factory=list)
     postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     length: int = 0  # terms over all units
+    # Each unit's meaning (`proxy.recall.meaning`), a row per unit; zeros where a
+    # segment stored none (one written before meanings were).
+    meanings: np.ndarray = field(default_factory=lambda: np.zeros((0, DIMENSIONS), np.float32))
 
     def extended(self, segments: Iterable[dict[str, Any]]) -> RecallIndex:
         """A new index with `segments` added (this one is left as it is)."""
         units = list(self.units)
         postings = dict(self.postings)
         length = self.length
+        meanings = [self.meanings]
         for part in segments:
             offset = len(units)
             for start, end, size in part["units"]:
                 units.append((start, end, size))
                 length += size
+            rows = len(units) - offset
+            stored = part.get("meanings")
+            meanings.append(
+                decoded(stored, rows) if stored else np.zeros((rows, DIMENSIONS), np.float16)
+            )
             for term, entries in part["postings"].items():
                 postings[term] = [
                     *postings.get(term, ()),
                     *((offset + unit, count) for unit, count in entries),
                 ]
-        return RecallIndex(units, postings, length)
+        return RecallIndex(units, postings, length, np.concatenate(meanings, dtype=np.float32))
 
     def unit_of(self, position: int) -> tuple[int, int] | None:
         """The unit (start, end) that holds transcript message `position`, if indexed."""
@@ -308,12 +329,14 @@ class RecallIndex:
         return [*hits, *ranked][: max(limit, len(hits))]
 
     def ranked(self, query: str, limit: int) -> list[Hit]:
-        """Plain BM25 over the words of `query`, each in any of its `inflections`, best
-        first. `search` finds what a question names precisely; this fills the room it
-        leaves: on conversations nobody here wrote ("what did she research?" for
-        "Researching adoption agencies"), a block filled by BM25 holds more of what a
-        question needs than a few precise units. Work follows the postings of the
-        query's rarest terms."""
+        """Plain BM25 over the words of `query`, each in any of its `inflections`, fused
+        with the units nearest to it in meaning (reciprocal ranks), best first. `search`
+        finds what a question names precisely; this fills the room it leaves: on
+        conversations nobody here wrote ("what did she research?" for "Researching
+        adoption agencies", "what pet?" for "my dog"), a block filled this way holds
+        more of what a question needs than a few precise units. Work follows the
+        postings of the query's rarest terms, and one product of the query's meaning
+        with the units' (in numpy, no Python loop over them)."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
@@ -338,11 +361,32 @@ class RecallIndex:
                 tf = times * (_K1 + 1) / (times + _K1 * (1 - _B + _B * size / average))
                 scores[unit] = scores.get(unit, 0.0) + idf * tf
                 matched.setdefault(unit, []).append(term)
-        best = heapq.nlargest(limit, scores, key=scores.__getitem__)
+        near = self._near(query, 2 * limit)
+        fused = _fused([heapq.nlargest(2 * limit, scores, key=scores.__getitem__), list(near)])
+        best = heapq.nlargest(limit, fused, key=fused.__getitem__)
         return [
-            Hit(self.units[u][0], self.units[u][1], scores[u], tuple(matched[u]), False)
+            Hit(
+                *self.units[u][:2],
+                fused[u],
+                tuple(matched.get(u, ())),
+                False,
+                scores.get(u, 0.0),
+                near.get(u, 0.0),
+            )
             for u in best
         ]
+
+    def _near(self, query: str, limit: int) -> dict[int, float]:
+        """The `limit` units nearest to `query` in meaning, nearest first, with their
+        cosines, none below `_NEAR`."""
+        if not len(self.meanings):
+            return {}
+        nearness = self.meanings @ vectors([query])[0].astype(np.float32)
+        near = np.flatnonzero(nearness >= _NEAR)
+        if len(near) > limit:
+            near = near[np.argpartition(-nearness[near], limit - 1)[:limit]]
+        order = near[np.argsort(-nearness[near], kind="stable")]
+        return {int(unit): float(nearness[unit]) for unit in order}
 
     def _asked(
         self, matched: list[str], weight: dict[str, float], frequency: dict[str, int]
@@ -438,6 +482,30 @@ def recall_message(
             return Recalled(message, {start: terms for start, _, terms in chosen})
         chosen.pop()  # our estimate was short
     return None
+
+
+def best_first(hits: Sequence[Hit]) -> list[Hit]:
+    """Hits of several indexes (a memory's sessions) best first: precise ones by their
+    score, then the rest fused anew over all of them from their BM25 scores and
+    cosines (each index's fused ranks say nothing of another's)."""
+    precise = sorted((hit for hit in hits if hit.precise), key=lambda hit: -hit.score)
+    rest = [hit for hit in hits if not hit.precise]
+    by_words = sorted(range(len(rest)), key=lambda at: -rest[at].words)
+    by_meaning = sorted(range(len(rest)), key=lambda at: -rest[at].near)
+    fused = _fused(
+        [[at for at in by_words if rest[at].words], [at for at in by_meaning if rest[at].near]]
+    )
+    return [*precise, *(rest[at] for at in sorted(fused, key=fused.__getitem__, reverse=True))]
+
+
+def _fused(rankings: Sequence[Sequence[int]]) -> dict[int, float]:
+    """Reciprocal-rank fusion: each item's sum of 1 / (`_FUSED` + its rank) in each
+    ranking that has it."""
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking):
+            fused[item] = fused.get(item, 0.0) + 1 / (_FUSED + rank)
+    return fused
 
 
 def _distinct(
