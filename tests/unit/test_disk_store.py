@@ -67,6 +67,24 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) 
     ]
 
 
+async def test_a_turn_of_many_rows_goes_in_whole_over_a_cut_transcript(tmp_path: Path) -> None:
+    """Rows go in a few hundred a statement: every position once, in order, the cut
+    ones replaced, the last statement a short one."""
+    store = DiskSessionStore(str(tmp_path))
+    old = entries(*(f"old {i}" for i in range(300)))
+    assert await store.commit(meta(old), 0, 0, old)
+    kept = old[:150]
+    new = entries(*(f"new {i}" for i in range(451)), start=150, head=kept[-1].chain)
+    assert await store.commit(meta([*kept, *new], version=2), 1, 150, new)
+    stored = await store.messages("t1", "s", 0, 601)
+    assert [m.message["content"] for m in stored] == [
+        *(f"old {i}" for i in range(150)),
+        *(f"new {i}" for i in range(451)),
+    ]
+    await store.close()
+    assert rows(tmp_path, "SELECT count(*), max(position) FROM messages") == [(601, 600)]
+
+
 async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
     """A session being written is always readable: a miss would plan without it."""
     writer, reader = DiskSessionStore(str(tmp_path)), DiskSessionStore(str(tmp_path))

@@ -25,6 +25,8 @@ __all__ = ["Busy", "Database", "Row"]
 
 Row = tuple[Any, ...]
 Busy = sqlite3.OperationalError
+# Rows one INSERT writes (4 variables each: within the 999 even old SQLite builds allow).
+ROWS_PER_STATEMENT = 200
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -192,15 +194,8 @@ class Database:
                 self._cut("messages", tenant, session, keep)
             if kept_checkpoints < count:
                 self._cut("checkpoints", tenant, session, kept_checkpoints)
-            for table, first, values in (
-                ("messages", keep, entries),
-                ("checkpoints", kept_checkpoints, checkpoints),
-            ):
-                if values:
-                    connection.executemany(
-                        f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)",
-                        [(tenant, session, first + i, value) for i, value in enumerate(values)],
-                    )
+            self._append("messages", tenant, session, keep, entries, deadline)
+            self._append("checkpoints", tenant, session, kept_checkpoints, checkpoints, deadline)
             connection.execute(
                 "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (tenant, session, *record),
@@ -213,6 +208,32 @@ class Database:
                 )
             _in_time(deadline)
         return True
+
+    def _append(
+        self,
+        table: str,
+        tenant: str,
+        session: str,
+        first: int,
+        values: Sequence[bytes],
+        deadline: float,
+    ) -> None:
+        """`values` at positions `first`, ... : `ROWS_PER_STATEMENT` rows a statement, so a
+        turn of many messages goes in and out of SQLite (and the GIL) a few hundred times
+        rather than once a row; the deadline checked after each, so a commit that cannot
+        make it gives the write lock back early, not after writing everything."""
+        for start in range(0, len(values), ROWS_PER_STATEMENT):
+            chunk = values[start : start + ROWS_PER_STATEMENT]
+            rows = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            self._connection.execute(
+                f"INSERT OR REPLACE INTO {table} VALUES {rows}",
+                [
+                    value
+                    for position, entry in enumerate(chunk, first + start)
+                    for value in (tenant, session, position, entry)
+                ],
+            )
+            _in_time(deadline)
 
     def _add_plan(self, tenant: str, session: str, version: int, plan: bytes) -> None:
         connection = self._connection
