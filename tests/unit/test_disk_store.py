@@ -6,6 +6,7 @@ import asyncio
 import multiprocessing
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from proxy.errors import StoreUnavailable
 from proxy.sessions.stores import DiskSessionStore, TimedStore
 from proxy.sessions.stores.disk import FILE
+from proxy.sessions.stores.sqlite import Database
 from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
 
@@ -83,6 +85,31 @@ async def test_a_turn_of_many_rows_goes_in_whole_over_a_cut_transcript(tmp_path:
     ]
     await store.close()
     assert rows(tmp_path, "SELECT count(*), max(position) FROM messages") == [(601, 600)]
+
+
+async def test_a_commit_of_megabytes_runs_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A two-message turn is committed on the event loop (cheaper than a thread hop); a
+    turn of megabytes on the worker thread, where SQLite lets the loop run meanwhile."""
+    on_loop: list[bool] = []
+    commit = Database.commit
+
+    def spied(database: Database, *args: Any, **kwargs: Any) -> bool:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return commit(database, *args, **kwargs)
+
+    monkeypatch.setattr(Database, "commit", spied)
+    store = DiskSessionStore(str(tmp_path))
+    small = entries("u1", "a1")
+    assert await store.commit(meta(small), 0, 0, small)
+    large = entries("x" * 5_000_000, start=2, head=small[-1].chain)
+    assert await store.commit(meta([*small, *large], version=2), 1, 2, large)
+    await store.close()
+    assert on_loop == [True, False]
+    assert rows(tmp_path, "SELECT length(entry) > 5000000 FROM messages WHERE position = 2") == [
+        (1,)
+    ]
 
 
 async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:

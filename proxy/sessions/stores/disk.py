@@ -50,6 +50,9 @@ FILE = "sessions.sqlite3"
 LOCK_FILE = "turns.lock"
 _EXPIRE_EVERY = 100  # commits between two sweeps of expired sessions
 _INLINE_ROWS = 16  # rows read or written on the event loop; more go to the worker thread
+# Bytes a commit writes on the event loop (SQLite takes ~2 ms for a quarter megabyte);
+# a larger one goes to the worker thread, where SQLite lets the loop run meanwhile.
+_INLINE_BYTES = 256 * 1024
 _WAIT_SECONDS = 60.0  # how long the worker thread waits for another process's lock
 _CHECKPOINT_BYTES = 4 << 20  # written between two checkpoints (SQLite's default: ~4 MB)
 
@@ -60,7 +63,9 @@ class DiskSessionStore:
     An operation first runs on the event loop through a connection that never waits for
     a lock (in WAL mode readers never wait, and the ~0.15 ms of a commit costs less than
     the hop to a thread and back); if SQLite is busy (another process writing) it runs
-    again on the store's one worker thread, through a connection that waits.
+    again on the store's one worker thread, through a connection that waits. One that
+    reads or writes much (many rows; a commit of megabytes) runs there at once: SQLite
+    lets the event loop run while it works, so no large turn holds up the others.
     """
 
     def __init__(
@@ -170,6 +175,8 @@ class DiskSessionStore:
         expires = time.time() + self._ttl if self._ttl else None
         data = orjson.dumps(meta.to_dict())
         record = (meta.version, meta.length, meta.checkpoints, expires, data)
+        size = sum(map(len, entries)) + sum(map(len, summaries)) + len(plan or b"")
+        size += len(data) + len(inserts or b"")
         done = await self._call(
             Database.commit,
             meta.tenant,
@@ -183,7 +190,7 @@ class DiskSessionStore:
             deadline,
             plan,
             inserts,
-            inline=len(entries) + len(summaries) <= _INLINE_ROWS,
+            inline=len(entries) + len(summaries) <= _INLINE_ROWS and size <= _INLINE_BYTES,
             timeout=COMMIT_SECONDS + COMMIT_GRACE_SECONDS,
         )
         if not done and release is not None and not ours:
@@ -195,7 +202,7 @@ class DiskSessionStore:
             self._commits += 1
             if self._ttl and self._commits % _EXPIRE_EVERY == 0:
                 await self._call(Database.expire, inline=False)
-            self._logged += len(data) + sum(map(len, entries)) + len(plan or b"")
+            self._logged += size
             self._checkpointed()
         return done
 
