@@ -57,6 +57,8 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) 
               BEGIN INSERT INTO written VALUES ('delete', OLD.position); END;
             CREATE TRIGGER s_write AFTER INSERT ON sessions
               BEGIN INSERT INTO written VALUES ('meta', NEW.length); END;
+            CREATE TRIGGER s_update AFTER UPDATE ON sessions
+              BEGIN INSERT INTO written VALUES ('meta', NEW.length); END;
             """
         )
     more = entries("u", "a", start=1000, head=transcript[-1].chain)

@@ -79,7 +79,7 @@ class DiskSessionStore:
         self._file_locks: FileLocks | None = None
         # A directory that cannot be written yet is a fault of each request, not fatal.
         with contextlib.suppress(OSError, sqlite3.Error):
-            self._open()
+            self._convert(self._open()[1])
         self._ttl = ttl_seconds
         self._commits = 0
         self._logged = 0  # bytes committed since the last checkpoint was started
@@ -105,6 +105,38 @@ class DiskSessionStore:
                 quick.close()
                 raise
         return self._databases
+
+    def _convert(self, database: Database) -> None:
+        """Tables an earlier release made in the layout that large messages slow down,
+        converted (`Database.convert`) as the store opens, before it serves, if the disk
+        has room for two copies of the file (the log holds one until it is copied back);
+        else, or if it fails, served as they are and converted at a later start."""
+        if not database.old_tables():
+            return
+        size = sum(
+            path.stat().st_size if path.exists() else 0
+            for path in (Path(self._path), Path(self._path + "-wal"))
+        )
+        stats = os.statvfs(self._directory)
+        if stats.f_bavail * stats.f_frsize < self._min_free + 2 * size:
+            logger.warning(
+                "session store: its tables are in an earlier release's layout; converting"
+                " them needs %d MB free; served as they are until then",
+                (self._min_free + 2 * size) >> 20,
+            )
+            return
+        logger.info("session store: converting %d MB of tables to the current layout", size >> 20)
+        started = time.monotonic()
+        try:
+            converted = database.convert()
+        except sqlite3.Error as exc:
+            kind = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+            logger.warning("session store: tables not converted (%s); served as they are", kind)
+            return
+        with contextlib.suppress(sqlite3.Error):  # else emptied by a later checkpoint
+            database.checkpoint(truncate=True)
+        seconds = time.monotonic() - started
+        logger.info("session store: converted %s in %.1f s", ", ".join(converted), seconds)
 
     async def _call(
         self,
