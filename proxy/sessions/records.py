@@ -136,12 +136,14 @@ class Checkpoint:
             "covers_until": self.covers_until,
             "chain_hash": self.chain_hash,
             "segments": self.segments,
-            "pinned": self.pinned,
             "tokens": self.tokens,
             "model": self.model,
             "created": self.created,
-            "before": self.before,
         }
+        if self.pinned:
+            data["pinned"] = self.pinned
+        if self.before:
+            data["before"] = self.before
         if self.kept:
             data["kept"] = self.kept
         if self.usage is not None:
@@ -307,7 +309,10 @@ class SessionMeta:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """As stored, rewritten by every turn: the fields every release reads, then only
+        those that differ from what `from_dict` reads when absent (as it has since each
+        was added), down to the receipt's."""
+        data = {
             "tenant": self.tenant,
             "session_id": self.session_id,
             "version": self.version,
@@ -315,10 +320,14 @@ class SessionMeta:
             "head": self.head,
             "first": self.first,
             "totals": self.totals,
-            "checkpoint": self.checkpoint.to_dict(archive=False) if self.checkpoint else None,
             "checkpoints": self.checkpoints,
-            "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
             "tail": list(self.tail),
+            "created": self.created,
+            "updated": self.updated,
+        }
+        optional = {
+            "checkpoint": self.checkpoint.to_dict(archive=False) if self.checkpoint else None,
+            "fingerprint": self.fingerprint.to_dict() if self.fingerprint else None,
             "frame": self.frame,
             "settled": self.settled,
             "resent": self.resent,
@@ -327,10 +336,10 @@ class SessionMeta:
             "origin_totals": self.origin_totals,
             "calibration": self.calibration,
             "inserts": self.inserts,
-            "created": self.created,
-            "updated": self.updated,
-            "receipt": self.receipt.to_dict(),
+            "receipt": _unlike(self.receipt.to_dict(), _RECEIPT),
         }
+        data.update(_unlike(optional, _ABSENT))
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionMeta:
@@ -359,6 +368,29 @@ class SessionMeta:
             updated=data["updated"],
             receipt=Receipt.from_dict(data.get("receipt")),
         )
+
+
+# What `SessionMeta.from_dict` reads for an optional field that is absent, and the
+# receipt's own defaults.
+_ABSENT: dict[str, Any] = {
+    "checkpoint": None,
+    "fingerprint": None,
+    "frame": "",
+    "settled": True,
+    "resent": False,
+    "origin": 0,
+    "origin_head": GENESIS,
+    "origin_totals": {},
+    "calibration": {},
+    "inserts": "",
+    "receipt": {},
+}
+_RECEIPT = Receipt().to_dict()
+
+
+def _unlike(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the fields whose value is their default."""
+    return {key: value for key, value in data.items() if value != defaults[key]}
 
 
 class ParsedMetas:
