@@ -79,11 +79,9 @@ async def test_a_turn_pushes_only_its_new_messages(
     await store.close()
 
 
-async def test_a_huge_turn_goes_in_whole_as_framed_entries(
-    raw: aioredis.Redis, prefix: str, redis_url: str
-) -> None:
-    """The entries travel as one argument, each after its length, that the commit script
-    splits: every byte of every entry arrives, megabytes, non-ASCII and many alike."""
+async def test_a_huge_turn_goes_in_whole(raw: aioredis.Redis, prefix: str, redis_url: str) -> None:
+    """Every byte of every entry arrives: megabytes, non-ASCII and many (the script
+    pushes them a thousand at a time) alike."""
     store = RedisSessionStore(redis_url, prefix=prefix)
     texts = ["", 'naïve ☃ \u0000 "quoted"', "lorem ipsum " * 430_000]
     transcript = entries(*texts, *(f"weather? {i}" for i in range(20_000)))
