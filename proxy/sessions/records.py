@@ -15,9 +15,9 @@ import hashlib
 import hmac
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -41,6 +41,8 @@ __all__ = [
     "Mode",
     "SessionMeta",
     "StoredMessage",
+    "parsed",
+    "serialized",
     "tenant_id",
 ]
 
@@ -61,6 +63,8 @@ CAS_ATTEMPTS = 8
 # commit that could still apply.
 COMMIT_SECONDS = 4.0
 COMMIT_GRACE_SECONDS = 1.0
+_PARSE_BYTES = 1 << 20  # entries read back beyond this are parsed in a worker thread
+R = TypeVar("R")
 
 logger = logging.getLogger("context_proxy.stores")
 
@@ -444,6 +448,19 @@ async def serialized(items: Sequence[StoredMessage | Checkpoint]) -> list[bytes]
     if len(items) > MANY_MESSAGES:
         return await asyncio.to_thread(lambda: [orjson.dumps(i.to_dict()) for i in items])
     return [orjson.dumps(item.to_dict()) for item in items]
+
+
+async def parsed(values: Sequence[bytes], reader: Callable[[dict[str, Any]], R]) -> list[R]:
+    """Stored entries read back (`reader`: a record's `from_dict`), in a worker thread when
+    they are many or large (a window of thousands of messages, a summary's archive): on
+    the event loop, the 87,381 messages of one turn took ~0.5 s to parse."""
+
+    def parse() -> list[R]:
+        return [reader(orjson.loads(value)) for value in values]
+
+    if len(values) > MANY_MESSAGES or sum(map(len, values)) > _PARSE_BYTES:
+        return await asyncio.to_thread(parse)
+    return parse()
 
 
 def tenant_id(bearer_token: str | None, secret: bytes) -> str:

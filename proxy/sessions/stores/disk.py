@@ -36,6 +36,7 @@ from proxy.sessions.records import (
     ParsedMetas,
     SessionMeta,
     StoredMessage,
+    parsed,
     serialized,
 )
 from proxy.sessions.stores.fencing import LeaseLost
@@ -175,7 +176,7 @@ class DiskSessionStore:
         )  # fmt: skip
         if len(values) != end - start:
             raise LookupError(f"session is missing messages in [{start}, {end})")
-        return [StoredMessage.from_dict(orjson.loads(value)) for value in values]
+        return await parsed(values, StoredMessage.from_dict)
 
     async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
         def read(database: Database) -> list[bytes]:
@@ -183,7 +184,7 @@ class DiskSessionStore:
             count = row[2] if row else 0
             return database.entries("checkpoints", tenant, session_id, start, count)
 
-        return [Checkpoint.from_dict(orjson.loads(value)) for value in await self._call(read)]
+        return await parsed(await self._call(read), Checkpoint.from_dict)
 
     async def commit(
         self,

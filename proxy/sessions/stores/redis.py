@@ -32,6 +32,7 @@ from proxy.sessions.records import (
     ParsedMetas,
     SessionMeta,
     StoredMessage,
+    parsed,
     serialized,
 )
 from proxy.sessions.stores.fencing import LeaseLost
@@ -188,14 +189,16 @@ class RedisSessionStore:
     ) -> list[StoredMessage]:
         if end <= start:
             return []
-        entries = await self._redis.lrange(self._key(tenant, session_id, "msgs"), start, end - 1)
+        key = self._key(tenant, session_id, "msgs")
+        entries = cast("list[bytes]", await self._redis.lrange(key, start, end - 1))
         if len(entries) != end - start:
             raise LookupError(f"session is missing messages in [{start}, {end})")
-        return [StoredMessage.from_dict(orjson.loads(entry)) for entry in entries]
+        return await parsed(entries, StoredMessage.from_dict)
 
     async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
-        entries = await self._redis.lrange(self._key(tenant, session_id, "ckpts"), start, -1)
-        return [Checkpoint.from_dict(orjson.loads(entry)) for entry in entries]
+        key = self._key(tenant, session_id, "ckpts")
+        entries = cast("list[bytes]", await self._redis.lrange(key, start, -1))
+        return await parsed(entries, Checkpoint.from_dict)
 
     async def commit(
         self,
