@@ -89,29 +89,29 @@ async def test_a_turn_of_many_rows_goes_in_whole_over_a_cut_transcript(tmp_path:
     assert rows(tmp_path, "SELECT count(*), max(position) FROM messages") == [(601, 600)]
 
 
-async def test_a_commit_of_megabytes_runs_off_the_event_loop(
+async def test_a_commit_or_read_of_megabytes_runs_off_the_event_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A two-message turn is committed on the event loop (cheaper than a thread hop); a
-    turn of megabytes on the worker thread, where SQLite lets the loop run meanwhile."""
-    on_loop: list[bool] = []
-    commit = Database.commit
+    """A two-message turn is committed, and read back, on the event loop (cheaper than a
+    thread hop); a 5 MB message on the worker thread, where SQLite lets the loop run."""
+    on_loop: list[tuple[str, bool]] = []
+    for name in ("commit", "entries"):
+        method = getattr(Database, name)
 
-    def spied(database: Database, *args: Any, **kwargs: Any) -> bool:
-        on_loop.append(threading.current_thread() is threading.main_thread())
-        return commit(database, *args, **kwargs)
+        def spied(database: Database, *args: Any, _name: str = name, _method: Any = method) -> Any:
+            on_loop.append((_name, threading.current_thread() is threading.main_thread()))
+            return _method(database, *args)
 
-    monkeypatch.setattr(Database, "commit", spied)
+        monkeypatch.setattr(Database, name, spied)
     store = DiskSessionStore(str(tmp_path))
     small = entries("u1", "a1")
     assert await store.commit(meta(small), 0, 0, small)
     large = entries("x" * 5_000_000, start=2, head=small[-1].chain)
     assert await store.commit(meta([*small, *large], version=2), 1, 2, large)
+    assert await store.messages("t1", "s", 0, 2) == small
+    assert await store.messages("t1", "s", 1, 3) == [small[1], *large]
     await store.close()
-    assert on_loop == [True, False]
-    assert rows(tmp_path, "SELECT length(entry) > 5000000 FROM messages WHERE position = 2") == [
-        (1,)
-    ]
+    assert on_loop == [("commit", True), ("commit", False), ("entries", False)]
 
 
 async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:

@@ -51,8 +51,9 @@ FILE = "sessions.sqlite3"
 LOCK_FILE = "turns.lock"
 _EXPIRE_EVERY = 100  # commits between two sweeps of expired sessions
 _INLINE_ROWS = 16  # rows read or written on the event loop; more go to the worker thread
-# Bytes a commit writes on the event loop (SQLite takes ~2 ms for a quarter megabyte);
-# a larger one goes to the worker thread, where SQLite lets the loop run meanwhile.
+# Bytes a commit writes, or a read reads, on the event loop (SQLite takes ~2 ms for a
+# quarter megabyte); a larger one goes to the worker thread, where SQLite lets the loop
+# run meanwhile.
 _INLINE_BYTES = 256 * 1024
 _WAIT_SECONDS = 60.0  # how long the worker thread waits for another process's lock
 _CHECKPOINT_BYTES = 4 << 20  # written between two checkpoints (SQLite's default: ~4 MB)
@@ -170,21 +171,29 @@ class DiskSessionStore:
     ) -> list[StoredMessage]:
         if end <= start:
             return []
-        values = await self._call(
-            Database.entries, "messages", tenant, session_id, start, end,
-            inline=end - start <= _INLINE_ROWS,
-        )  # fmt: skip
+        where = ("messages", tenant, session_id, start, end)
+        values = None
+        if end - start <= _INLINE_ROWS:  # on the event loop, unless one of them is large
+            values = await self._call(Database.small_entries, *where, _INLINE_BYTES)
+        if values is None:
+            values = await self._call(Database.entries, *where, inline=False)
         if len(values) != end - start:
             raise LookupError(f"session is missing messages in [{start}, {end})")
         return await parsed(values, StoredMessage.from_dict)
 
     async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
-        def read(database: Database) -> list[bytes]:
+        def read(database: Database, most: int | None) -> list[bytes] | None:
             row = database.session(tenant, session_id)
-            count = row[2] if row else 0
-            return database.entries("checkpoints", tenant, session_id, start, count)
+            where = ("checkpoints", tenant, session_id, start, row[2] if row else 0)
+            if most is None:
+                return database.entries(*where)
+            return database.small_entries(*where, most)
 
-        return await parsed(await self._call(read), Checkpoint.from_dict)
+        values = await self._call(read, _INLINE_BYTES)  # on the loop, unless one is large
+        if values is None:
+            values = await self._call(read, None, inline=False)
+        assert values is not None
+        return await parsed(values, Checkpoint.from_dict)
 
     async def commit(
         self,

@@ -187,6 +187,21 @@ class Database:
         ).fetchall()
         return [row[0] for row in rows]
 
+    def small_entries(
+        self, table: str, tenant: str, session: str, start: int, end: int, most: int
+    ) -> list[bytes] | None:
+        """`entries`, or None if one of them is longer than `most` bytes: SQLite learns a
+        value's length without reading it, so a read that would take long (a message of
+        megabytes) is left to a connection off the event loop."""
+        rows = self._connection.execute(
+            f"SELECT CASE WHEN length(entry) <= ? THEN entry END FROM {table}"
+            " WHERE tenant = ? AND session = ? AND position >= ? AND position < ?"
+            " ORDER BY position",
+            (most, tenant, session, start, end),
+        ).fetchall()
+        values = [row[0] for row in rows]
+        return None if None in values else values
+
     def commit(
         self,
         tenant: str,
