@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 rounds = 3 if args.quick else 15
                 text = asyncio.run(history.benchmark(Path(directory), rounds))
             elif name == "stores":
-                text = asyncio.run(stores.benchmark(20 if args.quick else 200))
+                text = asyncio.run(stores.benchmark(20 if args.quick else 200, quick=args.quick))
             elif name == "soak" and args.growing:
                 seconds = 20 if args.quick else soak.GROWING_SECONDS
                 seconds = args.minutes * 60 if args.minutes else seconds

@@ -72,6 +72,12 @@ def test_every_benchmark_prints_its_table() -> None:
     assert sorted(stores) == sorted(
         (name, size) for name in ("disk", "redis") for size in ("10", "1000", "10000")
     )
+    megabytes = re.findall(
+        rf"^(disk|redis)\s+\S.*\s{NUMBER} ms, the loop held at most\s+{NUMBER} ms$",
+        sections["stores"],
+        re.M,
+    )
+    assert megabytes == ["disk"] * 5 + ["redis"] * 5, sections["stores"]  # none failed
 
     largest = re.search(r"largest request ([\d,]+)", sections["context"])
     budget = re.search(r"\(budget ([\d,]+)\)", sections["context"])

@@ -1,7 +1,9 @@
 """One request cannot stall the others: while a 5 MB message is counted and cut to the
-budget, on every door and with or without a session, the proxy still answers
-`/health/live` within 100 ms. The proxy runs as `context-proxy serve` does, a process of
-its own, and so does the prober (no lock of the test's own process can slow it)."""
+budget, on every door and with or without a session, and while the disk store commits
+megabytes (a 5 MB message, the sessions beside it, a turn of 20,000 messages), the proxy
+still answers `/health/live` within 100 ms. The proxy runs as `context-proxy serve`
+does, a process of its own, and so does the prober (no lock of the test's own process
+can slow it)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,14 @@ import yaml
 from proxy.cli.local import held_port
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_native_responses import NATIVE, native_config
-from tests.proxies import MODEL
+from tests.proxies import MODEL, UPSTREAM_KEY
 from tests.servers import proxy_command, stop, wait_ready
 from tests.upstream import FakeUpstream
 
 LIMIT_MS = 100
 PROSE = "lorem ipsum dolor sit amet " * 190_000  # 5.1 MB, the issue's body, larger
 UNSPACED = "x" * 5_000_000  # one "word": quadratic for a BPE tokenizer counted whole
+ROOMY = "roomy"  # a window that takes the 5 MB message whole: nothing cut, nothing folded
 
 # Asks for /health/live every 20 ms until its stdin closes; prints each answer's ms.
 PROBER = """
@@ -58,6 +61,17 @@ def proxy(
     directory = tmp_path_factory.mktemp("fairness")
     config = claude_config(_shared_upstream)
     config["model_list"] += native_config(_shared_upstream)["model_list"][1:2]
+    config["model_list"].append(
+        {
+            "model_name": ROOMY,
+            "litellm_params": {
+                "model": f"openai/{ROOMY}",
+                "api_base": _shared_upstream.base_url,
+                "api_key": UPSTREAM_KEY,
+            },
+            "model_info": {"max_input_tokens": 4_000_000, "max_output_tokens": 512},
+        }
+    )
     config["session"] = {"path": str(directory / "sessions")}
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -85,6 +99,23 @@ def body(template: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class Prober:
+    """The prober's process: it asks from when it is made until `times` (each answer's
+    ms, in order)."""
+
+    def __init__(self, url: str) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", PROBER, url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def times(self) -> list[float]:
+        output, _ = self._process.communicate("", timeout=60)
+        return list(json.loads(output))
+
+
 @pytest.mark.parametrize("session", [None, "fair"], ids=["no session", "a session"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_health_answers_while_a_5mb_body_is_fitted(
@@ -94,12 +125,7 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     headers = {"authorization": "Bearer client-key"}
     if session:
         headers["x-session-id"] = f"{session}-{path}-{template['model']}"
-    prober = subprocess.Popen(
-        [sys.executable, "-c", PROBER, proxy],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    prober = Prober(proxy)
     before = len(upstream.requests)
     answers: list[httpx.Response] = []
     sender = threading.Thread(
@@ -109,11 +135,51 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     )
     sender.start()
     sender.join()
-    output, _ = prober.communicate("", timeout=60)
-    times = json.loads(output)
+    times = prober.times()
     [answer] = answers
     assert answer.status_code == 200, answer.text
     sent = [len(json.dumps(r.body)) for r in upstream.requests[before:]]
     assert sent and max(sent) < 2_000_000, "the message was cut to the model's budget"
     assert len(times) >= 10, times  # the body took a while: probed all along
     assert max(times) <= LIMIT_MS, sorted(times)[-5:]
+
+
+def test_health_answers_while_the_store_commits_megabytes(proxy: str) -> None:
+    """The disk store commits a turn of megabytes off the event loop; a turn beside a
+    stored 5 MB message costs what any other does (no row of its reads that message: 2,000
+    rows took the store past its 4 s deadline, a 503, when each did); a turn of 20,000
+    messages goes in a few hundred rows a statement: all stored whole. On a model whose
+    window takes them whole, so that what is timed is the store's part, not a summary."""
+    headers = {"authorization": "Bearer client-key"}
+
+    def turn(session: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        answer = httpx.post(
+            proxy + "/v1/chat/completions",
+            json={"model": ROOMY, "messages": messages},
+            headers={**headers, "x-session-id": session},
+            timeout=120,
+        )
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json()["choices"][0]["message"])
+
+    prober = Prober(proxy)
+    first = [{"role": "user", "content": PROSE}]
+    reply = turn("store-5mb", first)
+    turn("store-5mb", [*first, reply, {"role": "user", "content": "and then?"}])
+    # Rows whose keys come just before the 5 MB one's, and just after its session's.
+    turn("store-5ma", [{"role": "user", "content": f"hello {i}"} for i in range(2_000)])
+    turn("store-5mb0", [{"role": "user", "content": "hello"}])
+    many = [{"role": "user", "content": f"weather in city {i}?"} for i in range(20_000)]
+    turn("store-many", many)
+    times = prober.times()
+    assert len(times) >= 10, times
+    assert max(times) <= LIMIT_MS, sorted(times)[-5:]
+
+    def stored(session: str) -> list[dict[str, Any]]:
+        found = httpx.get(f"{proxy}/v1/sessions/{session}", headers=headers, timeout=60)
+        assert found.status_code == 200, found.text
+        return list(found.json()["messages"])
+
+    kept = stored("store-5mb")
+    assert len(kept) == 4 and kept[0]["content"] == PROSE
+    assert [m["content"] for m in stored("store-many")[:20_000]] == [m["content"] for m in many]

@@ -6,6 +6,7 @@ import asyncio
 import multiprocessing
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from proxy.errors import StoreUnavailable
 from proxy.sessions.stores import DiskSessionStore, TimedStore
 from proxy.sessions.stores.disk import FILE
+from proxy.sessions.stores.sqlite import Database
 from tests.unit.sessions_factory import entries, meta
 from tests.waiting import eventually_async
 
@@ -55,6 +57,8 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) 
               BEGIN INSERT INTO written VALUES ('delete', OLD.position); END;
             CREATE TRIGGER s_write AFTER INSERT ON sessions
               BEGIN INSERT INTO written VALUES ('meta', NEW.length); END;
+            CREATE TRIGGER s_update AFTER UPDATE ON sessions
+              BEGIN INSERT INTO written VALUES ('meta', NEW.length); END;
             """
         )
     more = entries("u", "a", start=1000, head=transcript[-1].chain)
@@ -65,6 +69,49 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) 
         ("insert", 1001),
         ("meta", 1002),
     ]
+
+
+async def test_a_turn_of_many_rows_goes_in_whole_over_a_cut_transcript(tmp_path: Path) -> None:
+    """Rows go in a few hundred a statement: every position once, in order, the cut
+    ones replaced, the last statement a short one."""
+    store = DiskSessionStore(str(tmp_path))
+    old = entries(*(f"old {i}" for i in range(300)))
+    assert await store.commit(meta(old), 0, 0, old)
+    kept = old[:150]
+    new = entries(*(f"new {i}" for i in range(451)), start=150, head=kept[-1].chain)
+    assert await store.commit(meta([*kept, *new], version=2), 1, 150, new)
+    stored = await store.messages("t1", "s", 0, 601)
+    assert [m.message["content"] for m in stored] == [
+        *(f"old {i}" for i in range(150)),
+        *(f"new {i}" for i in range(451)),
+    ]
+    await store.close()
+    assert rows(tmp_path, "SELECT count(*), max(position) FROM messages") == [(601, 600)]
+
+
+async def test_a_commit_or_read_of_megabytes_runs_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A two-message turn is committed, and read back, on the event loop (cheaper than a
+    thread hop); a 5 MB message on the worker thread, where SQLite lets the loop run."""
+    on_loop: list[tuple[str, bool]] = []
+    for name in ("commit", "entries"):
+        method = getattr(Database, name)
+
+        def spied(database: Database, *args: Any, _name: str = name, _method: Any = method) -> Any:
+            on_loop.append((_name, threading.current_thread() is threading.main_thread()))
+            return _method(database, *args)
+
+        monkeypatch.setattr(Database, name, spied)
+    store = DiskSessionStore(str(tmp_path))
+    small = entries("u1", "a1")
+    assert await store.commit(meta(small), 0, 0, small)
+    large = entries("x" * 5_000_000, start=2, head=small[-1].chain)
+    assert await store.commit(meta([*small, *large], version=2), 1, 2, large)
+    assert await store.messages("t1", "s", 0, 2) == small
+    assert await store.messages("t1", "s", 1, 3) == [small[1], *large]
+    await store.close()
+    assert on_loop == [("commit", True), ("commit", False), ("entries", False)]
 
 
 async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:

@@ -79,6 +79,21 @@ async def test_a_turn_pushes_only_its_new_messages(
     await store.close()
 
 
+async def test_a_huge_turn_goes_in_whole(raw: aioredis.Redis, prefix: str, redis_url: str) -> None:
+    """Every byte of every entry arrives: megabytes, non-ASCII and many (the script
+    pushes them a thousand at a time) alike."""
+    store = RedisSessionStore(redis_url, prefix=prefix)
+    texts = ["", 'naïve ☃ \u0000 "quoted"', "lorem ipsum " * 430_000]
+    transcript = entries(*texts, *(f"weather? {i}" for i in range(20_000)))
+    summary = checkpoint(transcript, 3, text="s" * 100_000)
+    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    stored = await raw.lrange(key(prefix, "msgs"), 0, -1)
+    assert [orjson.loads(e) for e in stored] == [m.to_dict() for m in transcript]
+    assert await store.messages("t1", "s", 0, 3) == transcript[:3]
+    assert await store.checkpoints("t1", "s") == [summary]
+    await store.close()
+
+
 async def test_every_key_of_a_session_expires_together(
     raw: aioredis.Redis, prefix: str, redis_url: str
 ) -> None:

@@ -32,6 +32,7 @@ from proxy.sessions.records import (
     ParsedMetas,
     SessionMeta,
     StoredMessage,
+    parsed,
     serialized,
 )
 from proxy.sessions.stores.fencing import LeaseLost
@@ -188,14 +189,16 @@ class RedisSessionStore:
     ) -> list[StoredMessage]:
         if end <= start:
             return []
-        entries = await self._redis.lrange(self._key(tenant, session_id, "msgs"), start, end - 1)
+        key = self._key(tenant, session_id, "msgs")
+        entries = cast("list[bytes]", await self._redis.lrange(key, start, end - 1))
         if len(entries) != end - start:
             raise LookupError(f"session is missing messages in [{start}, {end})")
-        return [StoredMessage.from_dict(orjson.loads(entry)) for entry in entries]
+        return await parsed(entries, StoredMessage.from_dict)
 
     async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
-        entries = await self._redis.lrange(self._key(tenant, session_id, "ckpts"), start, -1)
-        return [Checkpoint.from_dict(orjson.loads(entry)) for entry in entries]
+        key = self._key(tenant, session_id, "ckpts")
+        entries = cast("list[bytes]", await self._redis.lrange(key, start, -1))
+        return await parsed(entries, Checkpoint.from_dict)
 
     async def commit(
         self,
@@ -211,8 +214,13 @@ class RedisSessionStore:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         The script runs by the deadline on Redis's own clock, or does nothing; with
         `release`, only while that turn lock is not another's (`LeaseLost`)."""
-        deadline = time.time() + COMMIT_SECONDS + await self._clock_offset()
+        offset = await self._clock_offset()
+        entries, summaries = await serialized(appended), await serialized(checkpoints)
+        deadline = time.time() + COMMIT_SECONDS + offset  # from when it is sent
         data = orjson.dumps(meta.to_dict())
+        # One argument an entry, as Redis reads them fastest: as one framed argument the
+        # script split, 87,381 messages held Redis (every replica's store) ~400 ms, not
+        # ~200, to spare this process's event loop ~150 ms of redis-py's packing.
         args: list[Any] = [
             expected_version,
             keep,
@@ -226,8 +234,8 @@ class RedisSessionStore:
             plan or "",
             PLANS_KEPT,
             inserts or "",
-            *await serialized(appended),
-            *await serialized(checkpoints),
+            *entries,
+            *summaries,
         ]
         keys = [
             *self._keys(meta.tenant, meta.session_id),

@@ -3,10 +3,11 @@
 Five tables, append-only in use: `sessions` (one row per session: its meta record and
 version), `messages` and `checkpoints` (one row each, keyed by position), `plans` (a
 turn's plan record, keyed by the version it stored; the newest `PLANS_KEPT` kept),
-`inserts` (a session's `Inserts`, replaced when a turn changes them). A commit is
-one transaction of a handful of statements (about 0.15 ms for a two-message turn here,
-where the same writes through diskcache's key-value API took 0.36 ms), and a window is
-one range query.
+`inserts` (a session's `Inserts`, replaced when a turn changes them); rowid tables,
+their keys in indexes of their own, so a row of megabytes is read only when asked for
+(`TABLES`; those of earlier releases are converted once). A commit is one transaction
+of a handful of statements (about 0.15 ms for a two-message turn here, where the same
+writes through diskcache's key-value API took 0.36 ms), and a window is one range query.
 """
 
 from __future__ import annotations
@@ -25,53 +26,57 @@ __all__ = ["Busy", "Database", "Row"]
 
 Row = tuple[Any, ...]
 Busy = sqlite3.OperationalError
+# Rows one INSERT writes (4 variables each: within the 999 even old SQLite builds allow).
+ROWS_PER_STATEMENT = 200
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    length INTEGER NOT NULL,
-    checkpoints INTEGER NOT NULL,
-    expires REAL,
-    meta BLOB NOT NULL,
-    PRIMARY KEY (tenant, session)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires) WHERE expires IS NOT NULL;
-CREATE TABLE IF NOT EXISTS messages (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    entry BLOB NOT NULL,
-    PRIMARY KEY (tenant, session, position)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS checkpoints (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    entry BLOB NOT NULL,
-    PRIMARY KEY (tenant, session, position)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS plans (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    entry BLOB NOT NULL,
-    PRIMARY KEY (tenant, session, version)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS inserts (
-    tenant TEXT NOT NULL,
-    session TEXT NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (tenant, session)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS memories (
-    tenant TEXT NOT NULL,
-    memory TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (tenant, memory)
-) WITHOUT ROWID;
+# The tables whose rows carry a value of the client's size (a message, a summary with its
+# archive, a meta record, a plan, a recall block, a memory): rowid tables, whose key
+# (tenant, session and position) lives in an index of its own, a few dozen bytes a row.
+# Earlier releases kept them WITHOUT ROWID, the whole row in its key's b-tree: SQLite
+# compares a key with a row that overflows its page by reading all of the row, so one
+# 5 MB message made every insert or read beside it, in any session, read 5 MB (a
+# two-message commit took 40 ms instead of 0.2; 2,000 rows missed the 4 s deadline).
+_SESSION = ("tenant TEXT NOT NULL", "session TEXT NOT NULL")
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # (key columns, the others)
+    "sessions": (
+        _SESSION,
+        (
+            "version INTEGER NOT NULL",
+            "length INTEGER NOT NULL",
+            "checkpoints INTEGER NOT NULL",
+            "expires REAL",
+            "meta BLOB NOT NULL",
+        ),
+    ),
+    "messages": ((*_SESSION, "position INTEGER NOT NULL"), ("entry BLOB NOT NULL",)),
+    "checkpoints": ((*_SESSION, "position INTEGER NOT NULL"), ("entry BLOB NOT NULL",)),
+    "plans": ((*_SESSION, "version INTEGER NOT NULL"), ("entry BLOB NOT NULL",)),
+    "inserts": (_SESSION, ("data BLOB NOT NULL",)),
+    "memories": (
+        ("tenant TEXT NOT NULL", "memory TEXT NOT NULL"),
+        ("version INTEGER NOT NULL", "data BLOB NOT NULL"),
+    ),
+}
+
+
+def _names(columns: Sequence[str]) -> str:
+    return ", ".join(column.split()[0] for column in columns)
+
+
+def _table(name: str, called: str | None = None) -> str:
+    """The statement that makes table `name` (under the name `called`)."""
+    key, values = TABLES[name]
+    columns = ",\n    ".join((*key, *values, f"PRIMARY KEY ({_names(key)})"))
+    return f"CREATE TABLE IF NOT EXISTS {called or name} (\n    {columns}\n)"
+
+
+EXPIRES_INDEX = (
+    "CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires) WHERE expires IS NOT NULL"
+)
+_CREATE = ";\n".join(_table(name) for name in TABLES)
+SCHEMA = f"""
+{_CREATE};
+{EXPIRES_INDEX};
 CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, at REAL NOT NULL);
 DROP TABLE IF EXISTS locks;
 CREATE TABLE IF NOT EXISTS leases (
@@ -101,6 +106,34 @@ class Database:
 
     def create(self) -> None:
         self._connection.executescript(SCHEMA)  # idempotent: IF NOT EXISTS throughout
+
+    def old_tables(self) -> list[str]:
+        """The tables still kept WITHOUT ROWID, as earlier releases made them."""
+        rows = self._connection.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+        ).fetchall()
+        return [name for name, sql in rows if name in TABLES and "WITHOUT ROWID" in sql.upper()]
+
+    def convert(self) -> list[str]:
+        """Rewrite the tables earlier releases kept WITHOUT ROWID as rowid tables (see
+        `TABLES`), in one transaction: a process killed meanwhile leaves them as they
+        were, and another process that converted them first leaves nothing to do. The
+        statements every release runs read and write both layouts alike. The names of
+        the tables converted."""
+        with self.transaction() as connection:
+            old = self.old_tables()
+            for name in old:
+                columns = _names((*TABLES[name][0], *TABLES[name][1]))
+                connection.execute(f"DROP TABLE IF EXISTS {name}_converted")
+                connection.execute(_table(name, f"{name}_converted"))
+                connection.execute(
+                    f"INSERT INTO {name}_converted ({columns}) SELECT {columns} FROM {name}"
+                )
+                connection.execute(f"DROP TABLE {name}")
+                connection.execute(f"ALTER TABLE {name}_converted RENAME TO {name}")
+            if "sessions" in old:  # its index went with the table it indexed
+                connection.execute(EXPIRES_INDEX)
+        return old
 
     def close(self) -> None:
         self._connection.close()
@@ -154,6 +187,21 @@ class Database:
         ).fetchall()
         return [row[0] for row in rows]
 
+    def small_entries(
+        self, table: str, tenant: str, session: str, start: int, end: int, most: int
+    ) -> list[bytes] | None:
+        """`entries`, or None if one of them is longer than `most` bytes: SQLite learns a
+        value's length without reading it, so a read that would take long (a message of
+        megabytes) is left to a connection off the event loop."""
+        rows = self._connection.execute(
+            f"SELECT CASE WHEN length(entry) <= ? THEN entry END FROM {table}"
+            " WHERE tenant = ? AND session = ? AND position >= ? AND position < ?"
+            " ORDER BY position",
+            (most, tenant, session, start, end),
+        ).fetchall()
+        values = [row[0] for row in rows]
+        return None if None in values else values
+
     def commit(
         self,
         tenant: str,
@@ -192,17 +240,13 @@ class Database:
                 self._cut("messages", tenant, session, keep)
             if kept_checkpoints < count:
                 self._cut("checkpoints", tenant, session, kept_checkpoints)
-            for table, first, values in (
-                ("messages", keep, entries),
-                ("checkpoints", kept_checkpoints, checkpoints),
-            ):
-                if values:
-                    connection.executemany(
-                        f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?, ?)",
-                        [(tenant, session, first + i, value) for i, value in enumerate(values)],
-                    )
-            connection.execute(
-                "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            self._append("messages", tenant, session, keep, entries, deadline)
+            self._append("checkpoints", tenant, session, kept_checkpoints, checkpoints, deadline)
+            connection.execute(  # in place: the row keeps its rowid, its key's index entry
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (tenant, session) DO UPDATE SET version = excluded.version,"
+                " length = excluded.length, checkpoints = excluded.checkpoints,"
+                " expires = excluded.expires, meta = excluded.meta",
                 (tenant, session, *record),
             )
             if plan is not None:
@@ -213,6 +257,32 @@ class Database:
                 )
             _in_time(deadline)
         return True
+
+    def _append(
+        self,
+        table: str,
+        tenant: str,
+        session: str,
+        first: int,
+        values: Sequence[bytes],
+        deadline: float,
+    ) -> None:
+        """`values` at positions `first`, ... : `ROWS_PER_STATEMENT` rows a statement, so a
+        turn of many messages goes in and out of SQLite (and the GIL) a few hundred times
+        rather than once a row; the deadline checked after each, so a commit that cannot
+        make it gives the write lock back early, not after writing everything."""
+        for start in range(0, len(values), ROWS_PER_STATEMENT):
+            chunk = values[start : start + ROWS_PER_STATEMENT]
+            rows = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            self._connection.execute(
+                f"INSERT OR REPLACE INTO {table} VALUES {rows}",
+                [
+                    value
+                    for position, entry in enumerate(chunk, first + start)
+                    for value in (tenant, session, position, entry)
+                ],
+            )
+            _in_time(deadline)
 
     def _add_plan(self, tenant: str, session: str, version: int, plan: bytes) -> None:
         connection = self._connection
@@ -316,10 +386,11 @@ class Database:
         with self.transaction() as connection:
             connection.execute("INSERT OR REPLACE INTO probe VALUES (1, ?)", (time.time(),))
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, truncate: bool = False) -> None:
         """Copy what the write-ahead log holds into the database, as far as no reader
-        still needs it (PASSIVE: it waits for no one)."""
-        self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        still needs it (PASSIVE: it waits for no one); or, with `truncate`, all of it,
+        and empty the log's file (after a conversion wrote a copy of the tables to it)."""
+        self._connection.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
 
     def _cut(self, table: str, tenant: str, session: str, keep: int) -> None:
         self._connection.execute(
