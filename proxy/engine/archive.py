@@ -5,11 +5,13 @@ new fold reads only the checkpoints after the cached ones)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from proxy.config.settings import Settings
+from proxy.config.settings import ContextSettings, Settings
 from proxy.conversation.identity import GENESIS, Message
 from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
@@ -34,6 +36,7 @@ _SESSIONS = 256  # archives cached per process
 _HITS = 12  # units found precisely, first in a recall block
 _FILL = 64  # units ranked by plain BM25 after them, while the room lasts
 _STATED = 3  # units where a fact the newest message names was stated, first
+_MANY_UNITS = 2000  # an index searched in a worker thread past this many units
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
 # A new block takes at most this share of the room: the window grows a turn at a time
@@ -79,6 +82,25 @@ class Archived:
             stated=tuple(sorted(keys, key=lambda pair: -len(pair[0]))),
             stubs=RecallIndex().extended([stubs]) if stubs is not None else RecallIndex(),
         )
+
+    def found(
+        self, asked: str, earlier: str, stubbed: set[int], context: ContextSettings
+    ) -> tuple[list[Hit], set[int]]:
+        """The units a recall block offers for the newest message `asked` (the turns
+        before it: `earlier`), best first, and the stubbed outputs (of `stubbed`) it asks
+        about, which come back whole."""
+        weights = (context.recall_relevance_weight, context.recall_recency_weight)
+        hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
+        whole: set[int] = set()
+        if context.cache_aware:
+            # A stubbed output comes back when the user's newest message asks about it
+            # (not when the turns before mention it: it was stubbed after them).
+            searched = self.stubs.search(asked, _HITS, *weights, _FLOOR)
+            asked_about = [hit for hit in searched if hit.start in stubbed]
+            whole = {hit.start for hit in asked_about}
+            hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
+        hits = self.named(asked, hits)
+        return self.index.filled(hits, asked, len(hits) + _FILL), whole
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
         """`hits` after the units where the facts `query` names were stated (the ledger
@@ -181,28 +203,15 @@ class Archive:
         back = len(plan.messages) - asking  # the user's message, counted from the end
         conversation = request.conversation[: len(request.conversation) - back + 1]
         asked = recent_text(conversation, messages=1)
-        hits = archived.index.search(
-            asked,
-            _HITS,
-            context.recall_relevance_weight,
-            context.recall_recency_weight,
-            _FLOOR,
-            # The words said before it, not a tool's output: numbers and names by the
-            # hundred that would outrank what the message asks.
-            earlier=recent_text([m for m in conversation[-3:-1] if m.get("role") != "tool"]),
-        )
-        whole: set[int] = set()  # stubbed outputs the message asks about: recalled whole
-        if context.cache_aware:
-            # A stubbed output comes back when the user's newest message asks about it
-            # (not when the turns before mention it: it was stubbed after them).
-            weights = (context.recall_relevance_weight, context.recall_recency_weight)
-            stubbed = set(checkpoint.stubbed)  # an edit of history may have cut some
-            searched = archived.stubs.search(asked, _HITS, *weights, _FLOOR)
-            asked_about = [hit for hit in searched if hit.start in stubbed]
-            whole = {hit.start for hit in asked_about}
-            hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
-        hits = archived.named(asked, hits)
-        hits = archived.index.filled(hits, asked, len(hits) + _FILL)
+        # The words said before it, not a tool's output: numbers and names by the
+        # hundred that would outrank what the message asks.
+        earlier = recent_text([m for m in conversation[-3:-1] if m.get("role") != "tool"])
+        stubbed = set(checkpoint.stubbed) if context.cache_aware else set()
+        search = functools.partial(archived.found, asked, earlier, stubbed, context)
+        # Work follows the postings of the message's terms: a session of tens of
+        # thousands of units took 0.6-2 s, so a large one is searched in a worker thread.
+        large = len(archived.index.units) + len(archived.stubs.units) > _MANY_UNITS
+        hits, whole = await asyncio.to_thread(search) if large else search()
         if not hits:
             return plan, inserts
         if (
@@ -260,7 +269,10 @@ class Archive:
         if known is None or known[0] != meta.head:
             covers = checkpoint.covers_until if checkpoint else 0
             window = await self._store.messages(*key, covers, meta.length)
-            unsummarized = segment(covers, [s.message for s in window], archived.head)
+            messages = [s.message for s in window]
+            unsummarized = await off_loop(
+                messages, lambda: segment(covers, messages, archived.head)
+            )
             known = (meta.head, archived.index.extended([unsummarized]))
             self._whole[key] = known
             while len(self._whole) > _SESSIONS:
@@ -268,10 +280,13 @@ class Archive:
         self._whole.move_to_end(key)
         context = self._settings.context
         index = known[1]
-        hits = index.search(
-            query, limit, context.recall_relevance_weight, context.recall_recency_weight
-        )
-        return index.filled(archived.named(query, hits)[:limit], query, limit)
+        weights = (context.recall_relevance_weight, context.recall_recency_weight)
+
+        def found() -> list[Hit]:
+            hits = index.search(query, limit, *weights)
+            return index.filled(archived.named(query, hits)[:limit], query, limit)
+
+        return await asyncio.to_thread(found) if len(index.units) > _MANY_UNITS else found()
 
     async def search(
         self, key: SessionKey, meta: SessionMeta, query: str, limit: int
