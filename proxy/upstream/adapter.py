@@ -15,6 +15,8 @@ LiteLLM.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
@@ -58,6 +60,7 @@ __all__ = [
     "openai_error",
     "pattern_route",
     "provider_finished",
+    "refused_reply",
     "report_failure",
     "responses_call",
     "supports_reasoning",
@@ -66,6 +69,9 @@ __all__ = [
 
 litellm.suppress_debug_info = True
 litellm.telemetry = False
+# LiteLLM dumps a provider's reply of the wrong shape through pydantic, which warns of it
+# on stderr in three lines before LiteLLM fails on it; the proxy says that failure itself.
+warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
 
 # -- public API, as it is ---------------------------------------------------------------
 
@@ -168,6 +174,20 @@ def provider_finished(response: Any) -> bool:
     frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
     inner = frame.f_locals.get("model_response") if frame is not None else response
     return not (hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None)
+
+
+# LiteLLM's own words for a provider's 200 its OpenAI route would not take as a reply
+# (not an object, or `choices` missing or not a list): it raises them as a 500 of its own.
+_REFUSED_REPLY = re.compile(
+    r"Empty or invalid response from LLM endpoint"
+    r"|provider returned (?:'choices' that is not a list|a response with no 'choices')"
+)
+
+
+def refused_reply(message: str) -> bool:
+    """Whether LiteLLM's `message` says it could not take the provider's answer as a reply
+    (a failure of the provider's, which answered 200, not a 500 of its own)."""
+    return _REFUSED_REPLY.search(message) is not None
 
 
 def openai_error(

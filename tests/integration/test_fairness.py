@@ -1,15 +1,22 @@
 """One request cannot stall the others: while a 5 MB message is counted and cut to the
 budget, on every door and with or without a session, the proxy still answers
 `/health/live` within 100 ms. The proxy runs as `context-proxy serve` does, a process of
-its own, and so does the prober (no lock of the test's own process can slow it)."""
+its own, and so does the prober (no lock of the test's own process can slow it).
+
+A provider's reply of the wrong shape fails only its own request: a 502 (or, once a
+stream has begun, the door's error event) in the door's shape, said in the proxy's
+words, on every door and every route, logged in one line."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +28,7 @@ from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_native_responses import NATIVE, native_config
 from tests.proxies import MODEL
 from tests.servers import proxy_command, stop, wait_ready
-from tests.upstream import FakeUpstream
+from tests.upstream import FakeUpstream, Reply
 
 LIMIT_MS = 100
 PROSE = "lorem ipsum dolor sit amet " * 190_000  # 5.1 MB, the issue's body, larger
@@ -51,10 +58,16 @@ CASES = {
 }
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    log: Path  # what the proxy process writes
+
+
 @pytest.fixture(scope="module")
 def proxy(
     _shared_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+) -> Iterator[Served]:
     directory = tmp_path_factory.mktemp("fairness")
     config = claude_config(_shared_upstream)
     config["model_list"] += native_config(_shared_upstream)["model_list"][1:2]
@@ -70,7 +83,7 @@ def proxy(
         url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(url, process)
-            yield url
+            yield Served(url, directory / "proxy.log")
         finally:
             stop(process)
 
@@ -88,14 +101,14 @@ def body(template: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("session", [None, "fair"], ids=["no session", "a session"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_health_answers_while_a_5mb_body_is_fitted(
-    proxy: str, upstream: FakeUpstream, case: str, session: str | None
+    proxy: Served, upstream: FakeUpstream, case: str, session: str | None
 ) -> None:
     path, template = CASES[case]
     headers = {"authorization": "Bearer client-key"}
     if session:
         headers["x-session-id"] = f"{session}-{path}-{template['model']}"
     prober = subprocess.Popen(
-        [sys.executable, "-c", PROBER, proxy],
+        [sys.executable, "-c", PROBER, proxy.url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -104,7 +117,7 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     answers: list[httpx.Response] = []
     sender = threading.Thread(
         target=lambda: answers.append(
-            httpx.post(proxy + path, json=body(template), headers=headers, timeout=120)
+            httpx.post(proxy.url + path, json=body(template), headers=headers, timeout=120)
         )
     )
     sender.start()
@@ -117,3 +130,74 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     assert sent and max(sent) < 2_000_000, "the message was cut to the model's budget"
     assert len(times) >= 10, times  # the body took a while: probed all along
     assert max(times) <= LIMIT_MS, sorted(times)[-5:]
+
+
+# What a provider's 200 may be instead of a reply (the fuzz benchmark's), and each
+# door's request, its error in a stream, and its stream's own end.
+SHAPES = (b"[]", b"null", b'{"choices": 5}', b'{"content": "x"}', b'{"output": [{}]}')
+DOORS = {
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    "messages": (
+        "/v1/messages",
+        {"max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "responses": ("/v1/responses", {"input": "hi"}),
+}
+STREAM_ERRORS = {"chat": 'data: {"error"', "messages": "event: error", "responses": "event: error"}
+STREAM_ENDS = {"chat": "[DONE]", "messages": "message_stop", "responses": "response.completed"}
+INSIDES = re.compile(r"Traceback|\.py\b|litellm|\w+(?:Error|Exception)\b", re.IGNORECASE)
+
+
+def said(door: str, body: dict[str, Any]) -> str:
+    """The message of an error in `door`'s own shape (Anthropic's on the Messages API)."""
+    error = body["error"]
+    if door == "messages":
+        assert body["type"] == "error" and error["type"] == "api_error", body
+    else:
+        assert error["type"] == "upstream_error", body
+    return str(error["message"])
+
+
+def event_said(door: str, text: str) -> str:
+    """The message of the door's error event that ends a stream, which has no end."""
+    assert STREAM_ENDS[door] not in text, text[-500:]
+    start = text.index(STREAM_ERRORS[door])
+    data = text[start:].split("data: ", 1)[1].split("\n", 1)[0]
+    return said(door, json.loads(data))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("model", [MODEL, CLAUDE, NATIVE], ids=["lean", "claude", "native"])
+@pytest.mark.parametrize("door", list(DOORS))
+def test_a_reply_of_the_wrong_shape_fails_its_request_alone(
+    proxy: Served, upstream: FakeUpstream, door: str, model: str, stream: bool
+) -> None:
+    """Each shape, on each route a door takes to the model (the lean path, LiteLLM's
+    translation, the door's own API): a 502 in the door's shape, or the door's error
+    event once the stream began, saying the provider's reply or stream was not one;
+    nothing of the proxy's insides said, no traceback logged, one line logged at most."""
+    path, template = DOORS[door]
+    for shape in SHAPES:
+        raw = b"data: " + shape + b"\n\ndata: [DONE]\n\n" if stream else shape
+        kind = {"content-type": "text/event-stream"} if stream else {}
+        upstream.default = Reply(raw=raw, headers=kind)
+        before = proxy.log.stat().st_size
+        answer = httpx.post(
+            proxy.url + path,
+            json=template | {"model": model, "stream": stream},
+            headers={"authorization": "Bearer client-key"},
+            timeout=60,
+        )
+        if answer.status_code == 200 and stream:
+            message = event_said(door, answer.text)
+        else:
+            assert answer.status_code == 502, (shape, answer.text)
+            message = said(door, answer.json())
+        assert re.search(r"provider('s| sent).*(reply|stream|event)", message), (shape, message)
+        assert not INSIDES.search(message), (shape, message)
+        with proxy.log.open() as log:
+            log.seek(before)
+            logged = [line for line in log.read().splitlines() if " INFO " not in line]
+        assert not any("Traceback" in line for line in logged), (shape, logged)
+        ours = [line for line in logged if " LiteLLM" not in line]  # its one-line notes aside
+        assert len(ours) <= 1, (shape, logged)

@@ -143,6 +143,23 @@ def test_a_providers_error_is_mapped_as_litellms_openai_handler_maps_it(
     assert isinstance(mapped, adapter.EXCEPTION_TYPES) and mapped.status_code == status
 
 
+@pytest.mark.parametrize("shape", [b"[]", b"null", b'{"choices": 5}', b'{"id": "x"}'])
+async def test_a_reply_its_openai_route_refuses_is_told_by_its_words(
+    router: Any, upstream: FakeUpstream, shape: bytes
+) -> None:
+    """LiteLLM's OpenAI route says, as a 500 of its own, that it would not take a
+    provider's 200 of the wrong shape as a reply: `refused_reply` knows its words, and
+    not those of a provider's own 500."""
+    upstream.queue(Reply(raw=shape))
+    with pytest.raises(Exception) as refused:
+        await router.acompletion(model=MODEL, messages=USER)
+    assert adapter.refused_reply(str(refused.value)), str(refused.value)
+    upstream.queue(Reply(status=500, error_message="the server had an error"))
+    with pytest.raises(Exception) as failed:
+        await router.acompletion(model=MODEL, messages=USER)
+    assert not adapter.refused_reply(str(failed.value)), str(failed.value)
+
+
 @pytest.mark.parametrize(
     ("model", "plain"), [("gpt-4o-mini", True), ("my-own-model", True), ("o3", False)]
 )
