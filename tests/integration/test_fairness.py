@@ -13,8 +13,7 @@ import json
 import re
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,13 +33,16 @@ LIMIT_MS = 100
 PROSE = "lorem ipsum dolor sit amet " * 190_000  # 5.1 MB, the issue's body, larger
 UNSPACED = "x" * 5_000_000  # one "word": quadratic for a BPE tokenizer counted whole
 
-# Asks for /health/live every 20 ms until its stdin closes; prints each answer's ms.
+# Says "ready" once it is answered, then asks for /health/live every 20 ms until its
+# stdin closes; prints each answer's ms.
 PROBER = """
 import sys, threading, time, httpx
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
 times = []
 with httpx.Client(timeout=30) as client:
+    client.get(sys.argv[1] + "/health/live")
+    print("ready", flush=True)
     while not done.is_set():
         began = time.perf_counter()
         assert client.get(sys.argv[1] + "/health/live").status_code == 200
@@ -98,6 +100,23 @@ def body(template: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def probed(url: str, send: Callable[[], httpx.Response]) -> tuple[httpx.Response, list[float]]:
+    """`send()`'s answer, and how long each `/health/live` took meanwhile (ms), asked by
+    a process of its own."""
+    prober = subprocess.Popen(
+        [sys.executable, "-c", PROBER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert prober.stdout is not None and prober.stdout.readline() == "ready\n"
+        answer = send()
+    finally:
+        output, _ = prober.communicate("", timeout=60)
+    return answer, json.loads(output)
+
+
 @pytest.mark.parametrize("session", [None, "fair"], ids=["no session", "a session"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_health_answers_while_a_5mb_body_is_fitted(
@@ -107,28 +126,59 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     headers = {"authorization": "Bearer client-key"}
     if session:
         headers["x-session-id"] = f"{session}-{path}-{template['model']}"
-    prober = subprocess.Popen(
-        [sys.executable, "-c", PROBER, proxy.url],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     before = len(upstream.requests)
-    answers: list[httpx.Response] = []
-    sender = threading.Thread(
-        target=lambda: answers.append(
-            httpx.post(proxy.url + path, json=body(template), headers=headers, timeout=120)
-        )
+    answer, times = probed(
+        proxy.url,
+        lambda: httpx.post(proxy.url + path, json=body(template), headers=headers, timeout=120),
     )
-    sender.start()
-    sender.join()
-    output, _ = prober.communicate("", timeout=60)
-    times = json.loads(output)
-    [answer] = answers
     assert answer.status_code == 200, answer.text
     sent = [len(json.dumps(r.body)) for r in upstream.requests[before:]]
     assert sent and max(sent) < 2_000_000, "the message was cut to the model's budget"
     assert len(times) >= 10, times  # the body took a while: probed all along
+    assert max(times) <= LIMIT_MS, sorted(times)[-5:]
+
+
+# A reply of 6.5 MB in 100 events of 64 KB, as fast as the provider can send it: its
+# bytes are always there already, so the relay never waits for them. Each event its
+# own "word" (no space in it), numbered: LiteLLM fails a stream that repeats a chunk.
+# (A Responses stream repeats the whole text in four events of its end: each is one
+# C pass after another over 6.5 MB, which no turn-taking splits.)
+WORDS = [f"w{n:03}-" + "lorem-ipsum-dolor-sit-amet-" * 2427 for n in range(100)]
+LONG_REPLY = " ".join(WORDS)
+STREAMED = {
+    "chat, a GPT": ("chat", MODEL),
+    "chat, Claude": ("chat", CLAUDE),
+    "messages, Claude": ("messages", CLAUDE),
+    "messages, a GPT": ("messages", MODEL),
+    "responses, native": ("responses", NATIVE),
+    "responses, Claude": ("responses", CLAUDE),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAMED))
+def test_health_answers_while_a_long_stream_is_relayed(
+    proxy: Served, upstream: FakeUpstream, case: str
+) -> None:
+    """Each door relaying a long stream, on each route it takes (the lean path, LiteLLM's
+    translation, the door's own API): read, framed and written, it gives the event
+    loop back to the others every few ms, its end (Responses' repeats the whole reply
+    four times) included."""
+    door, model = STREAMED[case]
+    path, template = DOORS[door]
+    upstream.default = Reply(content=LONG_REPLY)
+    answer, times = probed(
+        proxy.url,
+        lambda: httpx.post(
+            proxy.url + path,
+            json=template | {"model": model, "stream": True},
+            headers={"authorization": "Bearer client-key"},
+            timeout=120,
+        ),
+    )
+    assert answer.status_code == 200, answer.text[:500]
+    assert STREAM_ENDS[door] in answer.text and STREAM_ERRORS[door] not in answer.text
+    assert all(word[:40] in answer.text for word in WORDS), "the whole reply was relayed"
+    assert len(times) >= 5, times  # the stream took a while: probed all along
     assert max(times) <= LIMIT_MS, sorted(times)[-5:]
 
 

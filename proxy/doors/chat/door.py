@@ -69,8 +69,8 @@ class ChatFramer:
     def relay(self, raw: bytes) -> bytes:
         return raw  # chat is no door's own API beside the chat translation
 
-    def end(self) -> bytes:
-        return b"data: [DONE]\n\n"
+    def end(self) -> list[bytes]:
+        return [b"data: [DONE]\n\n"]
 
     def error(self, error: ErrorReply) -> bytes:
         return b"data: " + orjson.dumps(error.body()) + b"\n\n"
