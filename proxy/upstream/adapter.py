@@ -50,6 +50,7 @@ __all__ = [
     "count_success",
     "default_api_base",
     "default_api_key",
+    "forget_streamed_text",
     "get_llm_provider",
     "get_supported_openai_params",
     "http_client",
@@ -63,6 +64,7 @@ __all__ = [
     "refused_reply",
     "report_failure",
     "responses_call",
+    "stream_wrapper",
     "supports_reasoning",
     "track_success",
 ]
@@ -166,14 +168,31 @@ async def track_success(
     await router.deployment_callback_on_success(kwargs, None, started, ended)
 
 
+def stream_wrapper(response: Any) -> Any:
+    """LiteLLM's own stream wrapper of a streamed call: the Router wraps that wrapper in
+    another for fallbacks, keeping it in its generator's frame, where this looks for
+    it (`response` itself where there is none)."""
+    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
+    return frame.f_locals.get("model_response", response) if frame is not None else response
+
+
 def provider_finished(response: Any) -> bool:
     """Whether the provider, not LiteLLM's stream wrapper, ended a stream. The wrapper
-    records the provider's own finish (`received_finish_reason`); the Router wraps that
-    wrapper in another for fallbacks, keeping it in its generator's frame, where this
-    looks for it. Unknown: taken as the provider's."""
-    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
-    inner = frame.f_locals.get("model_response") if frame is not None else response
+    records the provider's own finish (`received_finish_reason`). Unknown: taken as the
+    provider's."""
+    inner = stream_wrapper(response)
     return not (hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None)
+
+
+def forget_streamed_text(wrapper: Any) -> None:
+    """Keep LiteLLM's stream `wrapper` from copying the reply's whole text at each chunk:
+    it appends every chunk's text to one string (`response_uptil_now`), a copy of all
+    so far each time (24 MiB in 64 KiB chunks held the event loop half a minute), only
+    to hand it to post-call rules (the proxy sets none) and, when the stream fails
+    midway, to tell whether any text came (its last character tells that as well)."""
+    text = getattr(wrapper, "response_uptil_now", None)
+    if isinstance(text, str) and len(text) > 1:
+        wrapper.response_uptil_now = text[-1]
 
 
 # LiteLLM's own words for a provider's 200 its OpenAI route would not take as a reply

@@ -302,9 +302,14 @@ class Upstream:
 
     async def _chunks(self, response: Any) -> AsyncIterator[Events]:
         """LiteLLM's stream as OpenAI chunks. Its wrapper ends a stream the provider never
-        finished with a `finish_reason` of its own making: that one is an error instead."""
+        finished with a `finish_reason` of its own making: that one is an error instead;
+        and keeps no copy of the text here (`adapter.forget_streamed_text`)."""
+        wrapper = None  # LiteLLM's own, found once the Router's has begun
         try:
             async for chunk in response:
+                if wrapper is None:
+                    wrapper = adapter.stream_wrapper(response)
+                adapter.forget_streamed_text(wrapper)
                 data = _openai_chunk(_plain(chunk))
                 finishing = any(c.get("finish_reason") for c in data["choices"])
                 if finishing and not adapter.provider_finished(response):

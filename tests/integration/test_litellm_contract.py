@@ -80,6 +80,29 @@ async def test_the_providers_own_finish_is_told_from_the_wrappers(
     assert finishes == [end == "done"]
 
 
+async def test_the_wrappers_copy_of_the_text_is_the_one_forgotten(
+    router: Any, upstream: FakeUpstream
+) -> None:
+    """LiteLLM's own stream wrapper (found in the Router's frame) keeps the reply's text
+    so far in `response_uptil_now`; forgotten after each chunk, it holds the last
+    character only, and the stream goes on to its provider's finish."""
+    words = [f"word{n}" for n in range(50)]
+    upstream.queue(Reply(content=" ".join(words)))
+    response = await router.acompletion(model=MODEL, messages=USER, stream=True)
+    texts, kept, finishes = [], [], []
+    async for chunk in response:
+        wrapper = adapter.stream_wrapper(response)
+        assert wrapper is not response and isinstance(wrapper.response_uptil_now, str)
+        texts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        adapter.forget_streamed_text(wrapper)
+        kept.append(wrapper.response_uptil_now)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finishes.append(adapter.provider_finished(response))
+    assert "".join(texts) == " ".join(words)
+    assert max(map(len, kept)) == 1 and kept[-1] == "9"
+    assert finishes == [True]
+
+
 async def test_a_routed_failure_benches_its_deployment(upstream: FakeUpstream) -> None:
     """The Router's failure callback, called as LiteLLM's logging calls it: a deployment
     reported failing is cooled down, and the Router picks the other."""
