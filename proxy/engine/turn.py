@@ -34,6 +34,7 @@ from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
 from proxy.engine.history import History
 from proxy.engine.intake import Intake
+from proxy.engine.offload import sized
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
@@ -209,9 +210,10 @@ class Engine:
         """Reconcile, count and plan; summarize now if the plan needs it."""
         body = namespaced(body, self._secret, context.tenant)
         if self.settings.context.mode == "off":
-            validate_messages(body["messages"])
+            check = functools.partial(validate_messages, body["messages"])
+            await sized(len(context.body) if context.body else 0, check)
             return Turn(body, body["model"])
-        request = self._intake.request(body, context)
+        request = await self._intake.request(body, context)
         if request.key is None:
             return await self._intake.stateless(body, request, context)
         # A turn that could not be stored is not paid for: the store takes what it may
@@ -311,7 +313,7 @@ class Engine:
         """What a turn would send, without calling any model: where a summary is due,
         the span is reported and the messages shown are the truncation fallback."""
         # Counted, whatever the session's bound: a preview shows the proxy's own count.
-        request = replace(self._intake.request(body, context), uncounted=0)
+        request = replace(await self._intake.request(body, context), uncounted=0)
         state = await self._history.state(request)
         request = self._intake.calibrated(body, context, request, state)
         if state.match.kind == "chapter":
@@ -339,10 +341,10 @@ class Engine:
 
     async def count(self, body: dict[str, Any], context: RequestContext) -> int:
         """The tokens a turn would send (by the proxy's own counter), calling no model."""
-        request = self._intake.request(body, context)
+        request = await self._intake.request(body, context)
         if request.key is not None:
             return int((await self.preview(body, context))["tokens_sent"])
-        validate_messages(request.conversation, offset=len(request.system))
+        await self._intake.validated(request)
         return (await self._intake.fitted(request))[1].tokens
 
 

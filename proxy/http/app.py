@@ -302,7 +302,7 @@ class Proxy:
         own counter (the planned window, where the request names a session)."""
         raw = await read_body(request, self.settings.server)
         caller = principal(request)
-        inbound = self.messages.counted(parse_json(raw))
+        inbound = await self.messages.counted(parse_json(raw))
         model = inbound.body["model"]
         if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)

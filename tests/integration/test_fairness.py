@@ -138,6 +138,53 @@ def test_health_answers_while_a_5mb_body_is_fitted(
     assert max(times) <= LIMIT_MS, sorted(times)[-5:]
 
 
+# More tools than a door checks on the event loop (`offload.MANY_ITEMS`), and as many
+# system blocks: checked, translated and counted off it (Claude's tokenizer took seconds).
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "description": "a city"}}}
+TOOLS = 1_500
+
+
+def tooled(door: str, tag: str) -> dict[str, Any]:
+    """A request to CLAUDE through `door` with `TOOLS` tools (and system blocks), named
+    after `tag` (counted afresh: a process keeps the counts of tools it has seen)."""
+    names = [f"{tag}_{n}" for n in range(TOOLS)]
+    if door == "chat":
+        tools: list[Any] = [
+            {"type": "function", "function": {"name": name, "parameters": SCHEMA}} for name in names
+        ]
+        return {"messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    if door == "responses":
+        tools = [{"type": "function", "name": name, "parameters": SCHEMA} for name in names]
+        return {"input": "hi", "tools": tools}
+    tools = [{"name": name, "input_schema": SCHEMA} for name in names]
+    system = [{"type": "text", "text": f"Rule {n} of {tag}: be terse."} for n in range(TOOLS)]
+    return DOORS["messages"][1] | {"tools": tools, "system": system}
+
+
+@pytest.mark.parametrize("session", [None, "tools"], ids=["no session", "a session"])
+@pytest.mark.parametrize("door", ["chat", "messages", "responses"])
+def test_health_answers_while_thousands_of_tools_are_checked_and_counted(
+    proxy: Served, upstream: FakeUpstream, door: str, session: str | None
+) -> None:
+    path = DOORS[door][0]
+    headers = {"authorization": "Bearer client-key"}
+    if session:
+        headers["x-session-id"] = f"{session}-{door}"
+    answer, times = probed(
+        proxy.url,
+        lambda: httpx.post(
+            proxy.url + path,
+            json=tooled(door, f"{door}_{session}") | {"model": CLAUDE},
+            headers=headers,
+            timeout=120,
+        ),
+    )
+    assert answer.status_code == 200, answer.text[:500]
+    assert len(upstream.requests[-1].body["tools"]) == TOOLS
+    assert len(times) >= 5, times  # the request took a while: probed all along
+    assert max(times) <= LIMIT_MS, sorted(times)[-5:]
+
+
 # A reply of 6.5 MB in 100 events of 64 KB, as fast as the provider can send it: its
 # bytes are always there already, so the relay never waits for them. Each event its
 # own "word" (no space in it), numbered: LiteLLM fails a stream that repeats a chunk.
