@@ -82,8 +82,11 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     provider's own status where it answered one. Python's own exceptions (a TypeError,
     a KeyError: a fault in code, LiteLLM's or ours) say nothing a client could use:
     logged, and said as a failed call."""
-    if isinstance(exc, ProxyError):  # the proxy's own words (a door's, a bound's)
-        return exc.redacted(lambda text: redact(_plain(_denoised(text), None, redact)))
+    # The proxy's own words (a door's, a bound's), raised where LiteLLM's call read what
+    # the pool bounds, under LiteLLM's exceptions, too.
+    own = next((c for c in _causes(exc) if isinstance(c, ProxyError)), None)
+    if own is not None:
+        return own.redacted(lambda text: redact(_plain(_denoised(text), None, redact)))
     gateway = _gateway_failure(exc)
     if gateway is None and type(exc).__module__ == "builtins":  # a fault in code, not a call's
         logger.warning("an upstream call failed: %s: %s", type(exc).__name__, redact(str(exc)))

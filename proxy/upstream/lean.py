@@ -110,7 +110,7 @@ class DirectClient:
         """The keep-alive pool (`proxy.upstream.connections`), made on first use, in the
         event loop that uses it."""
         if self._session is None:
-            self._session = connections.session()
+            self._session = connections.session(self.limit)
         return self._session
 
     @property
