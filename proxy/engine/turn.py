@@ -122,10 +122,11 @@ class Engine:
 
     def warm_up(self) -> None:
         """Load the configured models' tokenizers now (a BPE file takes ~0.4 s to load)
-        rather than in the first request that needs one."""
+        rather than in the first request that needs one, LiteLLM's own too."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
             counter_for(self.upstream.models.provider_model(name), mode).count_text("warm up")
+        self.upstream.warm_up()
 
     # -- a turn: the one operation a door calls -----------------------------------------
 

@@ -67,6 +67,7 @@ __all__ = [
     "stream_wrapper",
     "supports_reasoning",
     "track_success",
+    "warm_token_counter",
 ]
 
 litellm.suppress_debug_info = True
@@ -207,6 +208,16 @@ def refused_reply(message: str) -> bool:
     """Whether LiteLLM's `message` says it could not take the provider's answer as a reply
     (a failure of the provider's, which answered 200, not a 500 of its own)."""
     return _REFUSED_REPLY.search(message) is not None
+
+
+def warm_token_counter(model: str) -> None:
+    """Load now the tokenizer LiteLLM's own counting picks for `model`, where it is
+    Anthropic's (from LiteLLM's package): LiteLLM counts a failed stream's usage with
+    it, and loading it on the first such failure held the event loop 0.3 s. The other
+    tokenizers it picks are tiktoken's, or fetched from the network (never, here)."""
+    name = get_llm_provider(model=model)[0]
+    if litellm.utils.huggingface_tokenizer_kind(name) == "anthropic":
+        litellm.token_counter(model=name, text="warm up")
 
 
 def openai_error(

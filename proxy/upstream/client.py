@@ -94,6 +94,13 @@ class Upstream:
         text = str((choices[0].get("message") or {}).get("content") or "")
         return text, completion.data.get("usage")
 
+    def warm_up(self) -> None:
+        """LiteLLM's own tokenizers of the configured models, loaded before the first
+        request (`adapter.warm_token_counter`); a model LiteLLM does not know is left."""
+        for name in self._settings.model_names():
+            with contextlib.suppress(Exception):
+                adapter.warm_token_counter(self.models.provider_model(name))
+
     async def close(self) -> None:
         await self._direct.close()
         self.close_router()

@@ -103,6 +103,22 @@ async def test_the_wrappers_copy_of_the_text_is_the_one_forgotten(
     assert finishes == [True]
 
 
+def test_the_warm_up_loads_the_tokenizer_litellm_counts_claude_with() -> None:
+    """LiteLLM's `token_counter` keeps the tokenizer it picks by the model's name (its
+    `_select_tokenizer_helper`), and counts a failed stream's usage with it: after
+    `warm_token_counter`, Claude's is found loaded; a GPT's warm-up loads nothing (it is
+    tiktoken's, which the proxy loads itself)."""
+    helper = adapter.litellm.utils._select_tokenizer_helper
+    helper.cache_clear()
+    adapter.warm_token_counter(f"openai/{MODEL}")
+    assert helper.cache_info().currsize == 0
+    adapter.warm_token_counter("anthropic/claude-sonnet-4-5")
+    assert helper.cache_info().currsize == 1
+    hits = helper.cache_info().hits
+    adapter.litellm.token_counter(model="claude-sonnet-4-5", messages=USER)
+    assert helper.cache_info().hits == hits + 1
+
+
 async def test_a_routed_failure_benches_its_deployment(upstream: FakeUpstream) -> None:
     """The Router's failure callback, called as LiteLLM's logging calls it: a deployment
     reported failing is cooled down, and the Router picks the other."""
