@@ -10,6 +10,7 @@ and split again on every read costs the square of an event's size).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = ["PART", "SETTING", "EventReader", "events_of", "too_large", "whole"]
 SETTING = "server.max_upstream_reply_bytes"
 _END = b"\n\n"  # an event's end: a blank line (line ends made "\n" first)
 PART = 256 * 1024  # a stream's bytes are cut into events this many at a time
+_TURN = 1 << 20  # a whole reply's read gives other requests a turn after each MiB
 
 
 def too_large(limit: int, what: str = "reply") -> UpstreamFailure:
@@ -48,6 +50,8 @@ async def whole(response: Any, limit: int) -> bytes:
             response.close()
             raise too_large(limit)
         pieces.append(piece)
+        if size // _TURN != (size - len(piece)) // _TURN:  # its bytes may all be there
+            await asyncio.sleep(0)
     return b"".join(pieces)
 
 
