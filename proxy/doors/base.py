@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard
 
 import orjson
 from starlette.responses import JSONResponse, Response
@@ -21,6 +21,7 @@ from proxy.upstream.lean import Completion
 from proxy.upstream.native import Native
 
 __all__ = [
+    "UNTYPED_EVENT",
     "Api",
     "Door",
     "Framer",
@@ -29,10 +30,15 @@ __all__ = [
     "field_label",
     "inner_session_id",
     "text_of",
+    "typed",
     "unknown_fields",
 ]
 
 Api = Literal["chat", "messages", "responses"]
+
+# A provider's event in a door's own API that names no type (no `event:` line, no
+# `type` field): no event of either API, so the stream is not the API's.
+UNTYPED_EVENT = "The provider sent an event of no type: it is not of its API's shape."
 
 
 class ORJSONResponse(JSONResponse):
@@ -103,7 +109,10 @@ class Framer(Protocol):
         """An event of the provider's own stream in the door's API (`proxy.upstream.native`)."""
         ...
 
-    def end(self) -> bytes: ...
+    def end(self) -> list[bytes]:
+        """The stream's last events, each written on its own (a Responses end repeats
+        the whole reply four times)."""
+        ...
 
     def error(self, error: ErrorReply) -> bytes: ...
 
@@ -192,6 +201,14 @@ def inner_session_id(value: str) -> str:
         return inner if isinstance(inner, str) and inner else value
     older = _CLAUDE_CODE_USER.fullmatch(value)
     return older.group(1) if older else value
+
+
+def typed(items: Any) -> TypeGuard[list[dict[str, Any]]]:
+    """Whether `items` (a reply's content blocks, its output items) is a list of objects
+    that each name their `type`, as every one of either API's does."""
+    return isinstance(items, list) and all(
+        isinstance(item, dict) and isinstance(item.get("type"), str) for item in items
+    )
 
 
 def text_of(content: Any) -> str:

@@ -250,16 +250,15 @@ async def reply_entry(
     limit: int,
 ) -> StoredMessage:
     """The reply as stored, after the message whose chain value is `previous` (a
-    long reply is counted off the loop). One longer than `limit` bytes is stored as
-    a marked cut (`stored_reply`) under the whole reply's hash and count: the client
-    that resends its whole copy is still recognised, and budgeted for it."""
+    long reply is hashed and counted off the loop). One longer than `limit` bytes is
+    stored as a marked cut (`stored_reply`) under the whole reply's hash and count: the
+    client that resends its whole copy is still recognised, and budgeted for it."""
 
-    def count() -> tuple[Message, dict[str, int]]:
+    def count() -> tuple[str, Message, dict[str, int]]:
         counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
-        return stored_reply(reply, limit), counts
+        return message_hash(reply), stored_reply(reply, limit), counts
 
-    digest = message_hash(reply)
-    stored, counts = await off_loop([reply], count)
+    digest, stored, counts = await off_loop([reply], count)
     return StoredMessage(stored, digest, chain([digest], start=previous)[0], counts)
 
 

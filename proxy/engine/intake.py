@@ -19,7 +19,7 @@ from proxy.conversation.validation import invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.budget import budget
 from proxy.engine.caching import BREAKPOINTS, cache_key, marks_in
-from proxy.engine.offload import off_loop
+from proxy.engine.offload import off_loop, sized
 from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.reconcile import frame_of
 from proxy.engine.types import Request, RequestContext, State, Turn
@@ -48,7 +48,13 @@ class Intake:
         self.label = label
         self._secret = secret  # the deployment's: keys what reaches a provider's cache
 
-    def request(self, body: dict[str, Any], context: RequestContext) -> Request:
+    async def request(self, body: dict[str, Any], context: RequestContext) -> Request:
+        """The request's facts, worked out in a worker thread for a large body: its system
+        prompt and tools are validated and counted (seconds, for megabytes of tools)."""
+        size = len(context.body) if context.body else 0
+        return await sized(size, functools.partial(self._request, body, context))
+
+    def _request(self, body: dict[str, Any], context: RequestContext) -> Request:
         model = body["model"]
         counter = counter_for(
             self.upstream.models.provider_model(model), self.settings.context.token_counting
@@ -139,9 +145,9 @@ class Intake:
         self, body: dict[str, Any], request: Request, context: RequestContext
     ) -> Turn:
         """No session: nothing stored, the request fitted by truncation. One that fits by
-        its size in bytes (a bound on its tokens) is not even tokenized."""
-        conversation = request.conversation
-        validate_messages(conversation, offset=len(request.system))
+        its size in bytes (a bound on its tokens) is not even tokenized. Its messages are
+        validated, counted and fitted off the event loop when its body is large."""
+        await self.validated(request)
         base = request.system_tokens + request.tools_tokens
         if context.body and base + token_bound(context.body) <= request.budget:
             return Turn(
@@ -164,9 +170,19 @@ class Intake:
             prices=request.prices,
         )
 
+    @staticmethod
+    async def validated(request: Request) -> None:
+        """A conversation of no session validated: all of it is the request's (its body's
+        size decides where, as measuring its messages would be a pass over them)."""
+        check = functools.partial(
+            validate_messages, request.conversation, offset=len(request.system)
+        )
+        await sized(request.size or 0, check)
+
     async def fitted(self, request: Request) -> tuple[list[int], Plan]:
         """A conversation of no session counted (each message's count) and fitted by
-        truncation: work on a request's whole body, kept off the event loop when large."""
+        truncation: work on a request's whole body, kept off the event loop when large
+        (by the body's size, where known)."""
         conversation = request.conversation
 
         def fit() -> tuple[list[int], Plan]:
@@ -175,7 +191,9 @@ class Intake:
                 request, conversation, counts, None, allow_summary=False
             )
 
-        result: tuple[list[int], Plan] = await off_loop(conversation, fit, request.size)
+        if request.size is not None:
+            return await sized(request.size, fit)
+        result: tuple[list[int], Plan] = await off_loop(conversation, fit)
         return result
 
     def calibrated(

@@ -34,6 +34,7 @@ from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
 from proxy.engine.history import History
 from proxy.engine.intake import Intake
+from proxy.engine.offload import sized
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
@@ -121,12 +122,13 @@ class Engine:
         await self.summaries.close()
 
     def warm_up(self) -> None:
-        """Load the configured models' tokenizers and recall's model of meaning now (a
-        BPE file takes ~0.4 s to load, the meanings ~0.5 s) rather than in the first
-        request that needs one."""
+        """Load the configured models' tokenizers (LiteLLM's own too) and recall's model
+        of meaning now (a BPE file takes ~0.4 s to load, the meanings ~0.5 s) rather than
+        in the first request that needs one."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
             counter_for(self.upstream.models.provider_model(name), mode).count_text("warm up")
+        self.upstream.warm_up()
         vectors(["warm up"])
 
     # -- a turn: the one operation a door calls -----------------------------------------
@@ -212,9 +214,10 @@ class Engine:
         """Reconcile, count and plan; summarize now if the plan needs it."""
         body = namespaced(body, self._secret, context.tenant)
         if self.settings.context.mode == "off":
-            validate_messages(body["messages"])
+            check = functools.partial(validate_messages, body["messages"])
+            await sized(len(context.body) if context.body else 0, check)
             return Turn(body, body["model"])
-        request = self._intake.request(body, context)
+        request = await self._intake.request(body, context)
         if request.key is None:
             return await self._intake.stateless(body, request, context)
         # A turn that could not be stored is not paid for: the store takes what it may
@@ -314,7 +317,7 @@ class Engine:
         """What a turn would send, without calling any model: where a summary is due,
         the span is reported and the messages shown are the truncation fallback."""
         # Counted, whatever the session's bound: a preview shows the proxy's own count.
-        request = replace(self._intake.request(body, context), uncounted=0)
+        request = replace(await self._intake.request(body, context), uncounted=0)
         state = await self._history.state(request)
         request = self._intake.calibrated(body, context, request, state)
         if state.match.kind == "chapter":
@@ -342,10 +345,10 @@ class Engine:
 
     async def count(self, body: dict[str, Any], context: RequestContext) -> int:
         """The tokens a turn would send (by the proxy's own counter), calling no model."""
-        request = self._intake.request(body, context)
+        request = await self._intake.request(body, context)
         if request.key is not None:
             return int((await self.preview(body, context))["tokens_sent"])
-        validate_messages(request.conversation, offset=len(request.system))
+        await self._intake.validated(request)
         return (await self._intake.fitted(request))[1].tokens
 
 

@@ -8,7 +8,7 @@ import gc
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -28,7 +28,7 @@ from proxy.doors.chat.door import ChatDoor
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
 from proxy.engine.events import TurnEvents
-from proxy.engine.offload import pause
+from proxy.engine.offload import Turns, pause, sized
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
 from proxy.errors import InternalError, InvalidRequest, ProxyError
@@ -262,13 +262,19 @@ class Proxy:
         this generator, and with it the upstream call."""
         status = CLIENT_CLOSED_REQUEST
         native = False  # the provider's own events, its end of stream included
+        turns = Turns()  # the others' turns, however fast the provider's events come
+        relayed = 0
         try:
             async for batch in events:
                 native = batch.native
                 if native:
-                    yield framer.relay(batch.raw or b"")
+                    framed = framer.relay(batch.raw or b"")
                 else:
-                    yield framer.chunks(batch.chunks, batch.raw)
+                    framed = framer.chunks(batch.chunks, batch.raw)
+                relayed += len(framed)
+                for part in _parts(framed):
+                    yield part
+                    await turns.taken()
             status = 200
         except ProxyError as exc:
             status = status_of(exc)
@@ -285,15 +291,18 @@ class Proxy:
             return
         finally:
             telemetry.finish(status)
-        if not native:
-            yield framer.end()
+        if not native:  # the end may repeat the whole reply (Responses' does, four times)
+            for framed in await sized(relayed, framer.end):
+                for part in _parts(framed):
+                    yield part
+                    await turns.taken()
 
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's `count_tokens`: what this proxy would send for the request, by its
         own counter (the planned window, where the request names a session)."""
         raw = await read_body(request, self.settings.server)
         caller = principal(request)
-        inbound = self.messages.counted(parse_json(raw))
+        inbound = await self.messages.counted(parse_json(raw))
         model = inbound.body["model"]
         if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
@@ -324,6 +333,20 @@ class Proxy:
         except ProxyError as exc:
             return ORJSONResponse({"status": "unavailable", "store": exc.message}, 503)
         return ORJSONResponse({"status": "ok", "models": len(self.upstream.models.names())})
+
+
+# A stream's bytes are written at most this many at a time: each write copies them once
+# more (its chunk's framing), and a Responses end repeats the whole reply.
+_WRITE = 1 << 20
+
+
+def _parts(framed: bytes) -> Iterator[bytes]:
+    """`framed` in writes of at most `_WRITE` bytes."""
+    if len(framed) <= _WRITE:
+        yield framed
+        return
+    for start in range(0, len(framed), _WRITE):
+        yield framed[start : start + _WRITE]
 
 
 class TurnStream(StreamingResponse):

@@ -10,6 +10,7 @@ from a path) and one holding `/` (which splits a segment, even as `%2F`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from starlette.requests import Request
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from proxy.config.settings import ServerSettings
 from proxy.conversation.validation import invalid, session_id, validate_parameters
 from proxy.doors.base import ORJSONResponse
+from proxy.engine.offload import elsewhere, many
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext
 from proxy.errors import InvalidRequest, NotFound, PermissionDenied, ProxyError
@@ -93,7 +95,8 @@ class SessionApi:
         if not isinstance(body["messages"], list):
             raise invalid("messages", "`messages` must be an array.")
         if body["messages"]:
-            validate_parameters(body)
+            tools = many(body.get("tools"), body.get("functions"))
+            await elsewhere(tools, functools.partial(validate_parameters, body))
         route = self.upstream.models.served_as(body["model"])
         if not principal(request).may_use(body["model"], route):
             raise model_not_allowed(body["model"])

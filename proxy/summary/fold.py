@@ -53,7 +53,12 @@ APPEND_TASK = (
 REWRITE_TASK = "Write the updated summary: the previous summary with the new messages merged in."
 
 _SEPARATOR = "\n\n"
-_LARGE_CHARS = 50_000  # a span longer than this is counted and cut in a worker thread
+_LARGE_CHARS = 50_000  # a span or reply longer than this is counted and cut in a worker thread
+# A token of a summary is at most this many characters (prose is nearer 4): a reply is
+# cut to its cap in these before anything reads it (a summarizer that ignores
+# max_tokens, or a provider that floods, sends megabytes; each pass over them, and the
+# cut's bisection counting them, held the event loop).
+_CHARS_PER_TOKEN = 16
 _T = TypeVar("_T")
 _LABEL = re.compile(r"^[#*\s]*(?:updated\s+|new\s+)?summary[* \t]*(?::|\n)[*\s]*", re.IGNORECASE)
 # Small models sometimes run on into the prompt's own markup; nothing after it is summary.
@@ -161,7 +166,9 @@ async def summarize_span(
             functools.partial(_next_prompt, frame, lines, costs, start, counter, budget_tokens),
         )
         cap = room if adding else max_summary_tokens
-        written = _within(await _complete(complete, model, prompt, cap), cap, counter)
+        text = await _complete(complete, model, prompt, cap)
+        cut = functools.partial(_within, text, cap, counter)
+        written = await _run(len(text) > _LARGE_CHARS, cut)
         parts = [*parts, written] if adding else [written]
         calls += 1
         input_tokens += tokens
@@ -220,6 +227,7 @@ async def _complete(complete: Complete, model: str, prompt: list[Message], max_t
         raise SummarizationError(f"summarizer call failed: {exc!r}") from exc
     if not isinstance(output, str):
         raise SummarizationError(f"summarizer returned {type(output).__name__}, not text")
+    output = output[: max(max_tokens, 1) * _CHARS_PER_TOKEN]  # never read past its cap
     text = _LABEL.sub("", output.strip(), count=1)
     text = _ECHOED_PROMPT.split(text, maxsplit=1)[0].strip()
     if not text:

@@ -15,6 +15,8 @@ LiteLLM.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
@@ -48,6 +50,7 @@ __all__ = [
     "count_success",
     "default_api_base",
     "default_api_key",
+    "forget_streamed_text",
     "get_llm_provider",
     "get_supported_openai_params",
     "http_client",
@@ -58,14 +61,20 @@ __all__ = [
     "openai_error",
     "pattern_route",
     "provider_finished",
+    "refused_reply",
     "report_failure",
     "responses_call",
+    "stream_wrapper",
     "supports_reasoning",
     "track_success",
+    "warm_token_counter",
 ]
 
 litellm.suppress_debug_info = True
 litellm.telemetry = False
+# LiteLLM dumps a provider's reply of the wrong shape through pydantic, which warns of it
+# on stderr in three lines before LiteLLM fails on it; the proxy says that failure itself.
+warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
 
 # -- public API, as it is ---------------------------------------------------------------
 
@@ -160,14 +169,55 @@ async def track_success(
     await router.deployment_callback_on_success(kwargs, None, started, ended)
 
 
+def stream_wrapper(response: Any) -> Any:
+    """LiteLLM's own stream wrapper of a streamed call: the Router wraps that wrapper in
+    another for fallbacks, keeping it in its generator's frame, where this looks for
+    it (`response` itself where there is none)."""
+    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
+    return frame.f_locals.get("model_response", response) if frame is not None else response
+
+
 def provider_finished(response: Any) -> bool:
     """Whether the provider, not LiteLLM's stream wrapper, ended a stream. The wrapper
-    records the provider's own finish (`received_finish_reason`); the Router wraps that
-    wrapper in another for fallbacks, keeping it in its generator's frame, where this
-    looks for it. Unknown: taken as the provider's."""
-    frame = getattr(getattr(response, "_async_generator", None), "ag_frame", None)
-    inner = frame.f_locals.get("model_response") if frame is not None else response
+    records the provider's own finish (`received_finish_reason`). Unknown: taken as the
+    provider's."""
+    inner = stream_wrapper(response)
     return not (hasattr(inner, "received_finish_reason") and inner.received_finish_reason is None)
+
+
+def forget_streamed_text(wrapper: Any) -> None:
+    """Keep LiteLLM's stream `wrapper` from copying the reply's whole text at each chunk:
+    it appends every chunk's text to one string (`response_uptil_now`), a copy of all
+    so far each time (24 MiB in 64 KiB chunks held the event loop half a minute), only
+    to hand it to post-call rules (the proxy sets none) and, when the stream fails
+    midway, to tell whether any text came (its last character tells that as well)."""
+    text = getattr(wrapper, "response_uptil_now", None)
+    if isinstance(text, str) and len(text) > 1:
+        wrapper.response_uptil_now = text[-1]
+
+
+# LiteLLM's own words for a provider's 200 its OpenAI route would not take as a reply
+# (not an object, or `choices` missing or not a list): it raises them as a 500 of its own.
+_REFUSED_REPLY = re.compile(
+    r"Empty or invalid response from LLM endpoint"
+    r"|provider returned (?:'choices' that is not a list|a response with no 'choices')"
+)
+
+
+def refused_reply(message: str) -> bool:
+    """Whether LiteLLM's `message` says it could not take the provider's answer as a reply
+    (a failure of the provider's, which answered 200, not a 500 of its own)."""
+    return _REFUSED_REPLY.search(message) is not None
+
+
+def warm_token_counter(model: str) -> None:
+    """Load now the tokenizer LiteLLM's own counting picks for `model`, where it is
+    Anthropic's (from LiteLLM's package): LiteLLM counts a failed stream's usage with
+    it, and loading it on the first such failure held the event loop 0.3 s. The other
+    tokenizers it picks are tiktoken's, or fetched from the network (never, here)."""
+    name = get_llm_provider(model=model)[0]
+    if litellm.utils.huggingface_tokenizer_kind(name) == "anthropic":
+        litellm.token_counter(model=name, text="warm up")
 
 
 def openai_error(

@@ -94,6 +94,13 @@ class Upstream:
         text = str((choices[0].get("message") or {}).get("content") or "")
         return text, completion.data.get("usage")
 
+    def warm_up(self) -> None:
+        """LiteLLM's own tokenizers of the configured models, loaded before the first
+        request (`adapter.warm_token_counter`); a model LiteLLM does not know is left."""
+        for name in self._settings.model_names():
+            with contextlib.suppress(Exception):
+                adapter.warm_token_counter(self.models.provider_model(name))
+
     async def close(self) -> None:
         await self._direct.close()
         self.close_router()
@@ -302,9 +309,14 @@ class Upstream:
 
     async def _chunks(self, response: Any) -> AsyncIterator[Events]:
         """LiteLLM's stream as OpenAI chunks. Its wrapper ends a stream the provider never
-        finished with a `finish_reason` of its own making: that one is an error instead."""
+        finished with a `finish_reason` of its own making: that one is an error instead;
+        and keeps no copy of the text here (`adapter.forget_streamed_text`)."""
+        wrapper = None  # LiteLLM's own, found once the Router's has begun
         try:
             async for chunk in response:
+                if wrapper is None:
+                    wrapper = adapter.stream_wrapper(response)
+                adapter.forget_streamed_text(wrapper)
                 data = _openai_chunk(_plain(chunk))
                 finishing = any(c.get("finish_reason") for c in data["choices"])
                 if finishing and not adapter.provider_finished(response):

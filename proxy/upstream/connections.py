@@ -17,18 +17,26 @@ LiteLLM's own calls, given it as their `shared_session` (its OpenAI chat and Res
 routes read it) and, for its chat translation to Anthropic's deployments, which does
 not, as their HTTP client (`proxy.upstream.client`). LiteLLM's Messages route reads
 neither and keeps connections of its own.
+
+Every reply on the pool is read within `server.max_upstream_reply_bytes`, however it is
+read (`_Capped`): the whole of it, or each event of a stream. LiteLLM's calls read a
+reply whole before they look at it, and one that never ended was read, decoded,
+searched and quoted in its exception's text, tens of MB, for seconds of the event loop.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.payload import BytesPayload
+
+from proxy.upstream import reading
 
 __all__ = ["session"]
 
@@ -37,10 +45,98 @@ __all__ = ["session"]
 _CLOSED = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
-def session() -> aiohttp.ClientSession:
-    """The keep-alive pool, to be made in the event loop that uses it."""
+def session(limit: int) -> aiohttp.ClientSession:
+    """The keep-alive pool, to be made in the event loop that uses it; its replies are
+    read within `limit` bytes (the whole, or each event of a stream)."""
     connector = _Connector(limit=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(connector=connector, middlewares=(_sent_again_if_unanswered,))
+    capped = type("CappedResponse", (_CappedResponse,), {"limit": limit})
+    return aiohttp.ClientSession(
+        connector=connector, middlewares=(_sent_again_if_unanswered,), response_class=capped
+    )
+
+
+class _CappedResponse(aiohttp.ClientResponse):
+    """aiohttp's response, its body read within `limit` bytes (`_Capped`)."""
+
+    limit = 0
+
+    async def start(self, connection: Any) -> aiohttp.ClientResponse:
+        await super().start(connection)
+        events = self.content_type == "text/event-stream"
+        self.content = cast("Any", _Capped(self.content, self, self.limit, events))
+        return self
+
+
+class _Capped:
+    """A reply's body as aiohttp reads it, however it is read (LiteLLM's transport reads
+    it in chunks, the lean path as it comes): once the whole of it, or of a stream the
+    event not yet ended, passes `limit` bytes, the connection is closed and the read
+    fails (`reading.too_large`). An event ends at a blank line; one split across two
+    reads may be counted on a little: a bound, not a parser."""
+
+    def __init__(self, reader: Any, response: aiohttp.ClientResponse, limit: int, events: bool):
+        self._reader = reader
+        self._response = response
+        self._limit = limit
+        self._events = events
+        self._size = 0  # of the reply, or of the event not yet ended
+        self._line = False  # the last read ended a line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+    def _counted(self, data: bytes) -> bytes:
+        if not self._events:
+            self._size += len(data)
+        else:
+            end = max(data.rfind(b"\n\n"), data.rfind(b"\n\r\n"))
+            if end < 0 and self._line and data[:1] in (b"\n", b"\r"):
+                end = 0
+            self._size = len(data) - end if end >= 0 else self._size + len(data)
+            self._line = data.endswith(b"\n")
+        if self._limit and self._size > self._limit:
+            self._response.close()
+            raise reading.too_large(self._limit, "event" if self._events else "reply")
+        return data
+
+    async def _pieces(self, pieces: Any) -> AsyncIterator[bytes]:
+        async for piece in pieces:
+            yield self._counted(piece)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._pieces(self._reader)
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        return self._pieces(self._reader.iter_any())
+
+    def iter_chunked(self, n: int) -> AsyncIterator[bytes]:
+        return self._pieces(self._reader.iter_chunked(n))
+
+    async def iter_chunks(self) -> AsyncIterator[tuple[bytes, bool]]:
+        async for piece, ended in self._reader.iter_chunks():
+            yield self._counted(piece), ended
+
+    async def read(self, n: int = -1) -> bytes:
+        return self._counted(await self._reader.read(n))
+
+    async def readany(self) -> bytes:
+        return self._counted(await self._reader.readany())
+
+    async def readchunk(self) -> tuple[bytes, bool]:
+        piece, ended = await self._reader.readchunk()
+        return self._counted(piece), ended
+
+    async def readline(self, **options: Any) -> bytes:
+        return self._counted(await self._reader.readline(**options))
+
+    async def readuntil(self, separator: bytes = b"\n", **options: Any) -> bytes:
+        return self._counted(await self._reader.readuntil(separator, **options))
+
+    async def readexactly(self, n: int) -> bytes:
+        return self._counted(await self._reader.readexactly(n))
+
+    def read_nowait(self, n: int = -1) -> bytes:
+        return self._counted(self._reader.read_nowait(n))
 
 
 class _Counting(ResponseHandler):

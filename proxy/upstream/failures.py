@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
+import aiohttp
 import httpx
 import openai
 import orjson
@@ -26,7 +27,7 @@ import orjson
 from proxy.errors import InvalidRequest, ProxyError, UpstreamFailure, UpstreamTimeout
 from proxy.upstream import adapter
 
-__all__ = ["failure", "provider_words", "said_in", "untranslatable"]
+__all__ = ["UNREADABLE", "failure", "provider_words", "said_in", "untranslatable"]
 
 logger = logging.getLogger("context_proxy.upstream")
 
@@ -60,6 +61,17 @@ _INSIDES = re.compile(
     r"|\b[A-Z]\w*(?:Error|Exception)\b"
 )
 _LONGEST_TEXT = 500  # an answer that is not JSON is the provider's words up to this long
+# A reply the provider sent that LiteLLM could not read: a 200 of the wrong shape, which
+# its translation failed on with a fault in code (a KeyError, a TypeError), or which its
+# own check refused (`adapter.refused_reply`). Python's words for such a fault are told
+# too, where LiteLLM quotes one without chaining the exception (a stream's).
+UNREADABLE = "The provider's reply could not be read: it is not of its API's shape."
+_FAULTS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+_FAULT_WORDS = re.compile(
+    r"'\w+' object (?:has no attribute|is not (?:subscriptable|iterable|callable))"
+    r"|object of type '\w+' has no len\(\)|indices must be integers"
+    r"|argument of type '\w+' is not iterable|unsupported operand type"
+)
 # What of an exception's text is read at all: LiteLLM quotes a reply it could not parse
 # whole (tens of MB), and every pattern here would scan it on the event loop.
 _LONGEST_MESSAGE = 4096
@@ -70,8 +82,11 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
     provider's own status where it answered one. Python's own exceptions (a TypeError,
     a KeyError: a fault in code, LiteLLM's or ours) say nothing a client could use:
     logged, and said as a failed call."""
-    if isinstance(exc, ProxyError):  # the proxy's own words (a door's, a bound's)
-        return exc.redacted(lambda text: redact(_plain(_denoised(text), None, redact)))
+    # The proxy's own words (a door's, a bound's), raised where LiteLLM's call read what
+    # the pool bounds, under LiteLLM's exceptions, too.
+    own = next((c for c in _causes(exc) if isinstance(c, ProxyError)), None)
+    if own is not None:
+        return own.redacted(lambda text: redact(_plain(_denoised(text), None, redact)))
     gateway = _gateway_failure(exc)
     if gateway is None and type(exc).__module__ == "builtins":  # a fault in code, not a call's
         logger.warning("an upstream call failed: %s: %s", type(exc).__name__, redact(str(exc)))
@@ -81,6 +96,10 @@ def failure(exc: Exception, redact: Callable[[str], str]) -> ProxyError:
         status = 401
     if not isinstance(status, int) or not 400 <= status <= 599:
         status = None
+    unread = _unreadable(exc, status) if gateway in (None, "no_reply") else None
+    if unread is not None:  # one line, not LiteLLM's traceback of it
+        logger.debug("the provider's reply could not be read: %s", redact(unread))
+        return UpstreamFailure(UNREADABLE, code="upstream_reply_unreadable")
     message = _gateway_words(exc, gateway) or _provider_words(exc, status)
     message = redact(_plain(message, status, redact))
     raw_code = getattr(exc, "code", None)
@@ -243,6 +262,25 @@ def _answered(exc: BaseException) -> bytes | None:
             continue
         if content:
             return content
+    return None
+
+
+def _unreadable(exc: BaseException, status: int | None) -> str | None:
+    """What failed reading the provider's reply, where it answered a 200 that LiteLLM
+    could not read: a fault in code in the chain, or LiteLLM's or Python's words for one
+    in its message. None for anything else: the provider's own error answer (its 4xx,
+    or an answer of its in the chain), a connection that broke."""
+    if (status is not None and status < 500) or _answered(exc) is not None:
+        return None
+    causes = _causes(exc)
+    if any(isinstance(c, httpx.TransportError | aiohttp.ClientError | OSError) for c in causes):
+        return None
+    for cause in causes:
+        if type(cause).__module__ == "builtins" and isinstance(cause, _FAULTS):
+            return f"{type(cause).__name__}: {str(cause)[:200]}"
+    message = str(getattr(exc, "message", None) or exc)[:_LONGEST_MESSAGE]
+    if adapter.refused_reply(message) or _FAULT_WORDS.search(message):
+        return _denoised(message).split("\n", 1)[0][:300]
     return None
 
 

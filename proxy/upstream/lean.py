@@ -110,7 +110,7 @@ class DirectClient:
         """The keep-alive pool (`proxy.upstream.connections`), made on first use, in the
         event loop that uses it."""
         if self._session is None:
-            self._session = connections.session()
+            self._session = connections.session(self.limit)
         return self._session
 
     @property
@@ -322,9 +322,11 @@ def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:
 def _chat_shaped(data: dict[str, Any], params: dict[str, Any], part: str) -> dict[str, Any]:
     """A chat completion (`part` "message") or a stream's chunk ("delta") whose choices
     the proxy can read: a list of objects, each with its `part` an object whose content
-    is text, parts or null; a reply of one choice at least. Else the provider failed,
-    as LiteLLM says of a reply it cannot read (never an internal error of ours)."""
-    choices = data.get("choices", None if part == "message" else [])
+    is text, parts or null; a reply of one choice at least, a chunk with its choices
+    (none only beside its usage). Else the provider failed, as LiteLLM says of a reply
+    it cannot read (never an internal error of ours)."""
+    usage_only = part == "delta" and isinstance(data.get("usage"), dict)
+    choices = data.get("choices", [] if usage_only else None)
     if (
         isinstance(choices, list)
         and (choices or part == "delta")

@@ -10,15 +10,18 @@ and split again on every read costs the square of an event's size).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from proxy.errors import UpstreamFailure
 
-__all__ = ["SETTING", "EventReader", "events_of", "too_large", "whole"]
+__all__ = ["PART", "SETTING", "EventReader", "events_of", "too_large", "whole"]
 
 SETTING = "server.max_upstream_reply_bytes"
 _END = b"\n\n"  # an event's end: a blank line (line ends made "\n" first)
+PART = 256 * 1024  # a stream's bytes are cut into events this many at a time
+_TURN = 1 << 20  # a whole reply's read gives other requests a turn after each MiB
 
 
 def too_large(limit: int, what: str = "reply") -> UpstreamFailure:
@@ -47,6 +50,8 @@ async def whole(response: Any, limit: int) -> bytes:
             response.close()
             raise too_large(limit)
         pieces.append(piece)
+        if size // _TURN != (size - len(piece)) // _TURN:  # its bytes may all be there
+            await asyncio.sleep(0)
     return b"".join(pieces)
 
 
@@ -108,13 +113,16 @@ class EventReader:
 
 async def events_of(pieces: AsyncIterator[Any], limit: int) -> AsyncIterator[list[bytes]]:
     """The events each piece of a stream ends (bytes, or what encodes to them), each
-    with its blank line; then what the stream ended on without one, if anything."""
+    with its blank line; then what the stream ended on without one, if anything. A
+    piece is read `PART` bytes at a time (one read takes all the bytes that came, many
+    MB of a fast provider's): what each part ends is yielded before the next is read."""
     reader = EventReader(limit)
     async for piece in pieces:
         data = piece if isinstance(piece, bytes) else str(piece).encode()
-        events = reader.feed(data)
-        if events:
-            yield _ended(events)
+        for start in range(0, len(data), PART):
+            events = reader.feed(data[start : start + PART] if len(data) > PART else data)
+            if events:
+                yield _ended(events)
     rest = reader.rest()
     if rest.strip():
         yield [rest]

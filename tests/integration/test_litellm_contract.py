@@ -80,6 +80,45 @@ async def test_the_providers_own_finish_is_told_from_the_wrappers(
     assert finishes == [end == "done"]
 
 
+async def test_the_wrappers_copy_of_the_text_is_the_one_forgotten(
+    router: Any, upstream: FakeUpstream
+) -> None:
+    """LiteLLM's own stream wrapper (found in the Router's frame) keeps the reply's text
+    so far in `response_uptil_now`; forgotten after each chunk, it holds the last
+    character only, and the stream goes on to its provider's finish."""
+    words = [f"word{n}" for n in range(50)]
+    upstream.queue(Reply(content=" ".join(words)))
+    response = await router.acompletion(model=MODEL, messages=USER, stream=True)
+    texts, kept, finishes = [], [], []
+    async for chunk in response:
+        wrapper = adapter.stream_wrapper(response)
+        assert wrapper is not response and isinstance(wrapper.response_uptil_now, str)
+        texts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        adapter.forget_streamed_text(wrapper)
+        kept.append(wrapper.response_uptil_now)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finishes.append(adapter.provider_finished(response))
+    assert "".join(texts) == " ".join(words)
+    assert max(map(len, kept)) == 1 and kept[-1] == "9"
+    assert finishes == [True]
+
+
+def test_the_warm_up_loads_the_tokenizer_litellm_counts_claude_with() -> None:
+    """LiteLLM's `token_counter` keeps the tokenizer it picks by the model's name (its
+    `_select_tokenizer_helper`), and counts a failed stream's usage with it: after
+    `warm_token_counter`, Claude's is found loaded; a GPT's warm-up loads nothing (it is
+    tiktoken's, which the proxy loads itself)."""
+    helper = adapter.litellm.utils._select_tokenizer_helper
+    helper.cache_clear()
+    adapter.warm_token_counter(f"openai/{MODEL}")
+    assert helper.cache_info().currsize == 0
+    adapter.warm_token_counter("anthropic/claude-sonnet-4-5")
+    assert helper.cache_info().currsize == 1
+    hits = helper.cache_info().hits
+    adapter.litellm.token_counter(model="claude-sonnet-4-5", messages=USER)
+    assert helper.cache_info().hits == hits + 1
+
+
 async def test_a_routed_failure_benches_its_deployment(upstream: FakeUpstream) -> None:
     """The Router's failure callback, called as LiteLLM's logging calls it: a deployment
     reported failing is cooled down, and the Router picks the other."""
@@ -141,6 +180,23 @@ def test_a_providers_error_is_mapped_as_litellms_openai_handler_maps_it(
     mapped = adapter.map_openai_error(MODEL, adapter.openai_error(status, message))
     assert type(mapped).__name__ == kind
     assert isinstance(mapped, adapter.EXCEPTION_TYPES) and mapped.status_code == status
+
+
+@pytest.mark.parametrize("shape", [b"[]", b"null", b'{"choices": 5}', b'{"id": "x"}'])
+async def test_a_reply_its_openai_route_refuses_is_told_by_its_words(
+    router: Any, upstream: FakeUpstream, shape: bytes
+) -> None:
+    """LiteLLM's OpenAI route says, as a 500 of its own, that it would not take a
+    provider's 200 of the wrong shape as a reply: `refused_reply` knows its words, and
+    not those of a provider's own 500."""
+    upstream.queue(Reply(raw=shape))
+    with pytest.raises(Exception) as refused:
+        await router.acompletion(model=MODEL, messages=USER)
+    assert adapter.refused_reply(str(refused.value)), str(refused.value)
+    upstream.queue(Reply(status=500, error_message="the server had an error"))
+    with pytest.raises(Exception) as failed:
+        await router.acompletion(model=MODEL, messages=USER)
+    assert not adapter.refused_reply(str(failed.value)), str(failed.value)
 
 
 @pytest.mark.parametrize(

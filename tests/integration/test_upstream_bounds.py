@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from proxy.config.settings import ServerSettings
-from tests.integration.test_error_words import ROUTES, config
+from tests.integration.test_error_words import ALL_ROUTES, ROUTES, config
 from tests.proxies import serving
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
@@ -69,7 +69,7 @@ def bounded_proxy(
 
 
 def send(url: str, route: str, session: str, stream: bool) -> httpx.Response:
-    path, model, body = ROUTES[route]
+    path, model, body = ALL_ROUTES[route]
     headers = {"Authorization": f"Bearer {KEY}", "X-Session-Id": session}
     body = {"model": model, **body, "stream": stream}
     return httpx.post(url + path, json=body, headers=headers, timeout=30)
@@ -101,6 +101,22 @@ def test_a_flood_is_refused_naming_the_cap_and_nothing_is_stored(
     refused(lean_proxy, upstream, route, stream, before)
 
 
+@pytest.mark.parametrize(("stream", "before"), CASES)
+@pytest.mark.parametrize(
+    "route", ["chat", "chat-to-claude", "messages-translated", "responses-translated"]
+)
+def test_litellms_calls_on_the_pool_are_bounded_too(
+    litellm_proxy: Proxy, upstream: FakeUpstream, route: str, stream: bool, before: int | None
+) -> None:
+    """LiteLLM's calls read their replies themselves, on the proxy's pool: its OpenAI
+    route and its chat translation to Claude are read within the cap as the lean path's
+    are (a whole reply that never ended was read, decoded and quoted, tens of MB). Its
+    translation of Claude's stream has no chunk to relay before the text: a flood there
+    is a 502."""
+    began = route != "chat-to-claude"
+    refused(litellm_proxy, upstream, route, stream, before, began)
+
+
 @pytest.mark.parametrize(("stream", "before"), CASES[1:])
 def test_litellms_messages_stream_is_bounded_too(
     litellm_proxy: Proxy, upstream: FakeUpstream, stream: bool, before: int | None
@@ -111,13 +127,20 @@ def test_litellms_messages_stream_is_bounded_too(
 
 
 def refused(
-    proxy: Proxy, upstream: FakeUpstream, route: str, stream: bool, before: int | None
+    proxy: Proxy,
+    upstream: FakeUpstream,
+    route: str,
+    stream: bool,
+    before: int | None,
+    began: bool = True,
 ) -> None:
+    """A flood on `route` refused; `began`: the stream relays its events before the
+    flood's (else the flood comes before anything is relayed)."""
     session = f"flood-{proxy.path}-{route}-{stream}-{before}"
     upstream.queue(Reply(flood=-1, fail_after_chunks=before))  # it never stops sending
     answer = send(proxy.url, route, session, stream)
     eventually(lambda: upstream.hung_up == 1, "the proxy to hang up on the flood")
-    if stream and before is None:  # the stream had begun: the door's error event
+    if stream and before is None and began:  # the stream had begun: the door's error event
         assert answer.status_code == 200, answer.text[:300]
         assert "error" in answer.text and not any(end in answer.text for end in FINISHED)
     else:

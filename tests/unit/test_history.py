@@ -22,9 +22,9 @@ def echo(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": f"echo: {text}"}
 
 
-def request(parts: Parts, messages: list[dict[str, Any]], mode: Mode = "auto") -> Request:
+async def request(parts: Parts, messages: list[dict[str, Any]], mode: Mode = "auto") -> Request:
     context = RequestContext(tenant="t1", session_id="s", mode=mode)
-    return parts.engine._intake.request({"model": MODEL, "messages": messages}, context)
+    return await parts.engine._intake.request({"model": MODEL, "messages": messages}, context)
 
 
 def reads(parts: Parts) -> list[tuple[int, int]]:
@@ -49,7 +49,7 @@ async def test_a_full_resend_is_known_by_its_prefix_and_only_the_new_is_counted(
     meta = await parts.store.load("t1", "s")
     assert meta is not None
     ranges = reads(parts)
-    asked = request(parts, [*history, said("next")])
+    asked = await request(parts, [*history, said("next")])
     state = await parts.engine._history.state(asked)
     assert ranges == []  # the stored transcript is not read
     assert (state.match.kind, state.keep) == ("full", 6)
@@ -63,7 +63,7 @@ async def test_a_full_resend_is_known_by_its_prefix_and_only_the_new_is_counted(
 async def test_a_client_that_sends_only_its_new_turn_appends_it(parts: Parts) -> None:
     await parts.turn([said("one")])
     ranges = reads(parts)
-    state = await parts.engine._history.state(request(parts, [said("two")]))
+    state = await parts.engine._history.state(await request(parts, [said("two")]))
     assert ranges == []
     assert (state.match.kind, state.keep, state.length) == ("append", 2, 3)
     assert [s.message for s in state.new] == [said("two")]
@@ -76,7 +76,7 @@ async def test_an_edit_cuts_the_transcript_there_and_recounts_what_it_keeps(
     history = conversation(4)
     for end in range(2, len(history) + 1, 2):
         await parts.turn(history[: end - 1])
-    asked = request(parts, [*history[:4], said("edited")])
+    asked = await request(parts, [*history[:4], said("edited")])
     state = await parts.engine._history.state(asked)
     assert (state.match.kind, state.keep) == ("fork", 4)
     kept = await parts.store.messages("t1", "s", 0, 4)
@@ -99,13 +99,13 @@ async def test_a_tool_result_must_answer_a_call_the_session_made(parts: Parts) -
     # A result appended after a reply that called nothing is refused, naming it.
     result = {"role": "tool", "tool_call_id": call["id"], "content": "42"}
     with pytest.raises(Exception, match=r"answers tool call `call_1`") as raised:
-        await parts.engine._history.state(request(parts, [result], mode="append"))
+        await parts.engine._history.state(await request(parts, [result], mode="append"))
     assert getattr(raised.value, "status_code", 400) == 400
 
 
 async def test_after_the_reply_the_meta_counts_the_turn(parts: Parts) -> None:
     await parts.turn([said("one")])
-    asked = request(parts, [said("one"), echo("one"), said("two")])
+    asked = await request(parts, [said("one"), echo("one"), said("two")])
     state = await parts.engine._history.state(asked)
     name = asked.counter.name
     reply = await reply_entry(
@@ -126,14 +126,14 @@ async def test_a_window_read_again_reads_only_what_the_store_added_since(parts: 
     for end in range(2, len(history) + 1, 2):
         await parts.turn(history[: end - 1])
     ranges = reads(parts)
-    asked = request(parts, [said("five")], mode="append")
+    asked = await request(parts, [said("five")], mode="append")
     state = await parts.engine._history.state(asked)
     window = await parts.engine._history.window(asked, state, 0)
     assert [s.message for s in window] == [*history, said("five")]
     assert ranges == [(0, 8)]
     await parts.turn([said("five")], mode="append")
     ranges.clear()
-    asked = request(parts, [said("six")], mode="append")
+    asked = await request(parts, [said("six")], mode="append")
     state = await parts.engine._history.state(asked)
     window = await parts.engine._history.window(asked, state, 0)
     five = [said("five"), echo("five")]
@@ -142,7 +142,7 @@ async def test_a_window_read_again_reads_only_what_the_store_added_since(parts: 
     # Another replica rewrote the session: what the store holds now is read, whole.
     await parts.turn([*history[:4], said("edited")])
     ranges.clear()
-    asked = request(parts, [said("seven")], mode="append")
+    asked = await request(parts, [said("seven")], mode="append")
     state = await parts.engine._history.state(asked)
     window = await parts.engine._history.window(asked, state, 0)
     edited = [said("edited"), echo("edited")]

@@ -331,3 +331,33 @@ async def test_a_summary_over_its_cap_is_cut_to_it_at_a_sentence_end() -> None:
     assert COUNTER.count_text(summary) <= 100
     assert summary.startswith("Fact number 0 holds.") and summary.endswith("holds.")
     assert COUNTER.count_text(summary) > 90  # cut at the cap, not far before it
+
+
+class LongestCounted(WordCounter):
+    """Counts as `WordCounter` does, keeping the longest text it was given."""
+
+    def __init__(self) -> None:
+        self.longest = 0
+
+    def count_text(self, text: str) -> int:
+        self.longest = max(self.longest, len(text))
+        return super().count_text(text)
+
+
+async def test_a_flood_of_a_reply_is_cut_to_its_cap_before_it_is_read() -> None:
+    """A summarizer's reply of megabytes (a provider flooding, one ignoring max_tokens):
+    cut to what its cap could hold before it is searched or counted, then to the cap,
+    so no pass over it all holds the event loop."""
+    flood = "Fact number 7 holds. " * 250_000  # 5.2 MB
+    counter = LongestCounted()
+    result = await summarize_span(
+        span=[user("a b c")],
+        complete=FakeModel(flood),
+        model="m",
+        counter=counter,
+        budget_tokens=500,
+        max_summary_tokens=100,
+    )
+    [summary] = result.segments
+    assert 90 < counter.count_text(summary) <= 100 and summary.endswith("holds.")
+    assert counter.longest <= 100 * 16  # never the flood: at most 16 characters a token

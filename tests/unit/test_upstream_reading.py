@@ -5,13 +5,14 @@ takes to arrive, and an event refused as soon as it passes the limit."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import UpstreamFailure
-from proxy.upstream.reading import EventReader
+from proxy.upstream.reading import PART, EventReader, events_of
 
 PIECE = 4096
 
@@ -83,3 +84,19 @@ def test_an_event_that_arrives_whole_past_the_limit_is_refused() -> None:
 def test_events_within_the_limit_pass_however_many() -> None:
     events, _ = read([b"data: " + b"x" * 90 + b"\n\n"] * 1000, limit=100)
     assert len(events) == 1000
+
+
+async def test_all_that_one_read_took_is_cut_into_parts() -> None:
+    """One read of a fast provider's stream takes all the bytes that came (megabytes):
+    they are cut into events `PART` bytes at a time, each part's yielded before the
+    next is searched, every event whole and in order."""
+    events = [b"data: %d" % n + b"x" * 1000 + b"\n\n" for n in range(2000)]
+    piece = b"".join(events)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield piece
+
+    batches = [batch async for batch in events_of(pieces(), limit=1 << 20)]
+    assert [event for batch in batches for event in batch] == events
+    assert len(batches) >= len(piece) // PART
+    assert max(sum(map(len, batch)) for batch in batches) <= PART + len(events[0])

@@ -18,6 +18,8 @@ provider that takes it); what does not, and server tools, are dropped and said.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any
 
 import orjson
@@ -48,6 +50,7 @@ from proxy.doors.base import (
     unknown_fields,
 )
 from proxy.doors.translations import Renderings, Translations, conversation_key
+from proxy.engine.offload import elsewhere, many
 from proxy.engine.types import Turn
 from proxy.upstream.lean import Completion
 
@@ -133,7 +136,7 @@ class MessagesDoor:
         self._renderings = Renderings()
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        chat, dropped = to_chat(body, self._translations, tenant)
+        chat, dropped = await self._chat(body, tenant)
         named = body_session_id(body, self._id_fields)
         known = _PARAMETERS | _NATIVE
         own = tuple(key for key in unknown_fields(body, known) if key not in _CARRIED)
@@ -147,11 +150,21 @@ class MessagesDoor:
             native_dropped=own,
         )
 
-    def counted(self, body: dict[str, Any]) -> Inbound:
+    async def counted(self, body: dict[str, Any]) -> Inbound:
         """A `count_tokens` request (no `max_tokens`) as the engine sees it."""
-        chat, _ = to_chat(body | {"max_tokens": 1})
+        large = many(body.get("system"), body.get("tools"))
+        chat, _ = await elsewhere(large, functools.partial(to_chat, body | {"max_tokens": 1}))
         del chat["max_tokens"]
         return Inbound(chat, session_id=body_session_id(body, self._id_fields))
+
+    async def _chat(
+        self, body: dict[str, Any], tenant: str
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """`to_chat`, with the conversation's kept translation; one of thousands of system
+        blocks or tools (an adversary's, or a mistake) in a worker thread, without it."""
+        if many(body.get("system"), body.get("tools")):
+            return await asyncio.to_thread(to_chat, body)
+        return to_chat(body, self._translations, tenant)
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]

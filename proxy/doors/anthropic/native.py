@@ -23,6 +23,7 @@ import orjson
 from proxy.conversation.identity import ANTHROPIC_CONTENT
 from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import ERROR_STATUS, event
+from proxy.doors.base import UNTYPED_EVENT, typed
 from proxy.doors.translations import Rendered, Rendering, Renderings, compact, joined
 from proxy.errors import UpstreamFailure
 from proxy.upstream.failures import said_in
@@ -115,8 +116,8 @@ class MessagesNative:
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
         """An Anthropic message as a chat completion (a ValueError for what is none: its
-        `content` is not a list)."""
-        if not isinstance(reply.get("content"), list):
+        `content` is not a list of typed blocks)."""
+        if not typed(reply.get("content")):
             raise ValueError("a message without its content")
         message: dict[str, Any] = {"role": "assistant", "content": None}
         texts: list[str] = []
@@ -160,6 +161,8 @@ class MessagesEvents:
     def event(self, kind: str, data: dict[str, Any], raw: bytes) -> tuple[bytes, list[dict]]:
         delta: dict[str, Any] = {}
         chunks: list[dict[str, Any]] = []
+        if not kind:  # every event of the API names its type: this one is no part of it
+            raise UpstreamFailure(UNTYPED_EVENT)
         if kind == "error":
             error = data.get("error")
             said = said_in(data) or "The provider's stream failed."

@@ -102,7 +102,7 @@ class MessagesFramer:
     def relay(self, raw: bytes) -> bytes:
         return raw  # Anthropic's own events (their model name set as asked for)
 
-    def end(self) -> bytes:
+    def end(self) -> list[bytes]:
         out = [self._close()]
         usage = messages_usage(self._usage)
         if not self._usage.get("prompt_tokens"):
@@ -110,7 +110,7 @@ class MessagesFramer:
         delta = {"stop_reason": self._stop or "end_turn", "stop_sequence": None}
         out.append(event("message_delta", {"delta": delta, "usage": usage}))
         out.append(event("message_stop", {}))
-        return b"".join(out)
+        return out
 
     def error(self, error: ErrorReply) -> bytes:
         return event("error", {"error": error_body(error)["error"]})

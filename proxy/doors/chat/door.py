@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
@@ -9,6 +10,7 @@ from starlette.responses import Response
 
 from proxy.conversation.validation import validate_parameters
 from proxy.doors.base import Api, ErrorReply, Inbound, ORJSONResponse
+from proxy.engine.offload import elsewhere, many
 from proxy.engine.types import Turn
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion
@@ -24,7 +26,8 @@ class ChatDoor:
     unsent_headers: tuple[str, ...] = ()
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        validate_parameters(body)
+        tools = many(body.get("tools"), body.get("functions"))  # checked in a worker thread
+        await elsewhere(tools, functools.partial(validate_parameters, body))
         dropped: tuple[str, ...] = ()
         extra: dict[str, Any] = {}
         if "stream_options" in body and body.get("stream") is not True:
@@ -69,8 +72,8 @@ class ChatFramer:
     def relay(self, raw: bytes) -> bytes:
         return raw  # chat is no door's own API beside the chat translation
 
-    def end(self) -> bytes:
-        return b"data: [DONE]\n\n"
+    def end(self) -> list[bytes]:
+        return [b"data: [DONE]\n\n"]
 
     def error(self, error: ErrorReply) -> bytes:
         return b"data: " + orjson.dumps(error.body()) + b"\n\n"

@@ -15,6 +15,7 @@ functions (`web_search`, `namespace`, …) are dropped and said, never refused;
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -27,6 +28,7 @@ from proxy.doors.responses.items import ItemNames, References, ResponseIds
 from proxy.doors.responses.native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses.stream import ResponsesFramer, output_items, response_object
 from proxy.doors.translations import Renderings, Translations, conversation_key
+from proxy.engine.offload import many
 from proxy.engine.types import Turn
 from proxy.sessions.store import SessionStore
 from proxy.upstream.client import PROVIDER_HINTS
@@ -164,7 +166,10 @@ class ResponsesDoor:
 
     async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
         referenced = await self._references.resolve(body, tenant)
-        chat, dropped = to_chat(body, self._translations, tenant)
+        if many(body.get("tools")):  # thousands (an adversary's): in a worker thread, not kept
+            chat, dropped = await asyncio.to_thread(to_chat, body)
+        else:
+            chat, dropped = to_chat(body, self._translations, tenant)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
         session_id: str | None

@@ -21,7 +21,7 @@ import orjson
 
 from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.costs.usage import chat_usage
-from proxy.doors.base import text_of
+from proxy.doors.base import UNTYPED_EVENT, text_of, typed
 from proxy.doors.responses.items import as_given
 from proxy.doors.translations import Rendered, Rendering, Renderings, joined
 from proxy.errors import UpstreamFailure
@@ -108,9 +108,9 @@ class ResponsesNative:
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
         """A response as a chat completion (a ValueError for what is none: its
-        `output` is not a list)."""
+        `output` is not a list of typed items)."""
         output = reply.get("output")
-        if not isinstance(output, list):
+        if not typed(output):
             raise ValueError("a response without its output")
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
@@ -144,6 +144,8 @@ class ResponsesEvents:
 
     def event(self, kind: str, data: dict[str, Any], raw: bytes) -> tuple[bytes, list[dict]]:
         delta: dict[str, Any] = {}
+        if not kind:  # every event of the API names its type: this one is no part of it
+            raise UpstreamFailure(UNTYPED_EVENT)
         if kind in ("error", "response.failed"):
             said = said_in(data.get("response")) or said_in(data)
             raise UpstreamFailure(said or "The provider's response failed.")

@@ -162,11 +162,11 @@ class ResponsesFramer:
         event["response"] |= {"id": self._id, "model": self._model}
         return kind + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
-    def end(self) -> bytes:
-        out = [self._close()]
+    def end(self) -> list[bytes]:
+        out = self._close()
         response = self._response("completed", self._output, self._usage)
         out.append(self._event("response.completed", {"response": response}))
-        return b"".join(out)
+        return out
 
     def error(self, error: ErrorReply) -> bytes:
         """`response.failed`, then `error`: a client that reads the response's own end
@@ -183,7 +183,7 @@ class ResponsesFramer:
         out: list[bytes] = []
         if delta.get("content"):
             if self._open is None or self._open["type"] != "message":
-                out.append(self._close())
+                out.extend(self._close())
                 item = _message_item(self._names.mint("message"), None, "in_progress")
                 out.append(self._add(item))
                 part = {"type": "output_text", "text": "", "annotations": []}
@@ -204,7 +204,7 @@ class ResponsesFramer:
             number = call.get("index", 0)
             function = call.get("function") or {}
             if number not in self._calls:
-                out.append(self._close())
+                out.extend(self._close())
                 item = _call_item(
                     self._names.mint("function_call"),
                     call.get("id") or "",
@@ -231,11 +231,13 @@ class ResponsesFramer:
             "response.output_item.added", {"output_index": len(self._output), "item": item}
         )
 
-    def _close(self) -> bytes:
+    def _close(self) -> list[bytes]:
+        """The open item's last events. Its text (or arguments) comes in four of them
+        and the response's end: serialized once, each copies the JSON."""
         item = self._open
         if item is None:
-            return b""
-        text = "".join(self._text)
+            return []
+        text = orjson.Fragment(orjson.dumps("".join(self._text)))
         where = self._where()
         out = []
         if item["type"] == "message":
@@ -268,7 +270,7 @@ class ResponsesFramer:
         )
         self._output.append(item)
         self._open = None
-        return b"".join(out)
+        return out
 
     def _where(self) -> dict[str, Any]:
         assert self._open is not None
