@@ -9,6 +9,7 @@ pure; callers move large texts off the event loop themselves.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -386,10 +387,12 @@ def _dumps(value: Any) -> str:
 class CountCache:
     """Counts of what comes back on every request (system prompts, tool schemas, the
     summary in use, messages stored without this tokenizer's count), kept per tokenizer
-    so each is tokenized once per process rather than once per request."""
+    so each is tokenized once per process rather than once per request. What was
+    counted is kept as its digest: a system prompt or a tool list may be megabytes."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
+        # (tokenizer, a digest of the JSON counted, or the content hash it was named by)
         self._counts: OrderedDict[tuple[str, bytes | str], int] = OrderedDict()
 
     def messages(
@@ -424,6 +427,9 @@ class CountCache:
         return self._get(key, lambda: counter.count_tools(tools))
 
     def _get(self, key: tuple[str, bytes | str], count: Callable[[], int]) -> int:
+        name, data = key
+        if isinstance(data, bytes):
+            key = (name, hashlib.blake2b(data, digest_size=16).digest())
         value = self._counts.get(key)
         if value is None:
             value = self._counts[key] = count()

@@ -22,7 +22,8 @@ for the conversations it served lately, what it made of them:
 
 Both are caches of pure functions of what they are keyed by (checked on every use), so
 they change no plan and hold nothing another process needs; both are bounded by the
-messages they hold.
+messages they hold and by their bytes (as JSON): a client's messages are a few hundred
+bytes, a hostile one's megabytes (the issue 51 fuzz's 1 MB strings and 3 MB arrays).
 """
 
 from __future__ import annotations
@@ -49,9 +50,14 @@ __all__ = [
 ]
 
 # Messages a door keeps, in all, of the conversations it served lately: translated, and
-# rendered (a window is rendered per session, and without one, per conversation).
+# rendered (a window is rendered per session, and without one, per conversation); and
+# their bytes as JSON (the client's messages, the turns rendered), which bind only
+# where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB. The
+# latest conversation is kept whatever its size.
 KEPT_TRANSLATED = 10_000
 KEPT_RENDERED = 16_000
+KEPT_TRANSLATED_BYTES = 4 << 20
+KEPT_RENDERED_BYTES = 4 << 20
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -70,34 +76,48 @@ class Translation:
     native: list[Any]  # the messages (items) as the client sent them
     chat: list[dict[str, Any]]  # their chat form
     resume: tuple[int, int]  # where a longer conversation's translation may go on
+    sizes: list[int]  # each message's bytes as JSON
 
 
 class Translations:
-    """Conversations' translations, the latest `KEPT_TRANSLATED` messages' worth."""
+    """Conversations' translations, the latest `KEPT_TRANSLATED` messages' worth, and
+    `KEPT_TRANSLATED_BYTES` of them."""
 
-    def __init__(self, kept: int = KEPT_TRANSLATED) -> None:
-        self._kept = kept
-        self._held = 0
+    def __init__(
+        self, kept: int = KEPT_TRANSLATED, kept_bytes: int = KEPT_TRANSLATED_BYTES
+    ) -> None:
+        self._kept, self._kept_bytes = kept, kept_bytes
+        self._held = 0  # messages
+        self._bytes = 0  # their JSON's
         self._known: OrderedDict[bytes, Translation] = OrderedDict()
 
     def chat(self, key: bytes, native: list[Any], convert: Convert) -> list[dict[str, Any]]:
         """`native` in chat form: the kept translation's, where `native` begins with its
         messages, and `convert`'s for the rest."""
         known = self._known.pop(key, None)
-        start, made, kept = 0, 0, native
+        start, made, kept, sizes = 0, 0, native, []
         if known is not None:
             self._held -= len(known.native)
+            self._bytes -= sum(known.sizes)
             at, length = known.resume
             if at <= len(native) and native[:at] == known.native[:at]:
                 # The kept messages, not this request's equal copies: one copy of their
                 # texts stays, the one their chat form holds.
                 start, made, kept = at, length, known.native[:at] + native[at:]
+                sizes = known.sizes[:at]
         chat = known.chat[:made] if known is not None else []
-        self._known[key] = Translation(kept, chat, convert(native, start, chat))
+        resume = convert(native, start, chat)
+        try:  # the new messages only, at C speed
+            sizes += map(len, map(orjson.dumps, native[start:]))
+        except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
+            return chat
+        self._known[key] = Translation(kept, chat, resume, sizes)
         self._held += len(native)
-        while self._held > self._kept and len(self._known) > 1:
+        self._bytes += sum(sizes)
+        while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
             _, dropped = self._known.popitem(last=False)
             self._held -= len(dropped.native)
+            self._bytes -= sum(dropped.sizes)
         return chat
 
 
@@ -161,23 +181,30 @@ _JSON = operator.attrgetter("json")
 
 
 class Renderings:
-    """Windows as a door's API says them, by conversation: the latest of each."""
+    """Windows as a door's API says them, by conversation: the latest of each, within
+    `KEPT_RENDERED` messages and `KEPT_RENDERED_BYTES` of their turns' JSON."""
 
-    def __init__(self, kept: int = KEPT_RENDERED) -> None:
-        self._kept = kept
-        self._held = 0
-        self._known: OrderedDict[Hashable, Rendered] = OrderedDict()
+    def __init__(self, kept: int = KEPT_RENDERED, kept_bytes: int = KEPT_RENDERED_BYTES) -> None:
+        self._kept, self._kept_bytes = kept, kept_bytes
+        self._held = 0  # messages
+        self._bytes = 0  # their turns' JSON's
+        self._known: OrderedDict[Hashable, tuple[Rendered, int]] = OrderedDict()
 
     def taken(self, key: Hashable) -> Rendered | None:
         """The conversation's latest rendering, taken out until `kept` gives one back."""
         known = self._known.pop(key, None)
-        if known is not None:
-            self._held -= len(known.window)
-        return known
+        if known is None:
+            return None
+        self._held -= len(known[0].window)
+        self._bytes -= known[1]
+        return known[0]
 
     def kept(self, key: Hashable, rendered: Rendered) -> None:
-        self._known[key] = rendered
+        size = sum(map(len, map(_JSON, rendered.turns)))
+        self._known[key] = rendered, size
         self._held += len(rendered.window)
-        while self._held > self._kept and len(self._known) > 1:
-            _, dropped = self._known.popitem(last=False)
+        self._bytes += size
+        while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
+            _, (dropped, its) = self._known.popitem(last=False)
             self._held -= len(dropped.window)
+            self._bytes -= its

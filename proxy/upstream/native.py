@@ -24,9 +24,9 @@ route instead (`lean_covers`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable
 from typing import Any, Literal, Protocol
 
@@ -263,17 +263,53 @@ class NativeClient(DirectClient):
         return self._send(params, url, data, headers, stream=stream)
 
 
-@functools.lru_cache(maxsize=256)
+# What `_call` keeps, in all (its requests and the bodies made of them): an agent's
+# parameters (tools, its system prompt) are tens of KB, a hostile body's megabytes.
+KEPT_CALL_BYTES = 16 << 20
+
+_Made = tuple[str, tuple[tuple[str, str], ...], bytes]  # the URL, headers and body
+
+
+class _Calls:
+    """`_call`'s results, the latest `KEPT_CALL_BYTES` of them (its request's bytes and
+    its body's; the rest is small), least recently used first."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._known: OrderedDict[tuple[Any, ...], _Made] = OrderedDict()
+
+    def get(self, arguments: tuple[Any, ...]) -> _Made | None:
+        found = self._known.get(arguments)
+        if found is not None:
+            self._known.move_to_end(arguments)
+        return found
+
+    def put(self, arguments: tuple[Any, ...], made: _Made) -> None:
+        self._known[arguments] = made
+        self.held += len(arguments[2]) + len(made[2])
+        while self.held > KEPT_CALL_BYTES and len(self._known) > 1:
+            dropped, its = self._known.popitem(last=False)
+            self.held -= len(dropped[2]) + len(its[2])
+
+
+_calls = _Calls()
+
+
 def _call(
     api: NativeApi, model: str, request: bytes, key: str | None, base: str | None, drop: bool
-) -> tuple[str, tuple[tuple[str, str], ...], bytes]:
+) -> _Made:
     """What LiteLLM's route makes of a request's parameters (its messages or input
     aside): the URL, headers and body JSON to send them with. A pure function of its
     arguments, worked out once for the parameters an agent sends turn after turn (it
     looks the model up in LiteLLM's map several times)."""
-    params = orjson.loads(request)
-    if api == "anthropic_messages":
-        url, headers, body = adapter.anthropic_messages_call(model, params, key, base, drop)
-    else:
-        url, headers, body = adapter.responses_call(model, params, key, base)
-    return url, tuple(headers.items()), orjson.dumps(body)
+    arguments = (api, model, request, key, base, drop)
+    made = _calls.get(arguments)
+    if made is None:
+        params = orjson.loads(request)
+        if api == "anthropic_messages":
+            url, headers, body = adapter.anthropic_messages_call(model, params, key, base, drop)
+        else:
+            url, headers, body = adapter.responses_call(model, params, key, base)
+        made = url, tuple(headers.items()), orjson.dumps(body)
+        _calls.put(arguments, made)
+    return made

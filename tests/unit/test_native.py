@@ -13,6 +13,7 @@ from proxy.doors.anthropic import door as messages
 from proxy.doors.anthropic.native import SYSTEM_NOTE, MessagesNative
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative
+from proxy.upstream import native
 from proxy.upstream.router import native_models
 
 
@@ -288,3 +289,19 @@ def test_a_turn_with_citations_is_kept_whole() -> None:
         sent_of(ResponsesNative(body).request(chat, summarized=False, mid_system=False))["input"]
         == body["input"]
     )
+
+
+def test_the_kept_calls_hold_at_most_their_bytes_and_the_latest_call() -> None:
+    """`_call`'s results are kept by the bytes they hold: hostile parameters of a few
+    MB each leave at most `KEPT_CALL_BYTES`, and the latest call is still answered from
+    what was kept."""
+    made = []
+    for n in range(12):
+        instructions = f"{n} " + "x" * (3 << 20)
+        request = orjson.dumps({"instructions": instructions})
+        made.append(native._call("responses", "gpt-4.1", request, "sk-1", None, False))
+        assert native._calls.held <= native.KEPT_CALL_BYTES
+    assert native._calls.held > native.KEPT_CALL_BYTES // 2
+    again = native._call("responses", "gpt-4.1", request, "sk-1", None, False)
+    assert again is made[-1]
+    assert orjson.loads(again[2])["instructions"] == instructions

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 import tiktoken
 
-from proxy.conversation.tokens import TokenCounter, _bundled_dir, counter_for, estimate_tokens
+from proxy.conversation.tokens import (
+    CountCache,
+    TokenCounter,
+    _bundled_dir,
+    counter_for,
+    estimate_tokens,
+)
 
 ENGLISH = (
     "The proxy keeps the whole conversation and sends the model a summary of the old part "
@@ -259,3 +265,21 @@ def test_user_cache_dir_kept_when_it_has_the_files(tmp_path: Path) -> None:
 
 def test_user_cache_dir_without_the_files_is_replaced(tmp_path: Path) -> None:
     assert _run_offline(str(tmp_path)) == str(_bundled_dir())
+
+
+def test_the_count_cache_keeps_what_it_counted_as_digests() -> None:
+    """Megabyte system prompts and tool lists are counted once each and kept as their
+    digests, not as their JSON; different ones are counted apart."""
+    counter = counter_for("gpt-4o", "char")
+    cache = CountCache(size=64)
+    counted = []
+    for n in range(40):
+        prompt = {"role": "system", "content": "rules " * (200_000 + n)}
+        count = cache.messages(counter, [prompt])
+        assert count == counter.count_messages([prompt])
+        assert cache.message(counter, prompt) == counter.count_message(prompt)
+        assert cache.tools(counter, [{"type": "function", "function": {"name": "x" * 10**6}}])
+        counted.append(count)
+    assert len(set(counted)) == 40
+    assert len(cache._counts) == 64
+    assert all(len(data) <= 64 for _, data in cache._counts)

@@ -159,3 +159,60 @@ def test_what_a_door_keeps_is_bounded() -> None:
         messages.to_chat(body_of(conversation), translations, f"t{number}")
     assert translations._held <= 100 + len(conversations[-1])
     assert len(translations._known) < len(conversations)
+
+
+def _json_bytes(messages: list[Any]) -> int:
+    return sum(len(orjson.dumps(message)) for message in messages)
+
+
+def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None:
+    """Conversations of 1 MB messages, each resent longer: the translations kept hold
+    at most `kept_bytes` of them (as JSON) beside the latest, counted exactly as what
+    is kept, and a longer conversation still resumes from its kept translation."""
+    translations = Translations(kept_bytes=4 << 20)
+    for number in range(8):
+        big = {"role": "user", "content": f"{number} " + "x" * (1 << 20)}
+        conversation = [big, {"role": "assistant", "content": "ok"}]
+        first = messages.to_chat(body_of(conversation), translations, "t")[0]["messages"]
+        conversation += [{"role": "user", "content": [{"type": "text", "text": "more"}]}]
+        again = messages.to_chat(
+            body_of(orjson.loads(orjson.dumps(conversation))), translations, "t"
+        )
+        assert again[0]["messages"][1] is first[1]  # resumed, not translated afresh
+        known = translations._known.values()
+        assert translations._bytes == sum(_json_bytes(t.native) for t in known)
+        assert translations._bytes <= (4 << 20) + _json_bytes(conversation)
+    assert 2 <= len(translations._known) < 8
+
+
+def test_a_message_too_deep_to_measure_is_translated_and_not_kept() -> None:
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    conversation = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "hello", "x": deep}]},
+    ]
+    translations = Translations()
+    chat, _ = messages.to_chat(body_of(conversation), translations, "t")
+    assert chat == messages.to_chat(body_of(conversation))[0]
+    assert not translations._known
+    assert translations._bytes == 0
+
+
+def test_what_a_door_renders_of_large_messages_is_bounded_by_their_bytes() -> None:
+    renderings = Renderings(kept_bytes=4 << 20)
+    for number in range(8):
+        big = {
+            "role": "user",
+            "content": [{"type": "text", "text": f"{number} " + "x" * (1 << 20)}],
+        }
+        body = body_of([big])
+        chat, _ = messages.to_chat(body)
+        native = MessagesNative(body, renderings, f"conversation {number}".encode())
+        native.request(chat, summarized=False, mid_system=False)
+        assert native.serialized is not None
+        kept = [sum(len(turn.json) for turn in r.turns) for r, _ in renderings._known.values()]
+        assert renderings._bytes == sum(kept)
+        assert renderings._bytes <= (4 << 20) + len(native.serialized[0])
+    assert 2 <= len(renderings._known) < 8
