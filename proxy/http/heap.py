@@ -11,9 +11,9 @@ leaves a cycle (its exception, the traceback, the frames, LiteLLM's logging obje
 holds what the call read, a 24 MB reply and the 96 MB of error text made of it; and the
 app collects the oldest generation almost never (`gc.set_threshold`: parsing a long
 conversation is tens of thousands of young containers). After the issue 51 fuzz's
-first 57 cases such cycles held 630 MB, twice the fresh size, 10 s after them. So a tick at which the
-process has grown by `GROWTH` since the last full collection collects fully first (on
-the event loop, where finalizers may touch it; a few milliseconds, `gc.freeze` keeps
+first 57 cases such cycles held 630 MB, twice the fresh size, 10 s after them. So a tick
+at which the process has grown by `GROWTH` since the last full collection collects fully
+first (on the event loop, where finalizers may touch it; a few milliseconds, `gc.freeze` keeps
 LiteLLM's module data out of it), then trims."""
 
 from __future__ import annotations

@@ -172,7 +172,7 @@ def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None
     translations = Translations(kept_bytes=4 << 20)
     for number in range(8):
         big = {"role": "user", "content": f"{number} " + "x" * (1 << 20)}
-        conversation = [big, {"role": "assistant", "content": "ok"}]
+        conversation: list[dict[str, Any]] = [big, {"role": "assistant", "content": "ok"}]
         first = messages.to_chat(body_of(conversation), translations, "t")[0]["messages"]
         conversation += [{"role": "user", "content": [{"type": "text", "text": "more"}]}]
         again = messages.to_chat(
@@ -189,7 +189,7 @@ def test_a_message_too_deep_to_measure_is_translated_and_not_kept() -> None:
     deep: Any = "x"
     for _ in range(300):
         deep = [deep]
-    conversation = [
+    conversation: list[dict[str, Any]] = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": [{"type": "text", "text": "hello", "x": deep}]},
     ]
