@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from proxy.config.settings import ContextSettings, Settings
 from proxy.conversation.identity import GENESIS, Message
@@ -32,7 +33,12 @@ from proxy.sessions.store import SessionStore
 
 __all__ = ["Archive", "Archived", "last_unit"]
 
+_Kept = TypeVar("_Kept")
+
 _SESSIONS = 256  # archives cached per process
+# And what their indexes hold, at most, in each of the two caches: a session of 90,000
+# units holds 60 MB (its meanings 45), and the fuzz's left 60 MB behind after 4,000 bodies.
+_KEPT_BYTES = 32 << 20
 _HITS = 12  # units found precisely, first in a recall block
 _FILL = 64  # units ranked by plain BM25 after them, while the room lasts
 _STATED = 3  # units where a fact the newest message names was stated, first
@@ -159,8 +165,7 @@ class Archive:
     def _remember(self, key: SessionKey, archived: Archived) -> Archived:
         self._cache[key] = archived
         self._cache.move_to_end(key)
-        while len(self._cache) > _SESSIONS:
-            self._cache.popitem(last=False)
+        _bounded(self._cache, lambda kept: kept.index.size + kept.stubs.size)
         return archived
 
     async def recalled(
@@ -275,8 +280,8 @@ class Archive:
             )
             known = (meta.head, archived.index.extended([unsummarized]))
             self._whole[key] = known
-            while len(self._whole) > _SESSIONS:
-                self._whole.popitem(last=False)
+            self._whole.move_to_end(key)
+            _bounded(self._whole, lambda kept: kept[1].size)
         self._whole.move_to_end(key)
         context = self._settings.context
         index = known[1]
@@ -355,3 +360,11 @@ def last_unit(messages: list[Message]) -> int:
     while at > 0 and messages[at].get("role") == "tool":
         at -= 1
     return at
+
+
+def _bounded(cache: OrderedDict[SessionKey, _Kept], size: Callable[[_Kept], int]) -> None:
+    """`cache` within `_SESSIONS` entries and `_KEPT_BYTES`, the least recently used
+    dropped first; the newest is kept whatever it holds."""
+    held = sum(map(size, cache.values()))
+    while (len(cache) > _SESSIONS or held > _KEPT_BYTES) and len(cache) > 1:
+        held -= size(cache.popitem(last=False)[1])

@@ -64,6 +64,9 @@ _COMMON = 0.25  # a term in more of the units than this (and than _FEW) is the s
 _FEW = 8
 _ALIKE = 2  # units the query cannot tell apart (same length, same counts) before the rest
 _FUSED = 10  # reciprocal-rank fusion's constant: 1 / (_FUSED + rank) from each ranking
+# Bytes an index holds, roughly (CPython 3.11, 64 bits): a unit's tuple of three ints, a
+# posting's tuple of two and its slot, a term's key, list and slot in the dict (measured).
+_UNIT_BYTES, _ENTRY_BYTES, _TERM_BYTES = 128, 88, 176
 _NEAR = 0.3  # the least cosine of meanings for a unit to be ranked by its meaning
 _STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
 _QUESTION = "?"  # postings of the units that are a user's question (never a term)
@@ -176,6 +179,8 @@ class RecallIndex:
     # Each unit's meaning (`proxy.recall.meaning`), a row per unit; zeros where a
     # segment stored none (one written before meanings were).
     meanings: np.ndarray = field(default_factory=lambda: np.zeros((0, DIMENSIONS), np.float32))
+    # What the index holds in memory, bytes, roughly: what a cache of indexes weighs it by.
+    size: int = 0
 
     def extended(self, segments: Iterable[dict[str, Any]]) -> RecallIndex:
         """A new index with `segments` added (this one is left as it is)."""
@@ -183,6 +188,7 @@ class RecallIndex:
         postings = dict(self.postings)
         length = self.length
         meanings = [self.meanings]
+        entered = 0  # postings' entries added
         for part in segments:
             offset = len(units)
             for start, end, size in part["units"]:
@@ -194,11 +200,13 @@ class RecallIndex:
                 decoded(stored, rows) if stored else np.zeros((rows, DIMENSIONS), np.float16)
             )
             for term, entries in part["postings"].items():
-                postings[term] = [
-                    *postings.get(term, ()),
-                    *((offset + unit, count) for unit, count in entries),
-                ]
-        return RecallIndex(units, postings, length, np.concatenate(meanings, dtype=np.float32))
+                known = postings.get(term, ())
+                postings[term] = [*known, *((offset + unit, count) for unit, count in entries)]
+                entered += len(entries) + (0 if known else _TERM_BYTES // _ENTRY_BYTES)
+        joined = np.concatenate(meanings, dtype=np.float32)
+        added = (len(units) - len(self.units)) * _UNIT_BYTES + entered * _ENTRY_BYTES
+        size = self.size - self.meanings.nbytes + joined.nbytes + added
+        return RecallIndex(units, postings, length, joined, size)
 
     def unit_of(self, position: int) -> tuple[int, int] | None:
         """The unit (start, end) that holds transcript message `position`, if indexed."""

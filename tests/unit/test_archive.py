@@ -4,8 +4,14 @@ from the checkpoints fold by fold, never again from the start."""
 
 from __future__ import annotations
 
+import random
+import tracemalloc
 from typing import Any
 
+import pytest
+
+from proxy.engine import archive as archive_module
+from proxy.recall.index import RecallIndex, segment
 from tests.unit.engines import Parts, conversation
 
 
@@ -79,3 +85,44 @@ async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
     # read some already), never again from the start.
     assert reads and all(start >= meta.checkpoints for start in reads)
     assert set(first.index.units) <= set(extended.index.units)
+
+
+async def test_the_archives_kept_are_bounded_by_what_their_indexes_hold(
+    make_parts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process keeps archives within `_KEPT_BYTES` however few sessions they are: the
+    least recently used goes first, and is read again from the store when asked for."""
+    parts = make_parts(window=1000)
+    await long_session(parts)
+    archive, key = parts.engine.archive, ("t1", "s")
+    meta = await parts.store.load(*key)
+    assert meta is not None and meta.checkpoint is not None
+    first = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    assert first.index.size > 0
+    monkeypatch.setattr(archive_module, "_KEPT_BYTES", first.index.size)
+    other = ("t1", "other")
+    archive._remember(other, first)  # a second session's, as large: over the bound
+    assert list(archive._cache) == [other]
+    assert await archive.of(key, meta.checkpoints, meta.checkpoint) is not first  # read again
+    monkeypatch.setattr(archive_module, "_KEPT_BYTES", 4 * first.index.size)
+    archive._remember(other, first)
+    assert list(archive._cache) == [key, other]  # both within the bound
+
+
+def test_an_index_says_what_it_holds() -> None:
+    """`RecallIndex.size`, what the archive's bound weighs, within a fifth of what the
+    index allocated, as it is extended."""
+    rng = random.Random(52)
+    words = [f"w{n}" for n in range(20_000)]
+    text = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(4_000)]
+    parts = [segment(0, list(map(said, text)), ""), segment(4_000, list(map(echo, text)), "")]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        index = RecallIndex().extended(parts[:1])
+        grown = index.extended(parts[1:])
+        del index
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0.8 < grown.size / held < 1.2, (grown.size, held)
