@@ -18,7 +18,16 @@ from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, merge, names, recent_text, related, stated_text
+from proxy.facts.ledger import (
+    Fact,
+    facts_in,
+    merge,
+    message_text,
+    names,
+    recent_text,
+    related,
+    stated_text,
+)
 from proxy.recall.index import (
     ASKING,
     Hit,
@@ -40,7 +49,11 @@ _SESSIONS = 256  # archives cached per process
 # units holds 60 MB (its meanings 45), and the fuzz's left 60 MB behind after 4,000 bodies.
 _KEPT_BYTES = 32 << 20
 _HITS = 12  # units found precisely, first in a recall block
-_FILL = 64  # units ranked by plain BM25 after them, while the room lasts
+_FILL = 256  # units ranked by BM25 and meaning after them, read while the room lasts
+# More characters a token than any text has, and fewer tokens than any unit's label and
+# role take: units read until this least cost of theirs passes the room surely fill it.
+_CHARS_PER_TOKEN = 6
+_LABEL_TOKENS = 6
 _STATED = 3  # units where a fact the newest message names was stated, first
 _MANY_UNITS = 2000  # an index searched in a worker thread past this many units
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
@@ -231,7 +244,7 @@ class Archive:
             return plan.with_message(
                 at, shown.message, inserts.recall_tokens, "recall", shown.shown
             ), inserts
-        found = [(hit, await self._unit(request.key, state, hit)) for hit in hits]
+        found = await self._units(request.key, state, hits, int(_FILLED * room))
         if context.cache_aware and context.stub_tool_results_over:  # outputs as stubs
             over = context.stub_tool_results_over
             found = [
@@ -300,6 +313,22 @@ class Archive:
         hits = await self.hits(key, meta, query, limit)
         units = {hit.start: await self._store.messages(*key, hit.start, hit.end) for hit in hits}
         return [(hit, [s.message for s in units[hit.start]]) for hit in hits]
+
+    async def _units(
+        self, key: SessionKey, state: State, hits: list[Hit], room: int
+    ) -> list[tuple[Hit, list[Message]]]:
+        """`hits` with their messages, best first, read until they would surely fill
+        `room` tokens (the block takes what fits of them)."""
+        found: list[tuple[Hit, list[Message]]] = []
+        least = 0.0  # the tokens they take at the least
+        for hit in hits:
+            unit = await self._unit(key, state, hit)
+            found.append((hit, unit))
+            chars = sum(len(message_text(message)) for message in unit)
+            least += chars / _CHARS_PER_TOKEN + _LABEL_TOKENS
+            if least > room:
+                break
+        return found
 
     async def _unit(self, key: SessionKey, state: State, hit: Hit) -> list[Message]:
         """transcript[hit.start:hit.end] as this request leaves it."""

@@ -68,6 +68,10 @@ _FUSED = 10  # reciprocal-rank fusion's constant: 1 / (_FUSED + rank) from each 
 # posting's tuple of two and its slot, a term's key, list and slot in the dict (measured).
 _UNIT_BYTES, _ENTRY_BYTES, _TERM_BYTES = 128, 88, 176
 _NEAR = 0.3  # the least cosine of meanings for a unit to be ranked by its meaning
+# A turn is read as the answer to the one before it ("Yes, last week!"): a unit's words
+# score and its meaning's nearness gain this share of the unit's before it.
+_ANSWERS = 0.3
+_SCANT = 0.2  # a unit of less than this share of the best BM25 score is not ranked by it
 _STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
 _QUESTION = "?"  # postings of the units that are a user's question (never a term)
 _ASKED = 0.5  # a question's relevance: it names what is asked, it does not answer it
@@ -342,9 +346,13 @@ class RecallIndex:
         finds what a question names precisely; this fills the room it leaves: on
         conversations nobody here wrote ("what did she research?" for "Researching
         adoption agencies", "what pet?" for "my dog"), a block filled this way holds
-        more of what a question needs than a few precise units. Work follows the
-        postings of the query's rarest terms, and one product of the query's meaning
-        with the units' (in numpy, no Python loop over them)."""
+        more of what a question needs than a few precise units. Each unit is read as
+        the answer to the one before it (`_ANSWERS` of that one's BM25 score and
+        nearness is its own: "Yes! The second week of July" answers "did you make it
+        to the lake house?"); a unit of a scant share of the best BM25 score is ranked
+        only by its meaning. Work follows the postings of the query's rarest terms,
+        and one product of the query's meaning with the units' (in numpy, no Python
+        loop over them)."""
         count = len(self.units)
         if not count or limit <= 0:
             return []
@@ -369,6 +377,11 @@ class RecallIndex:
                 tf = times * (_K1 + 1) / (times + _K1 * (1 - _B + _B * size / average))
                 scores[unit] = scores.get(unit, 0.0) + idf * tf
                 matched.setdefault(unit, []).append(term)
+        for unit, score in list(scores.items()):  # what a reply answers
+            if unit + 1 < count:
+                scores[unit + 1] = scores.get(unit + 1, 0.0) + _ANSWERS * score
+        least = _SCANT * max(scores.values(), default=0.0)
+        scores = {unit: score for unit, score in scores.items() if score >= least}
         near = self._near(query, 2 * limit)
         fused = _fused([heapq.nlargest(2 * limit, scores, key=scores.__getitem__), list(near)])
         best = heapq.nlargest(limit, fused, key=fused.__getitem__)
@@ -386,11 +399,14 @@ class RecallIndex:
 
     def _near(self, query: str, limit: int) -> dict[int, float]:
         """The `limit` units nearest to `query` in meaning, nearest first, with their
-        cosines, none below `_NEAR`."""
+        cosines (each averaged with `_ANSWERS` of the unit's before it), none whose
+        cosine and average are both below `_NEAR`."""
         if not len(self.meanings):
             return {}
-        nearness = self.meanings @ vectors([query])[0].astype(np.float32)
-        near = np.flatnonzero(nearness >= _NEAR)
+        own = self.meanings @ vectors([query])[0].astype(np.float32)
+        nearness = own.copy()  # each unit read with the one it answers
+        nearness[1:] = (own[1:] + _ANSWERS * own[:-1]) / (1 + _ANSWERS)
+        near = np.flatnonzero(np.maximum(nearness, own) >= _NEAR)
         if len(near) > limit:
             near = near[np.argpartition(-nearness[near], limit - 1)[:limit]]
         order = near[np.argsort(-nearness[near], kind="stable")]

@@ -126,3 +126,30 @@ def test_an_index_says_what_it_holds() -> None:
     finally:
         tracemalloc.stop()
     assert 0.8 < grown.size / held < 1.2, (grown.size, held)
+
+
+async def test_a_block_fills_its_room_when_more_units_match_than_it_used_to_offer(
+    make_parts: Any,
+) -> None:
+    """A question that two hundred short notes (and their echoes) all answer: the block
+    takes as many as its room holds (more than the 76 it was once offered), read until
+    they would surely fill it, not all of them."""
+    parts = make_parts(window=8000)
+    notes = [said(f"garden note {n}: planted row {n}") for n in range(200)]
+    history = [m for note in notes for m in (note, echo(str(note["content"])))]
+    history += conversation(12)
+    for end in range(2, len(history) + 1, 20):
+        await parts.turn(history[: end - 1])
+    reads: list[tuple[int, int]] = []
+    messages = parts.store.messages
+
+    async def counted(tenant: str, session: str, start: int, end: int) -> Any:
+        reads.append((start, end))
+        return await messages(tenant, session, start, end)
+
+    parts.store.messages = counted
+    shown = await parts.preview([*history, said("what did I plant in the garden?")])
+    block = next(m["content"] for m in shown["messages"] if "Recalled" in str(m["content"]))
+    units = block.count("garden note")
+    assert units > 76
+    assert len(reads) < 2 * units  # of the 212 offered

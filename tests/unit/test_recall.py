@@ -371,6 +371,27 @@ def test_ranking_finds_a_paraphrase_by_its_meaning() -> None:
     assert 3 not in {hit.start for hit in hits}
 
 
+def test_a_reply_is_ranked_as_the_answer_to_the_turn_before_it() -> None:
+    """ "Yes! The second week of July" shares no word with "when was Ben at the lake
+    house?" and is near it in no sense alone: read as the answer to the turn before it,
+    it comes before the units that share only the speaker's name with the question."""
+    said = [
+        user("Ana: I painted the fence with my brother on Saturday"),
+        assistant("Ben: Nice, I cooked pasta for my parents last night"),
+        user("Ana: did you ever make it to the lake house this summer?"),
+        assistant("Yes! The second week of July, it was lovely."),
+        user("Ana: my cat knocked a glass over this morning"),
+        assistant("Ben: Ha, mine does that too, every single day"),
+        user("Ana: work has been busy, a big deadline on Friday"),
+        assistant("Ben: Good luck, I bought new running shoes this week"),
+    ]
+    index = RecallIndex().extended([segment(0, said, "")])
+    hits = index.ranked("When was Ben at the lake house?", 3)
+    assert hits[0].start == 2 and 3 in {hit.start for hit in hits}
+    reply = next(hit for hit in hits if hit.start == 3)
+    assert reply.terms == () and reply.words > 0 and reply.near > 0
+
+
 def test_an_index_stored_before_meanings_still_ranks_by_words() -> None:
     said = [user("Maya: Researching adoption agencies lately"), user("Maya: pottery class")]
     stored = segment(0, said, "")
