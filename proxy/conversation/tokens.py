@@ -8,6 +8,7 @@ pure; callers move large texts off the event loop themselves.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -283,6 +284,20 @@ def _tiktoken_counter(encoding: str) -> TokenCounter:
     return TokenCounter(encoding, lambda text: len(encode(text)) if text else 0)
 
 
+# A HuggingFace tokenizer keeps the tokens of each word under 256 characters it sees, up
+# to 10,000 words, and none after (nothing is evicted, and emptying it gives nothing
+# back): 6 KB a word of 200 characters, so random or hostile text (the issue 51 fuzz)
+# fills it with 60 MB, held for good. This many words fill it with at most 6 MB; the
+# words of ordinary text it sees first are those it sees most.
+WORDS_KEPT = 1_000
+
+
+def bounded_words(tokenizer: Any) -> None:
+    """Hold `tokenizer`'s (a `tokenizers.Tokenizer`) cache of words to `WORDS_KEPT`."""
+    with contextlib.suppress(AttributeError):  # a tokenizers release without one
+        tokenizer.model._resize_cache(WORDS_KEPT)
+
+
 @functools.cache
 def _anthropic_counter() -> TokenCounter:
     from tokenizers import Tokenizer
@@ -291,6 +306,7 @@ def _anthropic_counter() -> TokenCounter:
     if directory is None or not (directory / "anthropic_tokenizer.json").is_file():
         return _CHAR
     tokenizer = Tokenizer.from_file(str(directory / "anthropic_tokenizer.json"))
+    bounded_words(tokenizer)
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids) if text else 0

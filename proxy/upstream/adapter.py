@@ -38,6 +38,8 @@ from litellm.llms.openai.chat.gpt_transformation import (
 )
 from litellm.llms.openai.common_utils import OpenAIError
 
+from proxy.conversation.tokens import bounded_words
+
 __all__ = [
     "EXCEPTION_TYPES",
     "APIConnectionError",
@@ -218,6 +220,7 @@ def warm_token_counter(model: str) -> None:
     name = get_llm_provider(model=model)[0]
     if litellm.utils.huggingface_tokenizer_kind(name) == "anthropic":
         litellm.token_counter(model=name, text="warm up")
+        bounded_words(litellm.utils._select_tokenizer(name)["tokenizer"])  # what it counts with
 
 
 def openai_error(
