@@ -17,7 +17,16 @@ from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
-from proxy.facts.ledger import Fact, facts_in, merge, names, recent_text, related, stated_text
+from proxy.facts.ledger import (
+    Fact,
+    facts_in,
+    merge,
+    names,
+    recent_text,
+    related,
+    stated_text,
+    where_said,
+)
 from proxy.recall.index import (
     ASKING,
     Hit,
@@ -69,9 +78,7 @@ class Archived:
         ledger = ledgers[-1] if ledgers else self.ledger
         # A subject's words of asking are not what names it ("go live date" is asked for
         # as "when do we go live?"), and a subject of only such words is named by none.
-        keys = [
-            (frozenset(f.key.split()) - ASKING, f.source) for f in ledger if f.current and f.subject
-        ]
+        keys = [(words - ASKING, source) for words, source in where_said(ledger)]
         keys = [(words, source) for words, source in keys if words]
         stubs = checkpoints[-1].stubs_index
         return Archived(
