@@ -499,6 +499,8 @@ _FENCED = re.compile(r"^\s*(?:```|~~~).*?^\s*(?:```|~~~)[^\n]*$", re.M | re.S)
 _DIGITS = re.compile(r"\b\w*\d\w*\b")
 _AFTER = 2  # sentences after the one that names a subject where its value may be said
 _LONG = 600  # characters: a longer "sentence" is a paste, which names no subject again
+_DIGIT_RUNS = re.compile(r"\d+")
+_PASTED = 3  # lines of one shape: a log or a listing, not what the user says
 
 
 class _Said:
@@ -511,10 +513,14 @@ class _Said:
     def __init__(self, text: str, known: Sequence[Valued]) -> None:
         text = _CLUSTER_VERSION.sub("kube version", _MIN_VERSION.sub("cutoff", text))
         text = _FENCED.sub("\n", text)
-        # Each sentence with the line it is on.
+        # Each sentence with the line it is on; none of the lines a machine wrote (a log:
+        # lines of one shape, numbers aside, said again and again).
+        lines = text.splitlines()
+        shapes = Counter(_DIGIT_RUNS.sub("0", line).strip() for line in lines)
         found = [
             (line, s.strip())
-            for line, said in enumerate(text.splitlines())
+            for line, said in enumerate(lines)
+            if shapes[_DIGIT_RUNS.sub("0", said).strip()] < _PASTED
             for s in _SENTENCE.split(said)
             if s.strip() and len(s) <= _LONG
         ]

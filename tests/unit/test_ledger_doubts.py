@@ -160,6 +160,10 @@ RESTATED = [
     user("The API rate limit is not 1,000 rpm, whatever the old wiki says."),
     user("Can you check whether the API rate limit of 600 rpm covers the 12 partners?"),
     user("```\napi_rate_limit: 600\nburst: 50\n```"),
+    user(  # a log pasted: lines of one shape, which name no subject again
+        "Here is the gateway log from this morning:\n"
+        + "\n".join(f"api-{n} WARN API rate limit hit at {610 + n} rpm" for n in range(4))
+    ),
 ]
 
 
