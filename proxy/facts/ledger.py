@@ -490,7 +490,13 @@ def doubts(facts: Iterable[Valued], text: str, read: Sequence[Valued] = ()) -> s
     doubted = [f for f in facts if _normalize(f.value) not in same and said.doubts(f, read)]
     # And what restated a doubted value with its subject (the model's "Got it: hiring
     # budget $120k", read as a fact of its own): the same claim.
-    doubted += [f for f in facts if any(_restates(f, other) for other in doubted)]
+    values = [_normalize(other.value) for other in doubted]
+    doubted += [
+        f
+        for f in facts
+        if any(value in _normalize(f.value) for value in values)  # C-speed, first
+        and any(_restates(f, other) for other in doubted)
+    ]
     return {fact.key for fact in doubted}
 
 
@@ -508,7 +514,7 @@ class _Said:
     its terms, once for all the facts it is checked against (`known`: the subjects that
     may be named, read from it or in the ledger)."""
 
-    __slots__ = ("_covered", "known", "lines", "sentences", "terms", "words")
+    __slots__ = ("_covered", "asserted", "known", "lines", "sentences", "terms", "words")
 
     def __init__(self, text: str, known: Sequence[Valued]) -> None:
         text = _CLUSTER_VERSION.sub("kube version", _MIN_VERSION.sub("cutoff", text))
@@ -528,6 +534,7 @@ class _Said:
         self.sentences = [sentence for _, sentence in found]
         self.terms = [frozenset(terms(s)) for s in self.sentences]
         self.words: frozenset[str] = frozenset().union(*self.terms)
+        self.asserted: dict[int, bool] = {}  # by sentence, as the reader judges it
         self.known = known
         self._covered: dict[int, list[Valued]] = {}
 
@@ -537,13 +544,17 @@ class _Said:
         need = len(words) - 1 if len(words) > 2 else len(words)  # an alias spares a word
         if sum(not self.words.isdisjoint(s) for s in spelled) < need:
             return False  # the message does not name it
-        own = set(terms(fact.subject)).union(*spelled)  # the subject's words, not values
+        own = _own(fact.subject, fact.key)  # the subject's words, not values
         for number, sentence in enumerate(self.sentences):
             found = self.terms[number]
             named = {w for w, s in zip(words, spelled, strict=True) if not found.isdisjoint(s)}
             # One word said names one of the subject's ("queue" is not also its "broker").
             said = found & frozenset().union(*(spelled[words.index(w)] for w in named))
-            if min(len(named), len(said)) < need or not asserts(sentence):
+            if min(len(named), len(said)) < need:
+                continue
+            if number not in self.asserted:
+                self.asserted[number] = asserts(sentence)
+            if not self.asserted[number]:
                 continue
             if self._other_subjects(number, fact, named, read):
                 continue
@@ -593,8 +604,24 @@ def _spelled(word: str) -> frozenset[str]:
     return frozenset(spellings(word))
 
 
+@functools.lru_cache(maxsize=4096)
+def _own(subject: str, key: str) -> frozenset[str]:
+    """A subject's words as said and as its key's spellings: none is a value of it."""
+    return frozenset(terms(subject)).union(*(_spelled(word) for word in key.split()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _literals(scope: str) -> tuple[tuple[str, str], ...]:
+    """The (kind, literal) of `scope`'s literals, and its words with a digit the finder
+    leaves untyped ("9" alone): read once for every fact its sentence names."""
+    spans = [(kind, literal) for kind, _, _, literal in fact_spans(scope)]
+    covered = " ".join(literal for _, literal in spans)
+    spans += [("number", digits) for digits in _DIGITS.findall(scope) if digits not in covered]
+    return tuple(spans)
+
+
 def _another_value(
-    fact: Valued, scope: str, own: set[str], negated: bool, alike: bool = False
+    fact: Valued, scope: str, own: frozenset[str], negated: bool, alike: bool = False
 ) -> bool:
     """Whether `scope` says a value that is not `fact`'s: a literal (or a word with a
     digit) that is not of the subject's words; when the fact's value is said there too
@@ -604,9 +631,7 @@ def _another_value(
     restated = _contains(_normalize(scope), value)
     if negated:
         return restated
-    spans = [(kind, literal) for kind, _, _, literal in fact_spans(scope)]
-    covered = " ".join(literal for _, literal in spans)
-    spans += [("number", digits) for digits in _DIGITS.findall(scope) if digits not in covered]
+    spans = _literals(scope)
     # The value's kinds as typed here ("Fastly" is a name mid-sentence, text alone).
     kinds = {"number" if fact.kind == "text" and fact.value.isdigit() else fact.kind}
     kinds |= {found for found, literal in spans if _normalize(literal) in value}
