@@ -27,6 +27,7 @@ from proxy.facts.ledger import (
     recent_text,
     related,
     stated_text,
+    where_said,
 )
 from proxy.recall.index import (
     ASKING,
@@ -88,9 +89,7 @@ class Archived:
         ledger = ledgers[-1] if ledgers else self.ledger
         # A subject's words of asking are not what names it ("go live date" is asked for
         # as "when do we go live?"), and a subject of only such words is named by none.
-        keys = [
-            (frozenset(f.key.split()) - ASKING, f.source) for f in ledger if f.current and f.subject
-        ]
+        keys = [(words - ASKING, source) for words, source in where_said(ledger)]
         keys = [(words, source) for words, source in keys if words]
         stubs = checkpoints[-1].stubs_index
         return Archived(

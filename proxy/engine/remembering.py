@@ -203,14 +203,14 @@ class Memories:
         the memory (compare-and-set, retried when another session's turn wrote it first)."""
         messages = [s.message for s in said]
         facts = await off_loop(messages, lambda: _said(messages))
+        texts = [stated_text(m) for m in messages if m.get("role") == "user"]
         for _ in range(CAS_ATTEMPTS):
             found = await self._store.memory(tenant, memory_id)
             version, memory = (found[0], Memory.from_json(found[1])) if found else (0, Memory())
-            if not facts and session in memory.sessions:
+            remembered = remember(memory.facts, facts, session, texts)
+            if not facts and session in memory.sessions and remembered == memory.facts:
                 return  # nothing new to keep: the record is not rewritten every turn
-            updated = Memory(
-                remember(memory.facts, facts, session), memory.said(session, len(messages))
-            )
+            updated = Memory(remembered, memory.said(session, len(messages)))
             if await self._store.put_memory(tenant, memory_id, version, updated.to_json()):
                 return
         logger.warning("memory not updated after %d attempts (conflicts)", CAS_ATTEMPTS)

@@ -370,8 +370,15 @@ def _archived(
     ]
     facts = [fact for fact, _ in said]
     stated = [(fact.source, fact.subject) for fact in facts]  # what each message states
+    # The user's words, read for subjects named again beside a value not read as theirs.
+    users = [
+        (start + offset, stated_text(message))
+        for offset, message in enumerate(messages)
+        if message.get("role") == "user"
+    ]
+    heard = [fact for fact, heard in said if heard]
     return (
         segment(start, messages, follows, stated),
-        tuple(merge(ledger, facts, [fact for fact, heard in said if heard])),
+        tuple(merge(ledger, facts, heard, users)),
         [f.value for f in facts],
     )

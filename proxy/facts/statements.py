@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from proxy.facts.literals import COMMON_WORDS, fact_spans
 from proxy.facts.secrets import shaped
 
-__all__ = ["corrections", "statements", "subject_words"]
+__all__ = ["asserts", "corrections", "negates", "retracts", "statements", "subject_words"]
 
 MAX_SUBJECT_WORDS = 8
 MAX_VALUE_WORDS = 12
@@ -291,6 +291,37 @@ _NOT_BUT = re.compile(
     r"[`\"']?(?P<old>[^\s,`\"']+)[`\"']?\s*[,;]\s*(?:it['’]s|it\s+is|but)\s+(?P<v>.+)$",
     re.I,
 )
+
+
+def asserts(sentence: str) -> bool:
+    """Whether a sentence asserts, as this reader judges a statement: not a question, a
+    guess, hearsay, a condition or a suggestion ("If the TTL were 900s …", "Jonas thinks
+    …", "probably …")."""
+    sentence = sentence.strip()
+    return not (
+        sentence.endswith("?")
+        or _HEDGE.search(sentence)
+        or _HEARSAY.search(sentence)
+        or _HEDGED.search(sentence)
+    )
+
+
+_RETRACTION = re.compile(
+    r"\b(?:scratch\s+that|wait,?\s+no|no,?\s+wait|make\s+that|my\s+bad)\b", re.I
+)
+
+
+def retracts(sentence: str) -> bool:
+    """Whether a sentence takes back what was said ("scratch that", "wait, no")."""
+    return _RETRACTION.search(sentence) is not None
+
+
+_NEGATION = re.compile(r"\b(?:not|never|no\s+longer|nope|no)\b|n['’]t\b", re.I)
+
+
+def negates(sentence: str) -> bool:
+    """Whether a sentence denies something ("… is not OPS-5924", "was never 6553")."""
+    return _NEGATION.search(sentence) is not None
 
 
 def subject_words(subject: str) -> list[str]:

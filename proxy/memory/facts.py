@@ -4,9 +4,12 @@ one memory, and the few most relevant to a conversation injected into it.
 A remembered fact has a confidence: said by the user it starts at 0.6, by the assistant
 or a tool at 0.4, and each time it is said again (in any session) it gains 0.1, up to
 1.0. A later value of the same kind and subject supersedes the remembered one, which is
-kept, marked, and never offered as current. Ranking is TF-IDF cosine similarity with the
-latest turns, blended with confidence (`memory.similarity_weight`,
-`memory.confidence_weight`); with no turns yet, confidence alone. Pure: the engine
+kept, marked, and never offered as current; so does the user naming the subject again
+beside a value the ledger cannot read as its update (a doubt: the value is no longer
+offered, and recall across sessions shows the turns that said it). Ranking is TF-IDF
+cosine similarity with the latest turns, blended with confidence
+(`memory.similarity_weight`, `memory.confidence_weight`); with no turns yet, confidence
+alone. Pure: the engine
 reads and writes the memory record (`proxy.engine.remembering`).
 """
 
@@ -20,7 +23,7 @@ from typing import Any
 
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.facts.ledger import Fact, Valued, message_text, terms
+from proxy.facts.ledger import DOUBTED, Fact, Valued, doubts, message_text, terms
 from proxy.facts.literals import _normalize
 from proxy.facts.secrets import holds_secret
 from proxy.recall.index import later_values
@@ -73,11 +76,19 @@ class Remembered(Valued):
 
 
 def remember(
-    memory: Iterable[Remembered], said: Iterable[tuple[Fact, str]], session: str
+    memory: Iterable[Remembered],
+    said: Iterable[tuple[Fact, str]],
+    session: str,
+    texts: Iterable[str] = (),
 ) -> list[Remembered]:
-    """`memory` with the facts a session just said (each with the role that said it)."""
+    """`memory` with the facts a session just said (each with the role that said it),
+    then doubted where the user's messages of the same turn (`texts`, their stated
+    text) name a remembered subject again beside a value not read as its own
+    (`proxy.facts.ledger.doubts`): such a value is never offered again as current."""
     facts = list(memory)
     where = {fact.key: i for i, fact in enumerate(facts) if fact.current}
+    said = list(said)
+    touched = {fact.key for fact, _ in said}
     for fact, role in said:
         key = fact.key
         index = where.get(key)
@@ -91,6 +102,12 @@ def remember(
         start = _USER if role == "user" else _OTHER
         where[key] = len(facts)
         facts.append(Remembered(fact.kind, fact.subject, fact.value, start, session, fact.time))
+    read = [fact for fact, _ in said]
+    for text in texts:
+        earlier = [facts[i] for key, i in where.items() if key not in touched]
+        for key in doubts(earlier, text, read):
+            index = where.pop(key)
+            facts[index] = replace(facts[index], superseded_by=DOUBTED)
     if len(facts) > MAX_REMEMBERED:
         stale = {i for i, f in enumerate(facts) if not f.current}
         drop = set(sorted(stale)[: len(facts) - MAX_REMEMBERED])

@@ -600,12 +600,18 @@ def later_values(
 ) -> list[str]:
     """ "subject: old value replaced by current value" for each replaced value `text`
     shows (the current value last, where a reader looks for it): one per subject, so two
-    subjects that both had the value a line shows each get theirs."""
+    subjects that both had the value a line shows each get theirs; a doubted value
+    (`proxy.facts.ledger.DOUBTED`) with no current one since is said to have changed."""
     notes: dict[str, str] = {}
     for fact in ledger:
         if fact.current or fact.value not in text:
             continue
         now = current.get(fact.key)
+        if now is None and fact.doubted:  # named again beside a value not read as its own
+            note = f"{fact.subject}: {fact.value} may have changed, see the later messages"
+            if note not in noted:
+                notes.setdefault(fact.key, note)
+            continue
         if now is None and any(  # replaced under an alias, by a value still current
             other.current and other.value == fact.superseded_by and related(fact.key, other.key)
             for other in ledger
