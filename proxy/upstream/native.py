@@ -264,15 +264,19 @@ class NativeClient(DirectClient):
 
 
 # What `_call` keeps, in all (its requests and the bodies made of them): an agent's
-# parameters (tools, its system prompt) are tens of KB, a hostile body's megabytes.
+# parameters (tools, its system prompt) are tens of KB, a hostile body's megabytes. And
+# how many: each holds its key, headers and URL too, uncounted. (Before they were kept
+# as bytes of their own size, a burst of distinct ones, the issue 51 fuzz, kept 136 MB
+# in orjson's buffers within 16 MiB of counted bytes.)
 KEPT_CALL_BYTES = 16 << 20
+KEPT_CALLS = 256
 
 _Made = tuple[str, tuple[tuple[str, str], ...], bytes]  # the URL, headers and body
 
 
 class _Calls:
-    """`_call`'s results, the latest `KEPT_CALL_BYTES` of them (its request's bytes and
-    its body's; the rest is small), least recently used first."""
+    """`_call`'s results, the latest `KEPT_CALLS` of them within `KEPT_CALL_BYTES` (its
+    request's bytes and its body's), least recently used first."""
 
     def __init__(self) -> None:
         self.held = 0
@@ -287,7 +291,9 @@ class _Calls:
     def put(self, arguments: tuple[Any, ...], made: _Made) -> None:
         self._known[arguments] = made
         self.held += len(arguments[2]) + len(made[2])
-        while self.held > KEPT_CALL_BYTES and len(self._known) > 1:
+        while (self.held > KEPT_CALL_BYTES or len(self._known) > KEPT_CALLS) and len(
+            self._known
+        ) > 1:
             dropped, its = self._known.popitem(last=False)
             self.held -= len(dropped[2]) + len(its[2])
 
@@ -310,6 +316,12 @@ def _call(
             url, headers, body = adapter.anthropic_messages_call(model, params, key, base, drop)
         else:
             url, headers, body = adapter.responses_call(model, params, key, base)
-        made = url, tuple(headers.items()), orjson.dumps(body)
-        _calls.put(arguments, made)
+        made = url, tuple(headers.items()), _exact(orjson.dumps(body))
+        _calls.put((api, model, _exact(request), key, base, drop), made)
     return made
+
+
+def _exact(data: bytes) -> bytes:
+    """`data` in a bytes object of its own size, to keep: orjson's output keeps its
+    buffer's capacity, 4 KiB at least and up to twice its length."""
+    return bytes(memoryview(data))

@@ -3,6 +3,7 @@ what the client sent, and the routes go only where a deployment speaks the API."
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import orjson
@@ -305,3 +306,23 @@ def test_the_kept_calls_hold_at_most_their_bytes_and_the_latest_call() -> None:
     again = native._call("responses", "gpt-4.1", request, "sk-1", None, False)
     assert again is made[-1]
     assert orjson.loads(again[2])["instructions"] == instructions
+
+
+def test_the_kept_calls_are_at_most_so_many() -> None:
+    """A burst of distinct small parameters (each call's key, headers and URL weigh more
+    than the bytes counted) leaves at most `KEPT_CALLS` of them kept."""
+    for n in range(2 * native.KEPT_CALLS):
+        request = orjson.dumps({"instructions": f"be brief, {n}"})
+        native._call("responses", "gpt-4.1", request, "sk-1", None, False)
+    assert len(native._calls._known) == native.KEPT_CALLS
+
+
+def test_the_kept_calls_hold_no_more_than_their_bytes() -> None:
+    """What is kept is bytes of their own size: orjson's output keeps its buffer (4 KiB
+    for a few bytes, up to twice a long one), which 256 kept calls of the fuzz's turned
+    into 74 MB where 8 MB was counted."""
+    request = orjson.dumps({"instructions": "be brief", "tools": [{"type": "x" * 50_000}]})
+    native._call("responses", "gpt-4.1", request, "sk-1", None, False)
+    (kept, made), *_ = reversed(native._calls._known.items())
+    for data in (kept[2], made[2]):
+        assert sys.getsizeof(data) - len(data) < 64
