@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.conversation.tokens import TokenCounter
 from proxy.facts.ledger import (
     DOUBTED,
     Fact,
@@ -268,18 +269,11 @@ def test_memory_doubts_a_remembered_value_the_user_names_again() -> None:
     again = "Launch date update — marketing wants June 10 instead, legal signed off."
     memory = remember(memory, [], "b", [again])
     assert [(f.value, f.current, f.doubted) for f in memory] == [("June 3", False, True)]
-    assert memory_message(memory, "launch date", CountWords(), 500) is None
+    assert memory_message(memory, "launch date", WORDS, 500) is None
     # Named again without another value, or by the model: kept.
     kept = remember([launch], [], "b", ["Slides for the launch date are ready."])
     assert kept == [launch]
     assert isinstance(kept[0], Remembered)
 
 
-class CountWords:
-    name = "words"
-
-    def count_text(self, text: str) -> int:
-        return len(text.split())
-
-    def count_message(self, message: dict[str, object]) -> int:
-        return len(str(message.get("content", "")).split()) + 4
+WORDS = TokenCounter("words", lambda text: len(text.split()))
