@@ -44,7 +44,6 @@ __all__ = [
     "Renderings",
     "Translation",
     "Translations",
-    "compact",
     "conversation_key",
     "joined",
 ]
@@ -121,12 +120,6 @@ class Translations:
             self._held -= len(dropped.native)
             self._bytes -= sum(dropped.sizes)
         return chat
-
-
-def compact(data: bytes) -> bytes:
-    """`data` in a bytes object of its own size: orjson's output keeps its buffer's
-    capacity (4 KiB at least), which a kept rendering would hold for every turn."""
-    return bytes(memoryview(data))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 import orjson
 
+from proxy.conversation.identity import compact
 from proxy.errors import UpstreamFailure
 from proxy.upstream import adapter, reading
 from proxy.upstream.lean import DirectClient, Events, chained, parsed_reply, unfinished
@@ -316,12 +317,6 @@ def _call(
             url, headers, body = adapter.anthropic_messages_call(model, params, key, base, drop)
         else:
             url, headers, body = adapter.responses_call(model, params, key, base)
-        made = url, tuple(headers.items()), _exact(orjson.dumps(body))
-        _calls.put((api, model, _exact(request), key, base, drop), made)
+        made = url, tuple(headers.items()), compact(orjson.dumps(body))
+        _calls.put((api, model, compact(request), key, base, drop), made)
     return made
-
-
-def _exact(data: bytes) -> bytes:
-    """`data` in a bytes object of its own size, to keep: orjson's output keeps its
-    buffer's capacity, 4 KiB at least and up to twice its length."""
-    return bytes(memoryview(data))

@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation.identity import ANTHROPIC_CONTENT
+from proxy.conversation.identity import ANTHROPIC_CONTENT, compact
 from proxy.costs.usage import chat_usage
 from proxy.doors.anthropic.stream import ERROR_STATUS, event
 from proxy.doors.base import UNTYPED_EVENT, typed
-from proxy.doors.translations import Rendered, Rendering, Renderings, compact, joined
+from proxy.doors.translations import Rendered, Rendering, Renderings, joined
 from proxy.errors import UpstreamFailure
 from proxy.upstream.failures import said_in
 from proxy.upstream.native import NativeApi, lean_covers
