@@ -51,14 +51,15 @@ __all__ = [
 # Messages a door keeps, in all, of the conversations it served lately: translated, and
 # rendered (a window is rendered per session, and without one, per conversation); and
 # their bytes as JSON (the client's messages, the turns rendered), which bind only
-# where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB. Parsed,
-# what is kept weighs four to five times its JSON: at 4 MiB each, the doors' caches held
-# 58 MB after the fuzz's megabyte bodies. The latest conversation is kept whatever its
-# size.
+# where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB, and two
+# such conversations served in turn are each kept. Parsed, what is kept weighs four to
+# five times its JSON (58 MB in the doors' caches after the fuzz's megabyte bodies; at
+# 2 MiB each the fuzz's memory after its run was no lower). The latest conversation is
+# kept whatever its size.
 KEPT_TRANSLATED = 10_000
 KEPT_RENDERED = 16_000
-KEPT_TRANSLATED_BYTES = 2 << 20
-KEPT_RENDERED_BYTES = 2 << 20
+KEPT_TRANSLATED_BYTES = 4 << 20
+KEPT_RENDERED_BYTES = 4 << 20
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
