@@ -59,9 +59,10 @@ _STATED = 3  # units where a fact the newest message names was stated, first
 _MANY_UNITS = 2000  # an index searched in a worker thread past this many units
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
-# A new block takes at most this share of the room: the window grows a turn at a time
-# into the rest before the block must be chosen again (and the prompt cache rewritten
-# from where it stood).
+# A new block takes at most this share of the room where the request offers tools: the
+# window grows a tool call at a time into the rest before the block must be chosen again
+# (and the prompt cache rewritten from where it stood). Without tools the next request
+# is the user's next message, which asks anew: the block takes the whole room.
 _FILLED = 0.75
 
 
@@ -243,7 +244,8 @@ class Archive:
             return plan.with_message(
                 at, shown.message, inserts.recall_tokens, "recall", shown.shown
             ), inserts
-        found = await self._units(request.key, state, hits, int(_FILLED * room))
+        room = int(_FILLED * room) if request.tools_tokens else room
+        found = await self._units(request.key, state, hits, room)
         if context.cache_aware and context.stub_tool_results_over:  # outputs as stubs
             over = context.stub_tool_results_over
             found = [
@@ -253,7 +255,7 @@ class Archive:
         ledger = await off_loop(
             plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
         )
-        block = recall_message(found, ledger, request.counter, int(_FILLED * room))
+        block = recall_message(found, ledger, request.counter, room)
         if block is None:
             return plan, inserts
         if placed and shown is not None and block.message == shown.message:

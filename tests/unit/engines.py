@@ -121,8 +121,10 @@ class Parts:
         tenant: str = "t1",
         mode: Mode = "auto",
         memory_id: str | None = None,
+        **body: Any,
     ) -> Turn:
-        """One turn answered whole (Chat Completions' body), as a door would send it."""
+        """One turn answered whole (Chat Completions' body, with `body`'s other fields),
+        as a door would send it."""
         context = RequestContext(
             tenant=tenant,
             session_id=session,
@@ -130,7 +132,7 @@ class Parts:
             memory_id=memory_id,
         )
         turn, _ = await self.engine.complete(
-            {"model": MODEL, "messages": messages}, context, Observed()
+            {"model": MODEL, "messages": messages, **body}, context, Observed()
         )
         if session is not None:  # a summary it started in the background is made
             await self.engine.summaries.wait((tenant, session))

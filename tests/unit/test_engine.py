@@ -230,3 +230,30 @@ async def test_every_turn_fits_its_budget(make_parts: Any, down: bool) -> None:
         assert sent[-1] == history[-2]  # the newest message is always sent whole
         assert not is_summarizer(sent)
     assert len(await parts.stored()) == 20
+
+
+async def test_a_recall_block_takes_the_whole_room_when_no_tool_loop_can_follow(
+    make_parts: Any,
+) -> None:
+    """Issue 52: a block for a request that offers tools leaves a quarter of its room for
+    the tool loop to grow into (the block stays, bytes and all, while it does); one with
+    no tools is followed by the user's next message, which asks anew, so it takes all
+    the room and shows more of what was said."""
+    history: list[dict[str, Any]] = []
+    for number in range(40):
+        note = f"Kayak log {number}: paddled past marker {number * 7} near the north cove."
+        history += [said(note), echo(note)]
+    history += conversation(6)
+    question = said("What did the kayak log say about the north cove markers?")
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    shown = {}
+    for session, extra in (("plain", {}), ("tools", {"tools": [tool]})):
+        parts = make_parts(window=2000)
+        for end in range(2, len(history) + 1, 2):
+            await parts.turn(history[: end - 1], session)
+        turn = await parts.turn([*history, question], session, **extra)
+        sent = parts.upstream.sent[-1]["messages"]
+        [block] = [m for m in sent if str(m["content"]).startswith(RECALL_PREFIX)]
+        shown[session] = str(block["content"]).count("Kayak log")
+        assert turn.tokens_sent <= 1600  # within 80% of the window, either way
+    assert shown["tools"] > 0 and shown["plain"] >= 1.25 * shown["tools"]  # a third more room
