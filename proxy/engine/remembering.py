@@ -44,8 +44,8 @@ _MEMORIES = 1024  # parsed memory records kept per process
 _INJECTION_SHARE = 0.02  # of the budget, when `memory.max_injection_tokens` is unset
 _SESSIONS_KEPT = 64  # a memory's sessions that said the most, whose messages recall searches
 _SEARCHED = 32  # of them, searched for one message (those that said the most)
-_PER_SESSION = 8  # units taken from each
-_UNITS = 128  # units offered to the block, best first, while its room lasts
+_PER_SESSION = 16  # units taken from each
+_UNITS = 256  # units offered to the block, best first, while its room lasts
 _QUERY_CHARS = 4000  # of the newest message
 _CHARS_PER_TOKEN = 6  # more than any text has: units read past this many fill any room
 
