@@ -14,10 +14,12 @@ from typing import TypeVar
 
 from proxy.config.settings import ContextSettings, Settings
 from proxy.conversation.identity import GENESIS, Message
+from proxy.conversation.tokens import TokenCounter
 from proxy.engine.offload import off_loop
 from proxy.engine.stubs import briefed, last_user
 from proxy.engine.types import Request, State
 from proxy.engine.window import Plan
+from proxy.engine.yielding import Asked, Window, yielded_plan
 from proxy.facts.ledger import (
     Fact,
     facts_in,
@@ -246,16 +248,8 @@ class Archive:
             ), inserts
         room = int(_FILLED * room) if request.tools_tokens else room
         found = await self._units(request.key, state, hits, room)
-        if context.cache_aware and context.stub_tool_results_over:  # outputs as stubs
-            over = context.stub_tool_results_over
-            found = [
-                (hit, unit if hit.start in whole else briefed(unit, hit.terms, over))
-                for hit, unit in found
-            ]
-        ledger = await off_loop(
-            plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
-        )
-        block = recall_message(found, ledger, request.counter, room)
+        block_of = functools.partial(self._block, archived, plan, whole, request.counter)
+        block = await block_of(found, room)
         if block is None:
             return plan, inserts
         if placed and shown is not None and block.message == shown.message:
@@ -263,6 +257,19 @@ class Archive:
             return plan.with_message(
                 at, shown.message, inserts.recall_tokens, "recall", shown.shown
             ), inserts
+        if not request.tools_tokens and not plan.dropped and plan.compression == "summary":
+            read = dict((hit.start, unit) for hit, unit in found)
+            key = request.key
+
+            async def unit(hit: Hit) -> list[Message]:
+                return read.get(hit.start) or await self._unit(key, state, hit)
+
+            cap = min(int(context.recall_ratio * request.budget), context.recall_max_tokens)
+            window = Window(plan, len(plan.messages) - first, offset, request.budget, cap)
+            asked_for = Asked(asked, hits, block, archived.head)
+            yielded = await yielded_plan(window, asked_for, request.counter, unit, block_of)
+            if yielded is not None:  # a block chosen with the window it yielded: not kept
+                return yielded, replace(inserts, recall=None, recall_tokens=0, recall_shown={})
         tokens = request.counter.count_message(block.message)
         chosen = replace(
             inserts,
@@ -276,6 +283,30 @@ class Archive:
             recall_archive=(archived.count, archived.head),
         )
         return plan.with_message(asking, block.message, tokens, "recall", block.shown), chosen
+
+    async def _block(
+        self,
+        archived: Archived,
+        plan: Plan,
+        whole: set[int],
+        counter: TokenCounter,
+        found: list[tuple[Hit, list[Message]]],
+        room: int,
+    ) -> Recalled | None:
+        """The block of `found` in `room` tokens: tool outputs as stubs where the settings
+        stub them (but those the newest message asked about, `whole`), each value the
+        ledger knows was replaced since noted."""
+        context = self._settings.context
+        if context.cache_aware and context.stub_tool_results_over:
+            over = context.stub_tool_results_over
+            found = [
+                (hit, unit if hit.start in whole else briefed(unit, hit.terms, over))
+                for hit, unit in found
+            ]
+        ledger = await off_loop(
+            plan.messages, lambda: _with_later_values(archived.ledger, found, plan.messages)
+        )
+        return recall_message(found, ledger, counter, room)
 
     async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
         """The units of the whole session that best match `query`: the summarized part

@@ -30,6 +30,7 @@ __all__ = [
     "Plan",
     "omitted_message",
     "plan_context",
+    "yielded_message",
 ]
 
 
@@ -74,6 +75,16 @@ class Inserted:
 def omitted_message(count: int) -> Message:
     """Marks dropped history, so truncation is never silent."""
     return {"role": "system", "content": f"[… {count} earlier messages omitted …]"}
+
+
+def yielded_message(count: int) -> Message:
+    """Marks the older part of the window left out for a recall block
+    (`proxy.engine.yielding`): not lost, and what of it bears on the question is there."""
+    return {
+        "role": "system",
+        "content": f"[… {count} earlier messages not shown here; those that bear on the"
+        " latest message are among the recalled ones …]",
+    }
 
 
 def plan_context(

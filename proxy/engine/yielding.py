@@ -1,0 +1,143 @@
+"""The verbatim window's older part yields its room to recall when the newest message is
+served better by what recall finds: a question about the third week wants the turns of
+the third week, not the last fifty. On LoCoMo's conversations (docs/performance.md,
+`locomo`) the newest fifty messages held a sixth of what questions need.
+
+Whether it yields is decided by one ranking of both: the archive's units and the older
+part's (indexed as they are read, a window's worth) ranked together for the newest
+message; the older part yields when the units a block would add in its room rank well
+above the older units that block would leave out. A follow-up on what was just said
+ranks the older part first, and it stays. The newest turns (`TAIL` of the budget) always
+stay. Only a request that offers no tools yields: an agent's tool loop keeps its window
+and block byte for byte. The archive reads the units and makes the blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from proxy.conversation.identity import Message
+from proxy.conversation.tokens import TokenCounter
+from proxy.engine.offload import off_loop
+from proxy.engine.stubs import last_user
+from proxy.engine.window import Plan, yielded_message
+from proxy.facts.ledger import message_text
+from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, segment
+
+__all__ = ["MARGIN", "TAIL", "Asked", "Window", "serves_better", "tail_start", "yielded_plan"]
+
+TAIL = 0.25  # of the budget: the newest turns stay verbatim whatever is asked
+# The units a block adds in the older part's room must rank this many times higher, on
+# average, than the older units it leaves out: a yielded window is not what the
+# provider cached at the last turn.
+MARGIN = 1.25
+# Units are read until this least cost of theirs passes the room (as the archive reads).
+_CHARS_PER_TOKEN = 6
+_LABEL_TOKENS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A plan, where its verbatim window begins (`start`, an index of its messages), what
+    to add to an index of its messages for a transcript position (`offset`), the
+    request's budget, and the most a recall block may take (`cap`)."""
+
+    plan: Plan
+    start: int
+    offset: int
+    budget: int
+    cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The newest message, the archive's hits for it, the block they made in the room the
+    window leaves (`kept`), and the archive's chain value (`head`)."""
+
+    text: str
+    hits: list[Hit]
+    kept: Recalled
+    head: str
+
+
+async def yielded_plan(
+    window: Window,
+    asked: Asked,
+    counter: TokenCounter,
+    unit: Callable[[Hit], Awaitable[list[Message]]],
+    block_of: Callable[[list[tuple[Hit, list[Message]]], int], Awaitable[Recalled | None]],
+) -> Plan | None:
+    """The plan with its window's older part left out for a block, in its room, that
+    serves the newest message better; None where it does not. `unit` reads an archived
+    unit, `block_of` makes a block of units in a room of tokens."""
+    plan, start, offset = window.plan, window.start, window.offset
+    asking = last_user(plan.messages)
+    sizes = [counter.count_message(message) for message in plan.messages[start:asking]]
+    tail = tail_start(plan.messages, start, asking, sizes, int(TAIL * window.budget))
+    if tail is None:
+        return None
+    older = plan.messages[start:tail]
+    first = offset + start  # where the older part is in the transcript
+    made = await off_loop(older, lambda: segment(first, older, asked.head))
+    index = RecallIndex().extended([made])
+    precise = [hit for hit in asked.hits if hit.precise]
+    rest = [hit for hit in asked.hits if not hit.precise]
+    order = [*precise, *best_first([*rest, *index.ranked(asked.text, len(index.units))])]
+    marker = yielded_message(tail - start)
+    marker_tokens = counter.count_message(marker)
+    older_tokens = sum(sizes[: tail - start])
+    room = min(window.cap, window.budget - plan.tokens + older_tokens - marker_tokens)
+    found: list[tuple[Hit, list[Message]]] = []
+    least = 0.0  # the tokens they take at the least
+    for hit in order:
+        if hit.start >= first:
+            read = plan.messages[hit.start - offset : hit.end - offset]
+        else:
+            read = await unit(hit)
+        found.append((hit, read))
+        least += sum(len(message_text(m)) for m in read) / _CHARS_PER_TOKEN + _LABEL_TOKENS
+        if least > room:
+            break
+    block = await block_of(found, room)
+    starts = [unit[0] for unit in index.units]
+    if block is None or not serves_better(order, block.shown, asked.kept.shown, starts):
+        return None
+    messages = [*plan.messages[:start], marker, *plan.messages[tail:]]
+    tokens = plan.tokens - older_tokens + marker_tokens
+    yielded = replace(plan, messages=messages, tokens=tokens, dropped=plan.dropped + tail - start)
+    at = asking - (tail - start) + 1  # the newest message, in the yielded plan
+    return yielded.with_message(
+        at, block.message, counter.count_message(block.message), "recall", block.shown
+    )
+
+
+def tail_start(
+    messages: Sequence[Message], window: int, asking: int, sizes: Sequence[int], least: int
+) -> int | None:
+    """The index of `messages` where the verbatim tail begins: the latest user message
+    after `window` (where the window begins) with at least `least` tokens from it to the
+    newest message (`asking`; `sizes` are the tokens of messages[window:asking]). None
+    when the window has no part older than that."""
+    kept = 0
+    for at in range(asking - 1, window, -1):
+        kept += sizes[at - window]
+        if kept >= least and messages[at].get("role") == "user":
+            return at
+    return None
+
+
+def serves_better(
+    order: Sequence[Hit], shown: Iterable[int], kept: Iterable[int], older: Iterable[int]
+) -> bool:
+    """Whether a block that shows the units starting at `shown` in the older part's room
+    serves the newest message better than the window with the block beside it that
+    shows `kept`: the units it adds rank, on average, `MARGIN` times higher in `order`
+    than the older part's units it leaves out (a unit not in `order` ranks last)."""
+    rank = {hit.start: at for at, hit in enumerate(order)}
+    older = set(older)
+    added = [rank[start] for start in set(shown) - set(kept) - older if start in rank]
+    left = [rank.get(start, len(order)) for start in older - set(shown)]
+    if not added or not left:
+        return bool(added)  # it adds units and leaves none out
+    return MARGIN * sum(added) / len(added) < sum(left) / len(left)
