@@ -265,7 +265,16 @@ class Archive:
                 return read.get(hit.start) or await self._unit(key, state, hit)
 
             cap = min(int(context.recall_ratio * request.budget), context.recall_max_tokens)
-            window = Window(plan, len(plan.messages) - first, offset, request.budget, cap)
+            window = Window(
+                plan,
+                len(plan.messages) - first,
+                offset,
+                request.budget,
+                len(request.system),
+                request.system_tokens + request.tools_tokens,
+                room,
+                cap,
+            )
             asked_for = Asked(asked, hits, block, archived.head)
             yielded = await yielded_plan(window, asked_for, request.counter, unit, block_of)
             if yielded is not None:  # a block chosen with the window it yielded: not kept

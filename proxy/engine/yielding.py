@@ -25,7 +25,7 @@ from proxy.engine.window import Plan, yielded_message
 from proxy.facts.ledger import message_text
 from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, segment
 
-__all__ = ["MARGIN", "TAIL", "Asked", "Window", "serves_better", "tail_start", "yielded_plan"]
+__all__ = ["MARGIN", "TAIL", "Asked", "Window", "older_part", "serves_better", "yielded_plan"]
 
 TAIL = 0.25  # of the budget: the newest turns stay verbatim whatever is asked
 # The units a block adds in the older part's room must rank this many times higher, on
@@ -41,12 +41,17 @@ _LABEL_TOKENS = 6
 class Window:
     """A plan, where its verbatim window begins (`start`, an index of its messages), what
     to add to an index of its messages for a transcript position (`offset`), the
-    request's budget, and the most a recall block may take (`cap`)."""
+    request's budget, the client's system messages (`system`) and their tokens with the
+    tools' (`fixed`), the room the plan left a recall block, and the most a block may
+    take (`cap`)."""
 
     plan: Plan
     start: int
     offset: int
     budget: int
+    system: int
+    fixed: int
+    room: int
     cap: int
 
 
@@ -73,8 +78,7 @@ async def yielded_plan(
     unit, `block_of` makes a block of units in a room of tokens."""
     plan, start, offset = window.plan, window.start, window.offset
     asking = last_user(plan.messages)
-    sizes = [counter.count_message(message) for message in plan.messages[start:asking]]
-    tail = tail_start(plan.messages, start, asking, sizes, int(TAIL * window.budget))
+    tail, older_tokens = older_part(window, asking, counter)
     if tail is None:
         return None
     older = plan.messages[start:tail]
@@ -86,8 +90,7 @@ async def yielded_plan(
     order = [*precise, *best_first([*rest, *index.ranked(asked.text, len(index.units))])]
     marker = yielded_message(tail - start)
     marker_tokens = counter.count_message(marker)
-    older_tokens = sum(sizes[: tail - start])
-    room = min(window.cap, window.budget - plan.tokens + older_tokens - marker_tokens)
+    room = window.room + older_tokens - marker_tokens  # within the cap: `older_part`
     found: list[tuple[Hit, list[Message]]] = []
     least = 0.0  # the tokens they take at the least
     for hit in order:
@@ -112,19 +115,26 @@ async def yielded_plan(
     )
 
 
-def tail_start(
-    messages: Sequence[Message], window: int, asking: int, sizes: Sequence[int], least: int
-) -> int | None:
-    """The index of `messages` where the verbatim tail begins: the latest user message
-    after `window` (where the window begins) with at least `least` tokens from it to the
-    newest message (`asking`; `sizes` are the tokens of messages[window:asking]). None
-    when the window has no part older than that."""
-    kept = 0
-    for at in range(asking - 1, window, -1):
-        kept += sizes[at - window]
-        if kept >= least and messages[at].get("role") == "user":
-            return at
-    return None
+def older_part(window: Window, asking: int, counter: TokenCounter) -> tuple[int | None, int]:
+    """Where the older part of the window ends (an index of the plan's messages, where a
+    user message begins) and its tokens: as much of the window's oldest messages as a
+    block could use beyond the room it has (up to `cap`), leaving at least `TAIL` of the
+    budget after it. (None, 0) when nothing would yield. Work follows what is counted:
+    at most what the block could use, not the window."""
+    plan, start = window.plan, window.start
+    extra = window.cap - window.room  # what a block could take beyond its room
+    between = sum(counter.count_message(m) for m in plan.messages[window.system : start])
+    verbatim = plan.tokens - window.fixed - between  # the window's tokens, the newest included
+    end, older, tokens = None, 0, 0
+    for at in range(start, asking):
+        if at > start and plan.messages[at].get("role") == "user":
+            if verbatim - older < TAIL * window.budget:
+                break
+            end, tokens = at, older
+        older += counter.count_message(plan.messages[at])
+        if older > extra:
+            break
+    return end, tokens
 
 
 def serves_better(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.engine.window import yielded_message
-from proxy.engine.yielding import serves_better, tail_start
+from proxy.conversation.tokens import TokenCounter
+from proxy.engine.window import Plan, yielded_message
+from proxy.engine.yielding import Window, older_part, serves_better
 from proxy.recall.index import RECALL_PREFIX, Hit
 
 
@@ -23,12 +24,22 @@ def hits(*starts: int) -> list[Hit]:
     return [Hit(start, start + 1, 1.0, ()) for start in starts]
 
 
-def test_the_tail_begins_at_a_user_message_with_enough_after_it() -> None:
-    messages = [said("a"), echo("a"), said("b"), echo("b"), said("c"), echo("c"), said("?")]
-    sizes = [10] * 6  # messages[0:6], before the newest
-    assert tail_start(messages, 0, 6, sizes, 20) == 4
-    assert tail_start(messages, 0, 6, sizes, 25) == 2
-    assert tail_start(messages, 0, 6, sizes, 60) is None  # no older part is left
+def test_the_older_part_is_what_a_block_could_use_and_leaves_the_tail() -> None:
+    """As many of the window's oldest messages as a block could use beyond its room,
+    cut where a user message begins, and never the newest quarter of the budget."""
+    counter = TokenCounter("chars", lambda text: len(text))
+    summary = {"role": "system", "content": "x" * 96}
+    window = [said("a" * 96), echo("b" * 90)] * 5  # a turn: 103 + 108 tokens
+    messages = [summary, *window, said("?" * 96)]
+    plan = Plan(messages, counter.count_messages(messages), "summary", None, 0)
+
+    def part(room: int, cap: int) -> tuple[int | None, int]:
+        frame = Window(plan, 1, 0, budget=1600, system=0, fixed=0, room=room, cap=cap)
+        return older_part(frame, len(messages) - 1, counter)
+
+    assert part(room=100, cap=550) == (5, 422)  # 450 more: two turns, cut where one begins
+    assert part(room=100, cap=10_000) == (7, 633)  # a quarter of 1,600 and more is left
+    assert part(room=500, cap=500) == (None, 0)  # the block can take no more
 
 
 def test_the_older_part_yields_to_units_that_rank_above_it() -> None:
