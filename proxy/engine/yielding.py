@@ -27,7 +27,7 @@ from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, segment
 
 __all__ = ["MARGIN", "TAIL", "Asked", "Window", "older_part", "serves_better", "yielded_plan"]
 
-TAIL = 0.25  # of the budget: the newest turns stay verbatim whatever is asked
+TAIL = 0.15  # of the budget: the newest turns stay verbatim whatever is asked
 # The units a block adds in the older part's room must rank this many times higher, on
 # average, than the older units it leaves out: a yielded window is not what the
 # provider cached at the last turn.

@@ -26,7 +26,7 @@ def hits(*starts: int) -> list[Hit]:
 
 def test_the_older_part_is_what_a_block_could_use_and_leaves_the_tail() -> None:
     """As many of the window's oldest messages as a block could use beyond its room,
-    cut where a user message begins, and never the newest quarter of the budget."""
+    cut where a user message begins, and never the newest 15% of the budget."""
     counter = TokenCounter("chars", lambda text: len(text))
     summary = {"role": "system", "content": "x" * 96}
     window = [said("a" * 96), echo("b" * 90)] * 5  # a turn: 103 + 108 tokens
@@ -38,7 +38,7 @@ def test_the_older_part_is_what_a_block_could_use_and_leaves_the_tail() -> None:
         return older_part(frame, len(messages) - 1, counter)
 
     assert part(room=100, cap=550) == (5, 422)  # 450 more: two turns, cut where one begins
-    assert part(room=100, cap=10_000) == (7, 633)  # a quarter of 1,600 and more is left
+    assert part(room=100, cap=10_000) == (9, 844)  # 15% of 1,600 and more is left
     assert part(room=500, cap=500) == (None, 0)  # the block can take no more
 
 
