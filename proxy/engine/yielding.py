@@ -8,8 +8,9 @@ part's (indexed as they are read, a window's worth) ranked together for the newe
 message; the older part yields when the units a block would add in its room rank well
 above the older units that block would leave out. A follow-up on what was just said
 ranks the older part first, and it stays. The newest turns (`TAIL` of the budget) always
-stay. Only a request that offers no tools yields: an agent's tool loop keeps its window
-and block byte for byte. The archive reads the units and makes the blocks.
+stay. Only a request that offers no tools, with no tool call in the part that would
+yield, yields: an agent's tool loop keeps its window and block byte for byte. The
+archive reads the units and makes the blocks.
 """
 
 from __future__ import annotations
@@ -119,19 +120,24 @@ def older_part(window: Window, asking: int, counter: TokenCounter) -> tuple[int 
     """Where the older part of the window ends (an index of the plan's messages, where a
     user message begins) and its tokens: as much of the window's oldest messages as a
     block could use beyond the room it has (up to `cap`), leaving at least `TAIL` of the
-    budget after it. (None, 0) when nothing would yield. Work follows what is counted:
-    at most what the block could use, not the window."""
+    budget after it. (None, 0) when nothing would yield, or when it holds a tool call or
+    result: an agent's window keeps its stubs and blocks byte for byte, even from a
+    client that does not resend its tools. Work follows what is counted: at most what
+    the block could use, not the window."""
     plan, start = window.plan, window.start
     extra = window.cap - window.room  # what a block could take beyond its room
     between = sum(counter.count_message(m) for m in plan.messages[window.system : start])
     verbatim = plan.tokens - window.fixed - between  # the window's tokens, the newest included
     end, older, tokens = None, 0, 0
     for at in range(start, asking):
-        if at > start and plan.messages[at].get("role") == "user":
+        message = plan.messages[at]
+        if message.get("role") == "tool" or message.get("tool_calls"):
+            return None, 0  # an agent's window: its stubs and blocks stay byte for byte
+        if at > start and message.get("role") == "user":
             if verbatim - older < TAIL * window.budget:
                 break
             end, tokens = at, older
-        older += counter.count_message(plan.messages[at])
+        older += counter.count_message(message)
         if older > extra:
             break
     return end, tokens
