@@ -61,6 +61,7 @@ _STATED = 3  # units where a fact the newest message names was stated, first
 _MANY_UNITS = 2000  # an index searched in a worker thread past this many units
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
 _SMALLEST_BLOCK = 48  # tokens: less room than this is no room for recall
+_STATED_CHARS = 2000  # a unit's text whose facts are kept (2,048 of them: 4 MB at most)
 # A new block takes at most this share of the room where the request offers tools: the
 # window grows a tool call at a time into the rest before the block must be chosen again
 # (and the prompt cache rewritten from where it stood). Without tools the next request
@@ -405,7 +406,7 @@ def _with_later_values(
         fact.key: fact
         for _, messages in found
         for message in messages
-        for fact in facts_in(stated_text(message), 0, 0.0)
+        for fact in _stated(stated_text(message))
     }
     if not recalled:
         return []
@@ -422,6 +423,20 @@ def _with_later_values(
     # (which would drop the value just replaced, and with it the note).
     named = [fact for fact in ledger if fact.key in recalled]
     return merge(named, later) if later else named
+
+
+def _stated(text: str) -> tuple[Fact, ...]:
+    """`facts_in` a recalled unit's text: the same units come back turn after turn (and
+    twice in a turn whose window may yield), and reading one for facts costs more than
+    the rest of its recall, so a short text's are kept."""
+    if len(text) > _STATED_CHARS:
+        return tuple(facts_in(text, 0, 0.0))
+    return _stated_short(text)
+
+
+@functools.lru_cache(maxsize=2048)
+def _stated_short(text: str) -> tuple[Fact, ...]:
+    return tuple(facts_in(text, 0, 0.0))
 
 
 def last_unit(messages: list[Message]) -> int:
