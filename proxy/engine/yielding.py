@@ -4,8 +4,8 @@ the third week, not the last fifty. On LoCoMo's conversations (docs/performance.
 `locomo`) the newest fifty messages held a sixth of what questions need.
 
 Whether it yields is decided by one ranking of both: the archive's units and the older
-part's (indexed as they are read, a window's worth) ranked together for the newest
-message; the older part yields when the units a block would add in its room rank well
+part's (indexed as they are read: at most what a block could use) ranked together for
+the newest message; the older part yields when the units a block would add in its room rank well
 above the older units that block would leave out. A follow-up on what was just said
 ranks the older part first, and it stays. The newest turns (`TAIL` of the budget) always
 stay. Only a request that offers no tools, with no tool call in the part that would
