@@ -24,7 +24,6 @@ from proxy.facts.ledger import (
     Fact,
     facts_in,
     merge,
-    message_text,
     names,
     recent_text,
     related,
@@ -37,6 +36,7 @@ from proxy.recall.index import (
     Recalled,
     RecallIndex,
     asked_terms,
+    least_tokens,
     recall_message,
     segment,
 )
@@ -53,10 +53,6 @@ _SESSIONS = 256  # archives cached per process
 _KEPT_BYTES = 32 << 20
 _HITS = 12  # units found precisely, first in a recall block
 _FILL = 256  # units ranked by BM25 and meaning after them, read while the room lasts
-# More characters a token than any text has, and fewer tokens than any unit's label and
-# role take: units read until this least cost of theirs passes the room surely fill it.
-_CHARS_PER_TOKEN = 6
-_LABEL_TOKENS = 6
 _STATED = 3  # units where a fact the newest message names was stated, first
 _MANY_UNITS = 2000  # an index searched in a worker thread past this many units
 _FLOOR = 0.5  # a unit less than half as relevant as the best hit costs more than it adds
@@ -366,8 +362,7 @@ class Archive:
         for hit in hits:
             unit = await self._unit(key, state, hit)
             found.append((hit, unit))
-            chars = sum(len(message_text(message)) for message in unit)
-            least += chars / _CHARS_PER_TOKEN + _LABEL_TOKENS
+            least += least_tokens(unit)
             if least > room:
                 break
         return found

@@ -23,8 +23,7 @@ from proxy.conversation.tokens import TokenCounter
 from proxy.engine.offload import off_loop
 from proxy.engine.stubs import last_user
 from proxy.engine.window import Plan, yielded_message
-from proxy.facts.ledger import message_text
-from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, segment
+from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, least_tokens, segment
 
 __all__ = ["MARGIN", "TAIL", "Asked", "Window", "older_part", "serves_better", "yielded_plan"]
 
@@ -33,9 +32,6 @@ TAIL = 0.15  # of the budget: the newest turns stay verbatim whatever is asked
 # average, than the older units it leaves out: a yielded window is not what the
 # provider cached at the last turn.
 MARGIN = 1.25
-# Units are read until this least cost of theirs passes the room (as the archive reads).
-_CHARS_PER_TOKEN = 6
-_LABEL_TOKENS = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +96,7 @@ async def yielded_plan(
         else:
             read = await unit(hit)
         found.append((hit, read))
-        least += sum(len(message_text(m)) for m in read) / _CHARS_PER_TOKEN + _LABEL_TOKENS
+        least += least_tokens(read)
         if least > room:
             break
     block = await block_of(found, room)

@@ -47,6 +47,7 @@ __all__ = [
     "documents",
     "inflections",
     "later_values",
+    "least_tokens",
     "recall_message",
     "segment",
 ]
@@ -68,6 +69,10 @@ _FUSED = 10  # reciprocal-rank fusion's constant: 1 / (_FUSED + rank) from each 
 # posting's tuple of two and its slot, a term's key, list and slot in the dict (measured).
 _UNIT_BYTES, _ENTRY_BYTES, _TERM_BYTES = 128, 88, 176
 _NEAR = 0.3  # the least cosine of meanings for a unit to be ranked by its meaning
+# More characters a token than any text has, and fewer tokens than any unit's label and
+# role take (`least_tokens`).
+_CHARS_PER_TOKEN = 6
+_LABEL_TOKENS = 6
 # A turn is read as the answer to the one before it ("Yes, last week!"): a unit's words
 # score and its meaning's nearness gain this share of the unit's before it.
 _ANSWERS = 0.3
@@ -463,6 +468,12 @@ class Recalled:
             return False
         terms = self.shown[hit.start]
         return terms is None or terms.issuperset(hit.terms)
+
+
+def least_tokens(messages: Sequence[Message]) -> float:
+    """The fewest tokens a unit of `messages` can take in a recall block: units read best
+    first until theirs pass the block's room surely fill it."""
+    return sum(len(message_text(m)) for m in messages) / _CHARS_PER_TOKEN + _LABEL_TOKENS
 
 
 def recall_message(
