@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import JSONResponse, Response
 
 from proxy.conversation.validation import session_id
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 from proxy.upstream.lean import Completion
 from proxy.upstream.native import Native
 

@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from proxy.concurrency import off_loop
 from proxy.config.settings import ContextSettings, Settings
 from proxy.conversation.identity import GENESIS, Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.engine.offload import off_loop
-from proxy.engine.stubs import briefed, last_user
+from proxy.engine.planner.stubs import briefed, last_user
+from proxy.engine.planner.window import Plan
 from proxy.engine.types import Request, State
-from proxy.engine.window import Plan
 from proxy.engine.yielding import Asked, Window, yielded_plan
 from proxy.facts.ledger import (
     Fact,
@@ -41,7 +41,7 @@ from proxy.recall.index import (
     segment,
 )
 from proxy.sessions.records import Checkpoint, Inserts, SessionKey, SessionMeta
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["Archive", "Archived", "last_unit"]
 
@@ -136,7 +136,7 @@ class Archived:
 
 
 class Archive:
-    def __init__(self, settings: Settings, store: SessionStore) -> None:
+    def __init__(self, settings: Settings, store: MessageLog) -> None:
         self._settings = settings
         self._store = store
         self._cache: OrderedDict[SessionKey, Archived] = OrderedDict()
@@ -159,6 +159,13 @@ class Archive:
         else:
             archived = await self._stored(key, count, latest.chain_hash)
         return self._remember(key, archived)
+
+    async def ledger(
+        self, key: SessionKey, count: int, latest: Checkpoint | None
+    ) -> tuple[Fact, ...]:
+        """The facts ledger as of the `count`-th checkpoint (`of`): what a fold merges its
+        span's facts into."""
+        return (await self.of(key, count, latest)).ledger
 
     async def _stored(self, key: SessionKey, count: int, head: str) -> Archived:
         """The archive of the first `count` stored checkpoints, read from where the

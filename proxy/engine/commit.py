@@ -16,17 +16,17 @@ from typing import Any
 
 import orjson
 
+from proxy.concurrency import off_loop
 from proxy.conversation.identity import GENESIS, Message, chain, message_hash
 from proxy.conversation.replies import stored_reply
 from proxy.conversation.tokens import TokenCounter
 from proxy.costs.receipts import Receipt, TurnCost, turn_cost
 from proxy.costs.usage import Usage, usage_of
-from proxy.engine import calibration
-from proxy.engine.ahead import Ahead
+from proxy.engine.folds.ahead import Ahead
+from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
-from proxy.engine.offload import off_loop
+from proxy.engine.planner import calibration
 from proxy.engine.remembering import Memories
-from proxy.engine.summarizer import Summaries
 from proxy.engine.totals import counter_for_name
 from proxy.engine.types import Request, State, Turn
 from proxy.errors import ProxyError, SessionConflict
@@ -35,12 +35,13 @@ from proxy.observability.metrics import REPLIES_CUT, ModelLabels
 from proxy.sessions.records import (
     CAS_ATTEMPTS,
     Checkpoint,
+    Commit,
     Inserts,
     SessionKey,
     SessionMeta,
     StoredMessage,
 )
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["Commits", "concurrent_turn", "drops_stored"]
 
@@ -54,7 +55,7 @@ class Commits:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: MessageLog,
         history: History,
         ahead: Ahead,
         summaries: Summaries,
@@ -154,7 +155,16 @@ class Commits:
             release = lease.token if lease is not None else None
             try:
                 done = await self.store.commit(
-                    meta, state.expected, state.keep, entries, checkpoints, release, record, inserts
+                    Commit(
+                        meta,
+                        state.expected,
+                        state.keep,
+                        entries,
+                        checkpoints,
+                        release,
+                        record,
+                        inserts,
+                    )
                 )
                 given_back = done
             except ProxyError:

@@ -11,7 +11,7 @@ from typing import Any
 from proxy.conversation.identity import Message
 from proxy.conversation.replies import StreamedReply
 from proxy.costs.receipts import TurnCost
-from proxy.engine import agent_compaction
+from proxy.engine.planner import agent_compaction
 from proxy.engine.types import Observer, Turn
 from proxy.upstream.lean import Events
 

@@ -13,13 +13,13 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from proxy.concurrency import off_loop, pause
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.conversation.validation import invalid, validate_messages
-from proxy.engine.caching import unmarked
-from proxy.engine.offload import off_loop, pause
-from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
-from proxy.engine.stubs import Stubber, stub
+from proxy.engine.planner.caching import unmarked
+from proxy.engine.planner.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.engine.planner.stubs import Stubber, stub
 from proxy.engine.totals import Totals
 from proxy.engine.types import Request, State
 from proxy.sessions.records import (
@@ -28,7 +28,7 @@ from proxy.sessions.records import (
     SessionMeta,
     StoredMessage,
 )
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["History"]
 
@@ -38,7 +38,7 @@ _WINDOW_MESSAGES = 20_000  # stored messages of recent windows a process keeps, 
 
 
 class History:
-    def __init__(self, store: SessionStore, counts: CountCache, make: Stubber = stub) -> None:
+    def __init__(self, store: MessageLog, counts: CountCache, make: Stubber = stub) -> None:
         self._store = store
         self._totals = Totals(store, counts, make)
         # Sessions' inserts as last read, by the digest their meta names them by: a cache
@@ -195,7 +195,7 @@ class History:
 
 def _unmarked(entries: list[StoredMessage]) -> list[StoredMessage]:
     """Stored messages as a window sends them: without the cache marks of the requests
-    that brought them (`proxy.engine.caching.unmarked`)."""
+    that brought them (`proxy.engine.planner.caching.unmarked`)."""
     out = list(entries)
     for at, entry in enumerate(entries):
         message = unmarked(entry.message)

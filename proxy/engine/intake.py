@@ -11,19 +11,19 @@ from typing import Any
 
 import orjson
 
+from proxy.concurrency import off_loop, sized
 from proxy.config.settings import Settings
 from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
 from proxy.conversation.tokens import BOUND, CountCache, counter_for, token_bound
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.costs.prices import Prices
-from proxy.engine.budget import budget
-from proxy.engine.caching import BREAKPOINTS, cache_key, marks_in
-from proxy.engine.offload import off_loop, sized
+from proxy.engine.planner.budget import budget
+from proxy.engine.planner.caching import BREAKPOINTS, cache_key, marks_in
+from proxy.engine.planner.reconcile import frame_of
+from proxy.engine.planner.window import Plan
 from proxy.engine.planning import Planning, fold_trigger
-from proxy.engine.reconcile import frame_of
 from proxy.engine.types import Request, RequestContext, State, Turn
-from proxy.engine.window import Plan
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.upstream.client import Upstream

@@ -1,11 +1,11 @@
-"""Planning a request's window around the pure planner (`proxy.engine.window`).
+"""Planning a request's window around the pure planner (`proxy.engine.planner.window`).
 
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
 planner; a summary it asks for is made now (or awaited from the one made ahead,
-`proxy.engine.ahead`), or now while the prompt cache is cold (`Planning._early`). A
+`proxy.engine.folds.ahead`), or now while the prompt cache is cold (`Planning._early`). A
 summary freezes stubs of the large tool results it leaves in the window, sent in their
-place until the next one (`proxy.engine.stubs`).
+place until the next one (`proxy.engine.planner.stubs`).
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from proxy.concurrency import off_loop
 from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
-from proxy.engine.archive import Archive
+from proxy.engine.folds.spans import Folding, Ledger
+from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
-from proxy.engine.offload import off_loop
-from proxy.engine.stubs import Stubs
-from proxy.engine.summarizer import Bill, Summaries
+from proxy.engine.planner.stubs import Stubs
+from proxy.engine.planner.window import Plan, plan_context
 from proxy.engine.types import Request, State
-from proxy.engine.window import Plan, plan_context
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
 from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 from proxy.summary.fold import SummarizationError
 from proxy.summary.message import PINNED_LABEL, summary_message
 
@@ -43,11 +43,11 @@ class Planning:
     def __init__(
         self,
         settings: Settings,
-        store: SessionStore,
+        store: MessageLog,
         history: History,
         summaries: Summaries,
         counts: CountCache,
-        archive: Archive,
+        ledger: Ledger,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
@@ -56,8 +56,8 @@ class Planning:
         self._history = history
         self._summaries = summaries
         self._counts = counts
-        self._archive = archive
         self.stubs = Stubs(settings.context, counts)
+        self.folding = Folding(summaries, self.stubs, ledger)
 
     async def plan(
         self, request: Request, state: State, *, allow_summary: bool, rewrite: bool = False
@@ -184,20 +184,18 @@ class Planning:
         start, end = span
         window = await self._history.window(request, state, start)
         window = await self._history.counted(window, set(state.totals), request.counter)
-        archived = await self._archive.of(request.key, state.checkpoints, state.checkpoint)
         try:
             checkpoint = await asyncio.wait_for(
-                self._summaries.make(
+                self.folding.fold(
+                    request,
                     window[: end - start],
-                    end,
-                    state.checkpoint,
-                    request.model,
-                    request.budget - request.system_tokens - request.tools_tokens,
-                    "sync",
-                    request.provider_key,
-                    archived.ledger,
-                    recent_text(request.conversation),
-                    bill,
+                    window[end - start :],
+                    end=end,
+                    previous=state.checkpoint,
+                    summaries=state.checkpoints,
+                    recent=recent_text(request.conversation),
+                    mode="sync",
+                    bill=bill,
                 ),
                 self._settings.context.summary_timeout_seconds,
             )
@@ -205,7 +203,6 @@ class Planning:
             reason = self._summaries.redact(str(exc), request.secrets)
             logger.warning("summarization failed, truncating instead: %s", reason)
             return state, await self.plan(request, state, allow_summary=False)
-        checkpoint = await self.frozen(request, checkpoint, state.checkpoint, window[end - start :])
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
 
@@ -246,18 +243,6 @@ class Planning:
         ttl = prices.ttl_seconds if prices is not None else context.cache_ttl_seconds
         last = base.receipt.last_at  # when the session's last turn was sent
         return rewrite or self._clock() - (last if last is not None else base.updated) > ttl
-
-    async def frozen(
-        self,
-        request: Request,
-        made: Checkpoint,
-        previous: Checkpoint | None,
-        after: list[StoredMessage],
-    ) -> Checkpoint:
-        """`made` with the stubs it freezes in the window after it (`Stubs.frozen`)."""
-        work = functools.partial(self.stubs.frozen, made, previous, after, request.counter)
-        result: Checkpoint = await off_loop([s.message for s in after], work)
-        return result
 
     def summary_tokens(self, counter: TokenCounter, checkpoint: Checkpoint | None) -> int:
         """Tokens of the summary message (counted once per summary and tokenizer)."""

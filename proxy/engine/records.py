@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.engine.planner.window import Plan
 from proxy.engine.types import Turn
-from proxy.engine.window import Plan
 
 __all__ = ["plan_record"]
 

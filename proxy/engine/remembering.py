@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
+from proxy.concurrency import off_loop
 from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.engine.archive import Archive, last_unit
-from proxy.engine.offload import off_loop
+from proxy.engine.planner.window import Plan
 from proxy.engine.types import Request
-from proxy.engine.window import Plan
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text, stated_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
 from proxy.recall.index import Hit, best_first

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from proxy.concurrency import off_loop
 from proxy.conversation.identity import Message, chain
 from proxy.conversation.tokens import BOUND, CountCache, TokenCounter, counter_named
-from proxy.engine.offload import off_loop
-from proxy.engine.reconcile import Match, Serialized
-from proxy.engine.stubs import Stubber, last_user, savings, stub
+from proxy.engine.planner.reconcile import Match, Serialized
+from proxy.engine.planner.stubs import Stubber, last_user, savings, stub
 from proxy.engine.types import Request
 from proxy.sessions.records import Checkpoint, SessionMeta, StoredMessage
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["Totals", "counter_for_name"]
 
@@ -28,10 +28,10 @@ Counted = tuple[dict[str, int], tuple[StoredMessage, ...], Checkpoint | None, in
 
 
 class Totals:
-    def __init__(self, store: SessionStore, counts: CountCache, make: Stubber = stub) -> None:
+    def __init__(self, store: MessageLog, counts: CountCache, make: Stubber = stub) -> None:
         self._store = store
         self._counts = counts
-        self._make = make  # a stub as the session's requests send it (`proxy.engine.stubs`)
+        self._make = make  # a stub as the session's requests send it (`proxy.engine.planner.stubs`)
 
     async def of(
         self,

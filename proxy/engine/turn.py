@@ -19,27 +19,28 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from proxy.concurrency import sized
 from proxy.config.settings import Settings
 from proxy.conversation.replies import (
     reply_message,
 )
 from proxy.conversation.tokens import CountCache, counter_for
 from proxy.conversation.validation import validate_messages
-from proxy.engine.agent_compaction import asks_to_compact
-from proxy.engine.ahead import Ahead
 from proxy.engine.archive import Archive
-from proxy.engine.caching import namespaced
-from proxy.engine.chapters import Chapters
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
+from proxy.engine.folds.ahead import Ahead
+from proxy.engine.folds.chapters import Chapters
+from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.intake import Intake
-from proxy.engine.offload import sized
+from proxy.engine.planner.agent_compaction import asks_to_compact
+from proxy.engine.planner.caching import namespaced
+from proxy.engine.planner.stubs import stub
+from proxy.engine.planner.window import Plan
 from proxy.engine.planning import Planning
 from proxy.engine.records import plan_record
 from proxy.engine.remembering import Memories
-from proxy.engine.stubs import stub
-from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import (
     Observer,
     Request,
@@ -48,7 +49,6 @@ from proxy.engine.types import (
     Turn,
     planned_turn,
 )
-from proxy.engine.window import Plan
 from proxy.errors import (
     ProxyError,
     SessionConflict,
@@ -101,7 +101,13 @@ class Engine:
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
-            settings, store, self._history, self.summaries, self._counts, self.archive, clock
+            settings,
+            store,
+            self._history,
+            self.summaries,
+            self._counts,
+            self.archive.ledger,
+            clock,
         )
         self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=monotonic)
         self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
@@ -111,7 +117,7 @@ class Engine:
         self._commits = Commits(
             store,
             self._history,
-            Ahead(settings, store, self._history, self.summaries, self.archive, self._planning),
+            Ahead(settings, store, self._history, self.summaries, self._planning),
             self.summaries,
             self.memories,
             self.label,

@@ -11,9 +11,9 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import BOUND, TokenCounter
 from proxy.costs.prices import Prices
 from proxy.costs.receipts import TurnCost
-from proxy.engine.caching import marked
-from proxy.engine.reconcile import Match, Serialized
-from proxy.engine.window import Compression, Plan
+from proxy.engine.planner.caching import marked
+from proxy.engine.planner.reconcile import Match, Serialized
+from proxy.engine.planner.window import Compression, Plan
 from proxy.sessions.records import (
     Checkpoint,
     Inserts,
@@ -78,10 +78,10 @@ class Request:
     secrets: tuple[str, ...] = ()
     continues: int | None = None  # see `RequestContext.continues`
     memory_id: str | None = None
-    frame: str = ""  # `proxy.engine.reconcile.frame_of` its system messages and tools
+    frame: str = ""  # `proxy.engine.planner.reconcile.frame_of` its system messages and tools
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
     prices: Prices | None = None  # the model's (`proxy.upstream.limits.model_prices`)
-    # For the provider's prompt cache (`proxy.engine.caching`): the cache marks the client
+    # For the provider's prompt cache (`proxy.engine.planner.caching`): the cache marks the client
     # set, where the turn sets Anthropic's (None: it sets none), and the session's
     # `prompt_cache_key`, where it sets one.
     cache_marks: int | None = None
@@ -166,7 +166,7 @@ class Turn:
         None  # the plan record stored with the turn (`proxy.engine.records`)
     )
     # The reply made here, with no model call: an agent's request for a summary answered
-    # from the session's own (`proxy.engine.agent_compaction.answer`).
+    # from the session's own (`proxy.engine.planner.agent_compaction.answer`).
     answer: dict[str, Any] | None = None
     # The session's inserts as this turn leaves them (`proxy.engine.turn._extended`):
     # stored with it where they changed.

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from proxy.concurrency import off_loop
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import TokenCounter
-from proxy.engine.offload import off_loop
-from proxy.engine.stubs import last_user
-from proxy.engine.window import Plan, yielded_message
+from proxy.engine.planner.stubs import last_user
+from proxy.engine.planner.window import Plan, yielded_message
 from proxy.recall.index import Hit, Recalled, RecallIndex, best_first, least_tokens, segment
 
 __all__ = ["MARGIN", "TAIL", "Asked", "Window", "older_part", "serves_better", "yielded_plan"]

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.concurrency import Turns, pause, sized
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic.door import MessagesDoor
@@ -27,10 +28,7 @@ from proxy.doors.base import Door, ErrorReply, Framer, Inbound, ORJSONResponse, 
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
-from proxy.engine.events import TurnEvents
-from proxy.engine.offload import Turns, pause, sized
-from proxy.engine.turn import Engine
-from proxy.engine.types import RequestContext
+from proxy.engine import Engine, RequestContext, TurnEvents
 from proxy.errors import InternalError, InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from proxy.config.settings import MemorySettings
 from proxy.conversation.validation import header_session_id
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 
 # Request headers (the session header's name is configurable: `session.header`).
 SESSION_MODE = "X-Session-Mode"

@@ -16,12 +16,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.concurrency import elsewhere, many
 from proxy.config.settings import ServerSettings
 from proxy.conversation.validation import invalid, session_id, validate_parameters
 from proxy.doors.base import ORJSONResponse
-from proxy.engine.offload import elsewhere, many
-from proxy.engine.turn import Engine
-from proxy.engine.types import RequestContext
+from proxy.engine import Engine, RequestContext
 from proxy.errors import InvalidRequest, NotFound, PermissionDenied, ProxyError
 from proxy.http.auth import Principal
 from proxy.http.bodies import parse_json, principal, read_body

@@ -16,7 +16,7 @@ from typing import Any
 
 from proxy.costs.receipts import TurnCost
 from proxy.costs.usage import usage_of
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 from proxy.observability import metrics
 
 access_log = logging.getLogger("context_proxy.access")

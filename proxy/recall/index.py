@@ -156,7 +156,7 @@ def _asks(text: str) -> bool:
 def documents(texts: Sequence[tuple[int, str]], follows: str) -> dict[str, Any]:
     """An index in `segment`'s form of single messages, each given by its transcript
     position and the text to find it by (a stubbed tool result: its call and its whole
-    output, `proxy.engine.stubs`), positions ascending."""
+    output, `proxy.engine.planner.stubs`), positions ascending."""
     units: list[list[int]] = []
     postings: dict[str, list[list[int]]] = {}
     for number, (position, text) in enumerate(texts):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from proxy.errors import SessionConflict
 from proxy.sessions.records import SessionKey
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import LockStore
 
 __all__ = ["Lease", "TurnLocks"]
 
@@ -62,7 +62,7 @@ class TurnLocks:
 
     def __init__(
         self,
-        store: SessionStore,
+        store: LockStore,
         wait_seconds: float,
         lease_seconds: float = LEASE_SECONDS,
         clock: Callable[[], float] = time.monotonic,

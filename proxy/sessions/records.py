@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
+from proxy.concurrency import MANY_MESSAGES
 from proxy.conversation.identity import GENESIS, Message
 from proxy.costs.receipts import Receipt
 from proxy.costs.usage import Usage
@@ -31,9 +32,9 @@ __all__ = [
     "CAS_ATTEMPTS",
     "COMMIT_GRACE_SECONDS",
     "COMMIT_SECONDS",
-    "MANY_MESSAGES",
     "PLANS_KEPT",
     "Checkpoint",
+    "Commit",
     "Fingerprint",
     "Inserts",
     "LateCommit",
@@ -50,9 +51,6 @@ __all__ = [
 LockName = Literal["summary", "turn"]
 Mode = Literal["auto", "append", "full"]
 SessionKey = tuple[str, str]  # (tenant, session id)
-# Python work on more messages than this (a long conversation's first request stores
-# all of it) runs in a worker thread rather than on the event loop.
-MANY_MESSAGES = 256
 # Plan records (`proxy.engine.records`) a store keeps per session: the newest ones.
 PLANS_KEPT = 200
 # Compare-and-set attempts before a writer gives up on a session others keep changing.
@@ -123,7 +121,7 @@ class Checkpoint:
     # What the summarizer's calls that made it used, as the provider reported it.
     usage: Usage | None = None
     # The tool results after `covers_until` sent as stubs while this summary is the
-    # latest (transcript positions, ascending; `proxy.engine.stubs`), the tokens their
+    # latest (transcript positions, ascending; `proxy.engine.planner.stubs`), the tokens their
     # stubs save per tokenizer, and their recall index (part of the archive).
     stubbed: tuple[int, ...] = ()
     stubs_saved: dict[str, int] = field(default_factory=dict)
@@ -395,6 +393,26 @@ _RECEIPT = Receipt().to_dict()
 def _unlike(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """`data` without the fields whose value is their default."""
     return {key: value for key, value in data.items() if value != defaults[key]}
+
+
+@dataclass(slots=True, frozen=True)
+class Commit:
+    """One turn's write, compare-and-set on the version (0 = absent): the transcript
+    becomes its first `keep` messages plus `appended` (so `meta.length == keep +
+    len(appended)`), the checkpoints their first `meta.checkpoints - len(checkpoints)`
+    plus `checkpoints`, the meta `meta`; the turn's plan record (`plan`) joins the
+    session's newest `PLANS_KEPT`; the session's `Inserts` become `inserts`, where given
+    (`meta.inserts` its digest); once stored, the turn lock held by the token `release`
+    (if given) is given back with it."""
+
+    meta: SessionMeta
+    expected_version: int
+    keep: int
+    appended: Sequence[StoredMessage]
+    checkpoints: Sequence[Checkpoint] = ()
+    release: str | None = None
+    plan: bytes | None = None
+    inserts: bytes | None = None
 
 
 class ParsedMetas:

@@ -7,17 +7,16 @@ is rewritten. `tests/unit/test_store_contract.py` checks each backend against it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
-from proxy.sessions.records import Checkpoint, LockName, SessionMeta, StoredMessage
+from proxy.sessions.records import Checkpoint, Commit, LockName, SessionMeta, StoredMessage
 
-__all__ = ["SessionStore"]
+__all__ = ["LockStore", "MemoryStore", "MessageLog", "SessionStore", "StoreHealth"]
 
 
-class SessionStore(Protocol):
-    """Append-only session storage. A turn writes its new messages and the meta record,
-    under compare-and-set on the version; nothing else is rewritten."""
+class MessageLog(Protocol):
+    """Append-only sessions: a turn writes its new messages and the meta record, under
+    compare-and-set on the version; nothing else is rewritten."""
 
     async def load(self, tenant: str, session_id: str) -> SessionMeta | None:
         """The meta record, or None for a session that does not exist."""
@@ -33,24 +32,9 @@ class SessionStore(Protocol):
         """The stored summary checkpoints from the `start`-th on, oldest first."""
         ...
 
-    async def commit(
-        self,
-        meta: SessionMeta,
-        expected_version: int,
-        keep: int,
-        appended: Sequence[StoredMessage],
-        checkpoints: Sequence[Checkpoint] = (),
-        release: str | None = None,
-        plan: bytes | None = None,
-        inserts: bytes | None = None,
-    ) -> bool:
-        """Compare-and-set (0 = absent): the transcript becomes its first `keep` messages
-        plus `appended` (so `meta.length == keep + len(appended)`), the checkpoints their
-        first `meta.checkpoints - len(checkpoints)` plus `checkpoints`, the meta `meta`;
-        the turn's plan record (`plan`) joins the session's newest `PLANS_KEPT`; the
-        session's `Inserts` become `inserts`, where given (`meta.inserts` its digest); once
-        stored, the turn lock held by the token `release` (if given) is given back with
-        it. False if another writer changed the session first; with `release`, refused
+    async def commit(self, change: Commit) -> bool:
+        """Store `change` (`Commit`) if the session is still at its expected version.
+        False if another writer changed the session first; with a `release`, refused
         (`LeaseLost`) if another token holds that turn lock, or if the session moved and
         the lock is no longer its own. Applied within `COMMIT_SECONDS` or never:
         `LateCommit` if the store got to it later."""
@@ -73,6 +57,10 @@ class SessionStore(Protocol):
         session id) order, starting after the key `after`."""
         ...
 
+
+class MemoryStore(Protocol):
+    """Memories shared across a tenant's sessions, each one record under compare-and-set."""
+
     async def memory(self, tenant: str, memory_id: str) -> tuple[int, bytes] | None:
         """(version, data) of a memory shared across sessions, or None."""
         ...
@@ -82,6 +70,10 @@ class SessionStore(Protocol):
         ...
 
     async def delete_memory(self, tenant: str, memory_id: str) -> bool: ...
+
+
+class StoreHealth(Protocol):
+    """Whether the store can take a turn now, checked before the upstream is paid."""
 
     async def writable(self, need: int = 0) -> None:
         """Raise (a store fault) if a turn writing up to `need` bytes could not be stored
@@ -95,6 +87,10 @@ class SessionStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class LockStore(Protocol):
+    """A session's locks (`LockName`), which expire so a crashed holder cannot keep one."""
 
     async def try_lock(
         self,
@@ -116,3 +112,8 @@ class SessionStore(Protocol):
         ...
 
     async def unlock(self, tenant: str, session_id: str, token: str, name: LockName) -> None: ...
+
+
+class SessionStore(MessageLog, MemoryStore, StoreHealth, LockStore, Protocol):
+    """What every backend is: the four concerns above, each part of the engine typed by
+    the one it uses."""

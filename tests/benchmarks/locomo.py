@@ -43,7 +43,7 @@ import openai
 import yaml
 
 from proxy.config.settings import ContextSettings, load_settings
-from proxy.engine.budget import budget
+from proxy.engine.planner.budget import budget
 from proxy.http.app import create_app
 from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
 from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from proxy.sessions.records import SessionMeta, StoredMessage
+from proxy.sessions.records import Commit, SessionMeta, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores.disk import DiskSessionStore
 from proxy.sessions.stores.redis import RedisSessionStore
@@ -36,13 +36,13 @@ async def fill(store: SessionStore, session: str, size: int) -> SessionMeta:
     """A session of `size` messages, written a thousand at a time."""
     transcript = entries("m0")
     current = meta(transcript, session_id=session)
-    assert await store.commit(current, 0, 0, transcript)
+    assert await store.commit(Commit(current, 0, 0, transcript))
     while current.length < size:
         count = min(_BATCH, size - current.length)
         texts = [f"message {current.length + i}" for i in range(count)]
         more = entries(*texts, start=current.length, head=current.head)
         grown = _grown(current, more)
-        assert await store.commit(grown, current.version, current.length, more)
+        assert await store.commit(Commit(grown, current.version, current.length, more))
         current = grown
     return current
 
@@ -61,7 +61,7 @@ async def turns(store: SessionStore, session: str, count: int) -> tuple[list[flo
         loaded = await store.load("t1", session)
         assert loaded is not None
         more = entries("user", "reply", start=loaded.length, head=loaded.head)
-        assert await store.commit(_grown(loaded, more), loaded.version, loaded.length, more)
+        assert await store.commit(Commit(_grown(loaded, more), loaded.version, loaded.length, more))
         turn_times.append(time.perf_counter() - started)
         started = time.perf_counter()
         end = loaded.length + 2
@@ -101,7 +101,7 @@ async def huge(name: str, store: SessionStore, quick: bool) -> list[str]:
     lots = entries(*(f"weather in city {i}?" for i in range(many)))
 
     def commit(session: str, stored: list[StoredMessage]) -> Callable[[], Awaitable[bool]]:
-        return lambda: store.commit(meta(stored, session_id=session), 0, 0, stored)
+        return lambda: store.commit(Commit(meta(stored, session_id=session), 0, 0, stored))
 
     turns = {  # "huge-a" sorts just before "huge-b"
         f"a {size / 1e6:.0f} MB message": commit("huge-b", big),

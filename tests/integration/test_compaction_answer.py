@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.engine import agent_compaction
+from proxy.engine.planner import agent_compaction
 from proxy.http import headers
 from tests.integration.test_deploy_install import (
     CLAUDE,

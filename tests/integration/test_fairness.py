@@ -196,7 +196,7 @@ def test_health_answers_while_the_store_commits_megabytes(proxy: Served) -> None
     assert [m["content"] for m in stored("store-many")[:20_000]] == [m["content"] for m in many]
 
 
-# More tools than a door checks on the event loop (`offload.MANY_ITEMS`), and as many
+# More tools than a door checks on the event loop (`proxy.concurrency.MANY_ITEMS`), and as many
 # system blocks: checked, translated and counted off it (Claude's tokenizer took seconds).
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "description": "a city"}}}
 TOOLS = 1_500

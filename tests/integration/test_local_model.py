@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.engine.calibration import MAX_FACTOR
+from proxy.engine.planner.calibration import MAX_FACTOR
 from proxy.summary.fold import SYSTEM_PROMPT
 from tests.servers import serve
 

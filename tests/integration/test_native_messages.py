@@ -133,7 +133,7 @@ def test_native_api_false_keeps_the_chat_translation(upstream: FakeUpstream, sta
     )
     sent = upstream.messages_requests()[-1].body
     # LiteLLM's chat translation writes a user message's text as blocks; a session's
-    # turn that sets no cache marks gets the proxy's (`proxy.engine.caching`).
+    # turn that sets no cache marks gets the proxy's (`proxy.engine.planner.caching`).
     assert sent["messages"][0]["content"] == [
         {"type": "text", "text": "hello", "cache_control": EPHEMERAL}
     ]

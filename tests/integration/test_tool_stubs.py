@@ -16,7 +16,7 @@ import httpx
 import openai
 import orjson
 
-from proxy.engine.stubs import STUB_PREFIX
+from proxy.engine.planner.stubs import STUB_PREFIX
 from proxy.recall.index import RECALL_PREFIX
 from proxy.summary.fold import SYSTEM_PROMPT
 from tests.integration.test_messages import CLAUDE, blocks, claude_config, stored_session

@@ -9,7 +9,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from proxy.engine.breaker import MAX_BACKOFF_SECONDS, Breaker
+from proxy.engine.folds.breaker import MAX_BACKOFF_SECONDS, Breaker
 from tests.clock import Clock
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.conversation.replies import StreamedReply, reply_message
-from proxy.engine.agent_compaction import answer, answer_chunks, asks_to_compact, restarts
+from proxy.engine.planner.agent_compaction import answer, answer_chunks, asks_to_compact, restarts
 
 
 class Words:

@@ -9,7 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from proxy.conversation.tokens import TokenCounter, counter_for
-from proxy.engine.window import (
+from proxy.engine.planner.window import (
     Plan,
     omitted_message,
     plan_context,

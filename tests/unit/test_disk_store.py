@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from proxy.errors import StoreUnavailable
+from proxy.sessions.records import Commit
 from proxy.sessions.stores import DiskSessionStore, TimedStore
 from proxy.sessions.stores.disk import FILE
 from proxy.sessions.stores.sqlite import Database
@@ -30,7 +31,7 @@ def rows(directory: Path, query: str) -> list[tuple[Any, ...]]:
 async def test_sessions_messages_and_checkpoints_are_json_rows(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
     transcript = entries("u1", "a1")
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     await store.close()
     sessions = rows(tmp_path, "SELECT tenant, session, version, length, meta FROM sessions")
     assert [row[:4] for row in sessions] == [("t1", "s", 1, 2)]
@@ -44,7 +45,7 @@ async def test_sessions_messages_and_checkpoints_are_json_rows(tmp_path: Path) -
 async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
     transcript = entries(*(f"m{i}" for i in range(1000)))
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     with sqlite3.connect(tmp_path / FILE) as connection:  # every write, logged by SQLite
         connection.executescript(
             """
@@ -62,7 +63,7 @@ async def test_a_turn_writes_only_its_new_messages_and_the_meta(tmp_path: Path) 
             """
         )
     more = entries("u", "a", start=1000, head=transcript[-1].chain)
-    assert await store.commit(meta([*transcript, *more], version=2), 1, 1000, more)
+    assert await store.commit(Commit(meta([*transcript, *more], version=2), 1, 1000, more))
     await store.close()
     assert rows(tmp_path, "SELECT what, position FROM written") == [
         ("insert", 1000),
@@ -76,10 +77,10 @@ async def test_a_turn_of_many_rows_goes_in_whole_over_a_cut_transcript(tmp_path:
     ones replaced, the last statement a short one."""
     store = DiskSessionStore(str(tmp_path))
     old = entries(*(f"old {i}" for i in range(300)))
-    assert await store.commit(meta(old), 0, 0, old)
+    assert await store.commit(Commit(meta(old), 0, 0, old))
     kept = old[:150]
     new = entries(*(f"new {i}" for i in range(451)), start=150, head=kept[-1].chain)
-    assert await store.commit(meta([*kept, *new], version=2), 1, 150, new)
+    assert await store.commit(Commit(meta([*kept, *new], version=2), 1, 150, new))
     stored = await store.messages("t1", "s", 0, 601)
     assert [m.message["content"] for m in stored] == [
         *(f"old {i}" for i in range(150)),
@@ -105,9 +106,9 @@ async def test_a_commit_or_read_of_megabytes_runs_off_the_event_loop(
         monkeypatch.setattr(Database, name, spied)
     store = DiskSessionStore(str(tmp_path))
     small = entries("u1", "a1")
-    assert await store.commit(meta(small), 0, 0, small)
+    assert await store.commit(Commit(meta(small), 0, 0, small))
     large = entries("x" * 5_000_000, start=2, head=small[-1].chain)
-    assert await store.commit(meta([*small, *large], version=2), 1, 2, large)
+    assert await store.commit(Commit(meta([*small, *large], version=2), 1, 2, large))
     assert await store.messages("t1", "s", 0, 2) == small
     assert await store.messages("t1", "s", 1, 3) == [small[1], *large]
     await store.close()
@@ -118,7 +119,7 @@ async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
     """A session being written is always readable: a miss would plan without it."""
     writer, reader = DiskSessionStore(str(tmp_path)), DiskSessionStore(str(tmp_path))
     transcript = entries("x" * 100_000)
-    assert await writer.commit(meta(transcript), 0, 0, transcript)
+    assert await writer.commit(Commit(meta(transcript), 0, 0, transcript))
     misses = 0
 
     async def write() -> None:
@@ -127,7 +128,7 @@ async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
             more = entries(f"turn {turn}", start=len(transcript), head=transcript[-1].chain)
             grown = [*transcript, *more]
             assert await writer.commit(
-                meta(grown, version=turn + 2), turn + 1, len(transcript), more
+                Commit(meta(grown, version=turn + 2), turn + 1, len(transcript), more)
             )
             transcript = grown
 
@@ -145,18 +146,18 @@ async def test_reads_racing_writes_never_miss(tmp_path: Path) -> None:
 async def test_an_idle_session_is_swept_with_its_messages(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path), ttl_seconds=0.3)
     idle = entries("u", "a")
-    assert await store.commit(meta(idle, session_id="idle"), 0, 0, idle)
+    assert await store.commit(Commit(meta(idle, session_id="idle"), 0, 0, idle))
 
     async def gone() -> bool:  # for readers at once, once the TTL passed
         return await store.load("t1", "idle") is None
 
     await eventually_async(gone, "the TTL to pass")
     live = entries("u0")
-    assert await store.commit(meta(live, session_id="live"), 0, 0, live)
+    assert await store.commit(Commit(meta(live, session_id="live"), 0, 0, live))
     for turn in range(1, 100):  # the hundredth commit sweeps
         more = entries(f"u{turn}", start=turn, head=live[-1].chain)
         grown = meta([*live, *more], session_id="live", version=turn + 1)
-        assert await store.commit(grown, turn, turn, more)
+        assert await store.commit(Commit(grown, turn, turn, more))
         live = [*live, *more]
     await store.close()
     assert rows(tmp_path, "SELECT DISTINCT session FROM messages") == [("live",)]
@@ -169,7 +170,7 @@ def _commit_from_a_process(directory: str, writer: int, start: Any) -> bool:
         base = entries("u1", "a1")
         more = entries(f"writer {writer}", start=2, head=base[-1].chain)
         start.wait(60)  # every writer ready: they commit at once
-        won = await store.commit(meta([*base, *more], version=2), 1, 2, more)
+        won = await store.commit(Commit(meta([*base, *more], version=2), 1, 2, more))
         await store.close()
         return won
 
@@ -179,7 +180,7 @@ def _commit_from_a_process(directory: str, writer: int, start: Any) -> bool:
 async def test_concurrent_commits_from_processes_one_winner(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
     base = entries("u1", "a1")
-    assert await store.commit(meta(base), 0, 0, base)
+    assert await store.commit(Commit(meta(base), 0, 0, base))
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, context.Pool(4) as pool:
         start = manager.Barrier(4)
@@ -204,7 +205,7 @@ async def test_a_store_whose_directory_cannot_be_made_serves_once_it_can(tmp_pat
     blocker.unlink()
     await store.ping()
     transcript = entries("u1", "a1")
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     await store.close()
 
 
@@ -228,7 +229,9 @@ async def test_the_log_is_copied_into_the_database_beside_the_commits(tmp_path: 
     text = "x" * 2000
     for number in range(3):
         transcript = entries(*(f"{number} {i} {text}" for i in range(1000)))  # 2+ MB each
-        assert await store.commit(meta(transcript, session_id=f"s{number}"), 0, 0, transcript)
+        assert await store.commit(
+            Commit(meta(transcript, session_id=f"s{number}"), 0, 0, transcript)
+        )
     database = tmp_path / FILE
 
     async def copied() -> bool:

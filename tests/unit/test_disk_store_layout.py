@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from proxy.sessions.records import Commit
 from proxy.sessions.stores import DiskSessionStore
 from proxy.sessions.stores.disk import FILE
 from tests.unit.sessions_factory import checkpoint, entries, meta
@@ -87,7 +88,7 @@ async def fill(store: DiskSessionStore) -> None:
         summary = checkpoint(transcript, 10)
         stored = meta(transcript, session_id=session, checkpoints=[summary])
         plan, inserts = b'{"plan": "' + session.encode() + b'"}', b'{"inserts": 1}'
-        assert await store.commit(stored, 0, 0, transcript, [summary], None, plan, inserts)
+        assert await store.commit(Commit(stored, 0, 0, transcript, [summary], None, plan, inserts))
     assert await store.put_memory("t1", "m", 0, b'{"facts": []}')
 
 
@@ -116,7 +117,7 @@ async def test_an_earlier_layout_is_served_as_it_is_until_it_is_converted(tmp_pa
     assert await store.memory("t1", "m") == (1, b'{"facts": []}')
     more = entries("a 30", start=30, head=loaded.head)
     grown = loaded.evolve(version=2, length=31, head=more[-1].chain)
-    assert await store.commit(grown, 1, 30, more)
+    assert await store.commit(Commit(grown, 1, 30, more))
     await store.close()
     with sqlite3.connect(tmp_path / FILE) as connection:
         indexes = connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")

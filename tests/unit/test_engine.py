@@ -11,6 +11,7 @@ import pytest
 
 from proxy.http.headers import COMPRESSION, turn_headers
 from proxy.recall.index import RECALL_PREFIX
+from proxy.sessions.records import Commit
 from tests.unit.engines import SUMMARY, Parts, conversation, is_summarizer
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant."}
@@ -29,9 +30,9 @@ def committed(parts: Parts) -> list[int]:
     counts: list[int] = []
     commit = parts.store.commit
 
-    async def counted(*args: Any, **kwargs: Any) -> bool:
-        counts.append(len(args[3]))  # (meta, expected, keep, entries, ...)
-        return await commit(*args, **kwargs)
+    async def counted(change: Commit) -> bool:
+        counts.append(len(change.appended))
+        return await commit(change)
 
     parts.store.commit = counted  # type: ignore[method-assign]
     return counts

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2] / "proxy"
 # in this list, never one below.
 LAYERS = (
     "proxy.errors",
+    "proxy.concurrency",
     "proxy.config",
     "proxy.conversation",
     "proxy.costs",
@@ -43,14 +44,7 @@ PURE = (
     "proxy.summary",
     "proxy.recall",
     "proxy.memory",
-    "proxy.engine.window",
-    "proxy.engine.reconcile",
-    "proxy.engine.agent_compaction",
-    "proxy.engine.budget",
-    "proxy.engine.calibration",
-    "proxy.engine.payoff",
-    "proxy.engine.caching",
-    "proxy.engine.stubs",
+    "proxy.engine.planner",
 )
 FRAMEWORKS = ("starlette", "litellm", "httpx", "aiohttp", "redis", "diskcache", "uvicorn")
 
@@ -219,3 +213,29 @@ def test_the_architecture_page_draws_the_layers_in_order() -> None:
     rows = re.findall(r"^\| `([\w/.]+)` \|", section, flags=re.MULTILINE)
     drawn = ["proxy." + row.removeprefix("proxy/").removesuffix(".py").strip("/") for row in rows]
     assert drawn == list(LAYERS)
+
+
+def test_outside_the_engine_only_its_public_surface_is_imported() -> None:
+    """A door or the HTTP app imports `proxy.engine` (what its `__all__` names), never a
+    module inside it: the engine's cuts can move without touching them."""
+    reaching_in = sorted(
+        f"{name} -> {found}"
+        for name, found_set in GRAPH.items()
+        if not name.startswith("proxy.engine")
+        for found in found_set
+        if found.startswith("proxy.engine.")
+    )
+    assert reaching_in == []
+
+
+def test_the_planner_imports_nothing_else_of_the_engine() -> None:
+    """The planner is the engine's pure floor: the session, the folds, recall and the turn
+    build on it, never it on them."""
+    upward = sorted(
+        f"{name} -> {found}"
+        for name, found_set in GRAPH.items()
+        if name.startswith("proxy.engine.planner")
+        for found in found_set
+        if found.startswith("proxy.engine") and not found.startswith("proxy.engine.planner")
+    )
+    assert upward == []

@@ -10,9 +10,10 @@ from typing import Any
 
 import orjson
 
+from proxy.concurrency import MANY_MESSAGES
 from proxy.costs.receipts import Receipt
 from proxy.costs.usage import Usage
-from proxy.sessions.records import MANY_MESSAGES, Checkpoint, Fingerprint, SessionMeta, parsed
+from proxy.sessions.records import Checkpoint, Fingerprint, SessionMeta, parsed
 
 REQUIRED = {"tenant", "session_id", "version", "length", "head", "first", "totals"}
 REQUIRED |= {"checkpoints", "tail", "created", "updated"}

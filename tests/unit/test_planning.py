@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from proxy.config.settings import load_settings
 from proxy.conversation.tokens import CountCache, counter_for
-from proxy.engine.ahead import Ahead
+from proxy.engine.folds.ahead import Ahead
+from proxy.engine.folds.summarizer import Bill
+from proxy.engine.planner.reconcile import Match
 from proxy.engine.planning import Planning
-from proxy.engine.reconcile import Match
-from proxy.engine.summarizer import Bill
 from proxy.engine.types import Request, State
 from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint
@@ -142,7 +142,7 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
         CountCache(),
         None,  # type: ignore[arg-type]
     )
-    ahead = Ahead(settings, store, history, summaries, None, planning)  # type: ignore[arg-type]
+    ahead = Ahead(settings, store, history, summaries, planning)  # type: ignore[arg-type]
     request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
     with pytest.raises(ContextOverflow):
         await ahead._made(request, 30)

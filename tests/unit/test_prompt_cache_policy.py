@@ -1,5 +1,5 @@
 """When a fold pays for the cache rewrite it causes, and the marks a turn adds so the
-provider's prompt cache keeps the stable prefix (`proxy.engine.payoff`, `caching`)."""
+provider's prompt cache keeps the stable prefix (`proxy.engine.planner.payoff`, `caching`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from proxy.engine.caching import cache_key, marked, marks_in, namespaced
-from proxy.engine.payoff import CacheRates, Prompt, fold_due, fold_pays
+from proxy.engine.planner.caching import cache_key, marked, marks_in, namespaced
+from proxy.engine.planner.payoff import CacheRates, Prompt, fold_due, fold_pays
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
 EPHEMERAL = {"type": "ephemeral"}

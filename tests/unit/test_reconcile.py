@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.conversation.identity import GENESIS, chain, message_hash
-from proxy.engine.reconcile import NEED_STORED_HASHES, Match, Serialized, frame_of, reconcile
+from proxy.engine.planner.reconcile import (
+    NEED_STORED_HASHES,
+    Match,
+    Serialized,
+    frame_of,
+    reconcile,
+)
 from proxy.sessions.records import Checkpoint, Fingerprint, SessionMeta, StoredMessage, tenant_id
 from proxy.summary.message import SUMMARY_PREFIX, summary_message
 
@@ -80,7 +86,7 @@ def test_full_resend_appends_only_the_new_tail() -> None:
 
 def test_fingerprint_means_only_new_messages_are_hashed(monkeypatch: Any) -> None:
     from proxy.conversation.identity import message_hash
-    from proxy.engine import reconcile as module
+    from proxy.engine.planner import reconcile as module
 
     hashed: list[Any] = []
 

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.errors import SessionConflict, StoreUnavailable
+from proxy.sessions.records import Commit
 from proxy.sessions.stores import LeaseLost, TimedStore
 from proxy.sessions.stores.redis import RedisSessionStore
 from tests.unit.sessions_factory import checkpoint, entries, meta
@@ -45,7 +46,9 @@ async def test_layout_is_json_under_one_hash_tag(
     store = RedisSessionStore(redis_url, prefix=prefix)
     transcript = entries("u1", "a1")
     summary = checkpoint(transcript, 2)
-    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    assert await store.commit(
+        Commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    )
     assert sorted([k.decode() async for k in raw.scan_iter(match=f"{prefix}:*")]) == [
         f"{prefix}:index",  # the sessions list, of every tenant: one key of its own
         key(prefix, "ckpts"),
@@ -67,12 +70,12 @@ async def test_a_turn_pushes_only_its_new_messages(
 ) -> None:
     store = RedisSessionStore(redis_url, prefix=prefix)
     transcript = entries(*(f"m{i}" for i in range(2500)))  # several RPUSH chunks
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     # Tamper with a stored entry behind the store's back: a rewrite would restore it.
     marker = b'{"marker":true}'
     await raw.lset(key(prefix, "msgs"), 0, marker.decode())  # redis-py types the value str
     more = entries("u", "a", start=2500, head=transcript[-1].chain)
-    assert await store.commit(meta([*transcript, *more], version=2), 1, 2500, more)
+    assert await store.commit(Commit(meta([*transcript, *more], version=2), 1, 2500, more))
     stored = await raw.lrange(key(prefix, "msgs"), 0, -1)
     assert len(stored) == 2502 and stored[0] == marker
     assert [orjson.loads(e) for e in stored[2500:]] == [m.to_dict() for m in more]
@@ -86,7 +89,9 @@ async def test_a_huge_turn_goes_in_whole(raw: aioredis.Redis, prefix: str, redis
     texts = ["", 'naïve ☃ \u0000 "quoted"', "lorem ipsum " * 430_000]
     transcript = entries(*texts, *(f"weather? {i}" for i in range(20_000)))
     summary = checkpoint(transcript, 3, text="s" * 100_000)
-    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    assert await store.commit(
+        Commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    )
     stored = await raw.lrange(key(prefix, "msgs"), 0, -1)
     assert [orjson.loads(e) for e in stored] == [m.to_dict() for m in transcript]
     assert await store.messages("t1", "s", 0, 3) == transcript[:3]
@@ -100,7 +105,9 @@ async def test_every_key_of_a_session_expires_together(
     store = RedisSessionStore(redis_url, ttl_seconds=30, prefix=prefix)
     transcript = entries("u1", "a1")
     summary = checkpoint(transcript, 2)
-    assert await store.commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    assert await store.commit(
+        Commit(meta(transcript, checkpoints=[summary]), 0, 0, transcript, [summary])
+    )
     for suffix in ("meta", "msgs", "ckpts"):
         assert 0 < await raw.pttl(key(prefix, suffix)) <= 30_000
     await store.close()
@@ -127,16 +134,18 @@ async def test_a_commit_is_fenced_on_the_turn_lock_it_names(
 
     seed = entries("u1", "a1")
     added = entries("u2", "a2", start=2, head=seed[-1].chain)
-    assert await store.commit(meta(seed), 0, 0, seed)
+    assert await store.commit(Commit(meta(seed), 0, 0, seed))
     token = await store.try_lock("t1", "s", 0.3, "turn")
     assert token is not None
     summary = checkpoint(seed, 2)  # a background summary, stored under the turn
-    assert await store.commit(meta(seed, version=2, checkpoints=[summary]), 1, 2, [], [summary])
+    assert await store.commit(
+        Commit(meta(seed, version=2, checkpoints=[summary]), 1, 2, [], [summary])
+    )
     turn = meta([*seed, *added], version=2, checkpoints=[summary])
-    assert not await store.commit(turn, 1, 2, added, release=token)  # a plain conflict
+    assert not await store.commit(Commit(turn, 1, 2, added, release=token))  # a plain conflict
     await eventually_async(lapsed, "the lease to lapse")  # unrenewed; nobody took it: stored
     turn = meta([*seed, *added], version=3, checkpoints=[summary])
-    assert await store.commit(turn, 2, 2, added, release=token)
+    assert await store.commit(Commit(turn, 2, 2, added, release=token))
 
     token = await store.try_lock("t1", "s", 0.3, "turn")
     assert token is not None
@@ -145,15 +154,15 @@ async def test_a_commit_is_fenced_on_the_turn_lock_it_names(
     assert taken is not None
     more = entries("u3", "a3", start=4, head=added[-1].chain)
     theirs = meta([*seed, *added, *more], version=4, checkpoints=[summary])
-    assert await store.commit(theirs, 3, 4, more, release=taken)
+    assert await store.commit(Commit(theirs, 3, 4, more, release=taken))
     ours = entries("mine", "reply", start=4, head=added[-1].chain)
     late = meta([*seed, *added, *ours], version=4, checkpoints=[summary])
     with pytest.raises(LeaseLost):
-        await store.commit(late, 3, 4, ours, release=token)
+        await store.commit(Commit(late, 3, 4, ours, release=token))
     again = await store.try_lock("t1", "s", 10, "turn")  # and another holds it now
     assert again is not None
     with pytest.raises(SessionConflict) as raised:
-        await TimedStore(store, "redis").commit(late, 4, 4, ours, release=token)
+        await TimedStore(store, "redis").commit(Commit(late, 4, 4, ours, release=token))
     assert raised.value.code == "conflict"
     stored = await store.messages("t1", "s", 0, 6)
     assert [m.message["content"] for m in stored] == ["u1", "a1", "u2", "a2", "u3", "a3"]

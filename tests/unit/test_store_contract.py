@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from proxy.conversation.identity import GENESIS, message_hash
-from proxy.sessions.records import PLANS_KEPT, Inserts
+from proxy.sessions.records import PLANS_KEPT, Commit, Inserts
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import DiskSessionStore, LeaseLost
 from proxy.sessions.stores.redis import RedisSessionStore, connect
@@ -79,7 +79,7 @@ def store(make_store: Any) -> SessionStore:
 async def test_a_new_session_round_trips(store: SessionStore) -> None:
     transcript = entries("u1", "a1", "u2", "a2")
     assert await store.load("t1", "s") is None
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     assert await store.load("t1", "s") == meta(transcript)
     assert await store.messages("t1", "s", 0, 4) == transcript
     assert await store.messages("t1", "s", 1, 3) == transcript[1:3]
@@ -89,44 +89,44 @@ async def test_a_new_session_round_trips(store: SessionStore) -> None:
 
 async def test_compare_and_set(store: SessionStore) -> None:
     first = entries("u1", "a1")
-    assert await store.commit(meta(first), 0, 0, first)
-    assert not await store.commit(meta(entries("other")), 0, 0, entries("other"))
+    assert await store.commit(Commit(meta(first), 0, 0, first))
+    assert not await store.commit(Commit(meta(entries("other")), 0, 0, entries("other")))
     more = entries("u2", "a2", start=2, head=first[-1].chain)
     grown = meta([*first, *more], version=2)
-    assert not await store.commit(grown, 5, 2, more)
-    assert await store.commit(grown, 1, 2, more)
-    assert not await store.commit(meta([*first, *more], version=3), 1, 2, more)
+    assert not await store.commit(Commit(grown, 5, 2, more))
+    assert await store.commit(Commit(grown, 1, 2, more))
+    assert not await store.commit(Commit(meta([*first, *more], version=3), 1, 2, more))
     assert await store.load("t1", "s") == grown
 
 
 async def test_a_turn_appends_and_a_fork_cuts(store: SessionStore) -> None:
     first = entries("u1", "a1", "u2", "a2")
-    assert await store.commit(meta(first), 0, 0, first)
+    assert await store.commit(Commit(meta(first), 0, 0, first))
     more = entries("u3", "a3", start=4, head=first[-1].chain)
-    assert await store.commit(meta([*first, *more], version=2), 1, 4, more)
+    assert await store.commit(Commit(meta([*first, *more], version=2), 1, 4, more))
     assert await store.messages("t1", "s", 0, 6) == [*first, *more]
     edited = entries("u2 edited", start=2, head=first[1].chain)
     forked = [*first[:2], *edited]
-    assert await store.commit(meta(forked, version=3), 2, 2, edited)
+    assert await store.commit(Commit(meta(forked, version=3), 2, 2, edited))
     assert await store.messages("t1", "s", 0, 3) == forked
     with pytest.raises(LookupError):
         await store.messages("t1", "s", 0, 6)  # what the fork cut away is gone
     restart = entries("fresh")
-    assert await store.commit(meta(restart, version=4), 3, 0, restart)  # fork at 0
+    assert await store.commit(Commit(meta(restart, version=4), 3, 0, restart))  # fork at 0
     assert await store.messages("t1", "s", 0, 1) == restart
 
 
 async def test_checkpoints_are_added_and_cut_with_the_history(store: SessionStore) -> None:
     transcript = entries("u1", "a1", "u2", "a2")
     one, two = checkpoint(transcript, 2, "first"), checkpoint(transcript, 4, "second")
-    assert await store.commit(meta(transcript, checkpoints=[one]), 0, 0, transcript, [one])
+    assert await store.commit(Commit(meta(transcript, checkpoints=[one]), 0, 0, transcript, [one]))
     summarized = meta(transcript, version=2, checkpoints=[one, two])
-    assert await store.commit(summarized, 1, 4, [], [two])
+    assert await store.commit(Commit(summarized, 1, 4, [], [two]))
     assert await store.checkpoints("t1", "s") == [one, two]
     assert (await store.load("t1", "s")) == summarized
     edited = entries("u2 edited", start=2, head=transcript[1].chain)
     forked = meta([*transcript[:2], *edited], version=3, checkpoints=[one])
-    assert await store.commit(forked, 2, 2, edited)
+    assert await store.commit(Commit(forked, 2, 2, edited))
     assert await store.checkpoints("t1", "s") == [one]
 
 
@@ -134,9 +134,9 @@ async def test_tenants_and_odd_session_ids_are_isolated(store: SessionStore) -> 
     ids = ["s", "x}:meta", "x", "{s}", "t2:s", "a/b", "m:0", "ünï"]
     for index, session_id in enumerate(ids):
         transcript = entries(f"one {index}")
-        assert await store.commit(meta(transcript, session_id=session_id), 0, 0, transcript)
+        assert await store.commit(Commit(meta(transcript, session_id=session_id), 0, 0, transcript))
     two = entries("two")
-    assert await store.commit(meta(two, tenant="t2"), 0, 0, two)
+    assert await store.commit(Commit(meta(two, tenant="t2"), 0, 0, two))
     for index, session_id in enumerate(ids):
         loaded = await store.messages("t1", session_id, 0, 1)
         assert loaded[0].message["content"] == f"one {index}"
@@ -144,7 +144,7 @@ async def test_tenants_and_odd_session_ids_are_isolated(store: SessionStore) -> 
     assert await store.delete("t1", "s")
     assert await store.load("t1", "s") is None
     assert (await store.messages("t2", "s", 0, 1)) == two
-    assert await store.commit(meta(two), 0, 0, two)  # a deleted session starts over
+    assert await store.commit(Commit(meta(two), 0, 0, two))  # a deleted session starts over
     with pytest.raises(ValueError):
         await store.load("t1:x", "s")  # would alias tenant "t1", session "x:s"
 
@@ -155,7 +155,7 @@ async def test_sessions_are_listed_per_tenant_in_pages(make_store: Any) -> None:
     for tenant, session_id in keys:
         transcript = entries(f"{tenant}/{session_id}")
         assert await store.commit(
-            meta(transcript, tenant=tenant, session_id=session_id), 0, 0, transcript
+            Commit(meta(transcript, tenant=tenant, session_id=session_id), 0, 0, transcript)
         )
 
     def listed(found: list[Any]) -> list[tuple[str, str]]:
@@ -177,7 +177,7 @@ async def test_sessions_are_listed_per_tenant_in_pages(make_store: Any) -> None:
     assert await store.delete("b", "s1")
     assert listed(await store.sessions("b", None, 10)) == [("b", "s3")]
     gone = entries("short-lived")
-    assert await expiring.commit(meta(gone, tenant="c", session_id="x"), 0, 0, gone)
+    assert await expiring.commit(Commit(meta(gone, tenant="c", session_id="x"), 0, 0, gone))
     assert listed(await store.sessions("c", None, 10)) == [("c", "x")]
 
     async def unlisted() -> bool:
@@ -189,14 +189,16 @@ async def test_sessions_are_listed_per_tenant_in_pages(make_store: Any) -> None:
 async def test_concurrent_commits_one_winner_per_version(make_store: Any) -> None:
     stores = [make_store() for _ in range(4)]
     base = entries("u1", "a1")
-    assert await stores[0].commit(meta(base), 0, 0, base)
+    assert await stores[0].commit(Commit(meta(base), 0, 0, base))
     for version in range(1, 4):
         candidates = [
             entries(f"writer {i}", start=len(base), head=base[-1].chain) for i in range(8)
         ]
         results = await asyncio.gather(
             *(
-                stores[i % 4].commit(meta([*base, *c], version=version + 1), version, len(base), c)
+                stores[i % 4].commit(
+                    Commit(meta([*base, *c], version=version + 1), version, len(base), c)
+                )
                 for i, c in enumerate(candidates)
             )
         )
@@ -211,11 +213,11 @@ async def test_plan_records_keep_the_newest_and_go_with_the_session(store: Sessi
         turn = entries(f"m{version}", start=len(transcript), head=_head(transcript))
         record = orjson.dumps({"version": version, "parts": [{"kind": "window"}]})
         grown = meta([*transcript, *turn], version=version)
-        assert await store.commit(grown, version - 1, len(transcript), turn, plan=record)
+        assert await store.commit(Commit(grown, version - 1, len(transcript), turn, plan=record))
         transcript += turn
     # A background summary stores no plan record: the records stay as they were.
     assert await store.commit(
-        meta(transcript, version=PLANS_KEPT + 4), PLANS_KEPT + 3, len(transcript), []
+        Commit(meta(transcript, version=PLANS_KEPT + 4), PLANS_KEPT + 3, len(transcript), [])
     )
 
     plans = [orjson.loads(record) for record in await store.plans("t1", "s")]
@@ -243,23 +245,25 @@ async def test_a_sessions_inserts_are_kept_until_a_turn_changes_them(
     )
     transcript = entries("u1", "a1")
     grown = replace(meta(transcript), inserts=first.digest())
-    assert await store.commit(grown, 0, 0, transcript, inserts=first.to_json())
+    assert await store.commit(Commit(grown, 0, 0, transcript, inserts=first.to_json()))
     assert (await other.load("t1", "s")).inserts == first.digest()
     assert Inserts.from_json(await other.inserts("t1", "s")) == first
 
     turn = entries("u2", start=2, head=_head(transcript))
-    assert await other.commit(replace(grown, version=2, length=3), 1, 2, turn)  # unchanged
+    assert await other.commit(Commit(replace(grown, version=2, length=3), 1, 2, turn))  # unchanged
     assert Inserts.from_json(await store.inserts("t1", "s")) == first
     second = replace(first, recall=None, recall_shown={})
     assert await store.commit(
-        replace(grown, version=3, inserts=second.digest()), 2, 3, [], inserts=second.to_json()
+        Commit(
+            replace(grown, version=3, inserts=second.digest()), 2, 3, [], inserts=second.to_json()
+        )
     )
     assert Inserts.from_json(await other.inserts("t1", "s")) == second
     assert await store.inserts("t1", "elsewhere") is None
 
     assert await store.delete("t1", "s")
     assert await other.inserts("t1", "s") is None
-    assert await store.commit(meta(transcript), 0, 0, transcript)  # the session anew
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))  # the session anew
     assert await other.inserts("t1", "s") is None
 
 
@@ -270,14 +274,16 @@ def _head(transcript: list[Any]) -> str:
 async def test_ttl_expiry(make_store: Any) -> None:
     store = make_store(ttl_seconds=0.3)
     transcript = entries("u1", "a1")
-    assert await store.commit(meta(transcript), 0, 0, transcript)
+    assert await store.commit(Commit(meta(transcript), 0, 0, transcript))
     assert await store.load("t1", "s") is not None
 
     async def expired() -> bool:
         return await store.load("t1", "s") is None
 
     await eventually_async(expired, "the session's TTL to pass")
-    assert await store.commit(meta(transcript), 0, 0, transcript)  # expired counts as absent
+    assert await store.commit(
+        Commit(meta(transcript), 0, 0, transcript)
+    )  # expired counts as absent
 
 
 async def test_locks(make_store: Any) -> None:
@@ -315,14 +321,18 @@ async def test_a_commit_gives_back_the_turn_lock_it_names(make_store: Any) -> No
     token = await first.try_lock("t1", "s", 30, "turn")
     assert token is not None
     transcript = entries("u1", "a1")
-    assert not await first.commit(meta(transcript), 5, 0, transcript, release=token)  # stale
+    assert not await first.commit(
+        Commit(meta(transcript), 5, 0, transcript, release=token)
+    )  # stale
     assert await second.try_lock("t1", "s", 30, "turn") is None
     with pytest.raises(LeaseLost):
-        await second.commit(meta(transcript), 0, 0, transcript, release="someone-else")
+        await second.commit(Commit(meta(transcript), 0, 0, transcript, release="someone-else"))
     assert await second.try_lock("t1", "s", 30, "turn") is None
-    assert await first.commit(meta(transcript), 0, 0, transcript)  # naming none: unfenced
+    assert await first.commit(Commit(meta(transcript), 0, 0, transcript))  # naming none: unfenced
     more = entries("u2", "a2", start=2, head=transcript[-1].chain)
-    assert await first.commit(meta([*transcript, *more], version=2), 1, 2, more, release=token)
+    assert await first.commit(
+        Commit(meta([*transcript, *more], version=2), 1, 2, more, release=token)
+    )
     assert await second.try_lock("t1", "s", 30, "turn") is not None
 
 
@@ -360,7 +370,7 @@ async def test_sessions_written_by_release_0_1_still_load(
     ]
     more = entries("u4", start=6, head=messages[-1].chain)
     grown = loaded.evolve(version=loaded.version + 1, length=7, head=more[0].chain)
-    assert await store.commit(grown, loaded.version, 6, more)  # and it carries on
+    assert await store.commit(Commit(grown, loaded.version, 6, more))  # and it carries on
     assert await make_store().messages(tenant, session_id, 0, 7) == [*messages, *more]
 
 

@@ -1,4 +1,4 @@
-"""Stubs of large tool results (`proxy.engine.stubs`): what a stub keeps, and a session
+"""Stubs of large tool results (`proxy.engine.planner.stubs`): what a stub keeps, and a session
 whose summary froze some, through the engine in this process (`tests/unit/engines.py`):
 what it sends, that it sends the same bytes until the next summary, within budget, and
 that the stored session keeps every output whole."""
@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from proxy.conversation.tokens import counter_for
-from proxy.engine.stubs import STUB_PREFIX, stub, stubbable
+from proxy.engine.planner.stubs import STUB_PREFIX, stub, stubbable
 from proxy.recall.index import RECALL_PREFIX, Hit, recall_message
 from proxy.sessions.records import Checkpoint
 from tests.unit.engines import MODEL, Parts

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from proxy.errors import SessionConflict
 from proxy.sessions import locks as locks_module
 from proxy.sessions.locks import LEASE_SECONDS, TurnLocks
+from proxy.sessions.records import Commit
 from proxy.sessions.stores import DiskSessionStore, LeaseLost
 from proxy.sessions.stores.redis import RedisSessionStore
 from tests.clock import Clock
@@ -269,7 +270,7 @@ async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
     stored already; B's turn is stored once, A's never, B's lock is left alone."""
     a_store, b_store = redis_stores(), redis_stores()
     seed = entries("seed", "echo: seed")
-    assert await a_store.commit(meta(seed), 0, 0, seed)
+    assert await a_store.commit(Commit(meta(seed), 0, 0, seed))
     a_locks = TurnLocks(a_store, wait_seconds=10, lease_seconds=LEASE)
     b_locks = TurnLocks(b_store, wait_seconds=10, lease_seconds=LEASE)
 
@@ -286,10 +287,10 @@ async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
     a_added, a_meta = turn("from a")
     b_added, b_meta = turn("from b")
     if b_stored_first:  # B's turn stored, its lock given back with it, before A commits
-        assert await b_store.commit(b_meta, 1, 2, b_added, release=b_lease.token)
+        assert await b_store.commit(Commit(b_meta, 1, 2, b_added, release=b_lease.token))
         b_lease.stored = True
     with pytest.raises(LeaseLost):
-        await a_store.commit(a_meta, 1, 2, a_added, release=a_lease.token)
+        await a_store.commit(Commit(a_meta, 1, 2, a_added, release=a_lease.token))
 
     async def lapsed() -> bool:
         return a_lease.lapsed
@@ -298,7 +299,7 @@ async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
     await a_locks.release(a_lease)  # gives nothing of B's back
     if not b_stored_first:
         assert await a_store.try_lock(*KEY, 10, "turn") is None  # still B's
-        assert await b_store.commit(b_meta, 1, 2, b_added, release=b_lease.token)
+        assert await b_store.commit(Commit(b_meta, 1, 2, b_added, release=b_lease.token))
         b_lease.stored = True
     await b_locks.release(b_lease)
     stored = await a_store.messages(*KEY, 0, 4)

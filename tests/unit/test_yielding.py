@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.conversation.tokens import TokenCounter
-from proxy.engine.window import Plan, yielded_message
+from proxy.engine.planner.window import Plan, yielded_message
 from proxy.engine.yielding import Window, older_part, serves_better
 from proxy.recall.index import RECALL_PREFIX, Hit
 

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from proxy.concurrency import elsewhere, many
 from proxy.conversation.validation import (
     check_function,
     check_ranges,
@@ -50,8 +51,7 @@ from proxy.doors.base import (
     unknown_fields,
 )
 from proxy.doors.translations import Renderings, Translations, conversation_key
-from proxy.engine.offload import elsewhere, many
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 from proxy.upstream.lean import Completion
 
 __all__ = ["MessagesDoor", "anthropic_error", "to_chat"]

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from proxy.concurrency import elsewhere, many
 from proxy.conversation.validation import validate_parameters
 from proxy.doors.base import Api, ErrorReply, Inbound, ORJSONResponse
-from proxy.engine.offload import elsewhere, many
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion
 

@@ -2,7 +2,7 @@
 its provider offers it: the conversation, to be replaced by a shorter one that goes on
 from a summary.
 
-The proxy runs it as a compaction turn of its session (`proxy.engine.agent_compaction`): the
+The proxy runs it as a compaction turn of its session (`proxy.engine.planner.agent_compaction`): the
 conversation with a request for a summary after it, answered from the session's own
 summary where that is fresh, else by the model; never stored. The answer is the
 compacted conversation OpenAI's API returns (the user messages, then what stands for
@@ -22,8 +22,7 @@ from starlette.responses import Response
 from proxy.doors.base import Api, Framer, Inbound, ORJSONResponse, text_of
 from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.stream import response_usage
-from proxy.engine import agent_compaction
-from proxy.engine.types import Turn
+from proxy.engine import COMPACTION_REQUEST, COMPACTION_RESUMED, Turn
 from proxy.errors import InvalidRequest
 from proxy.upstream.lean import Completion
 
@@ -46,7 +45,7 @@ class CompactDoor:
         chat = inbound.body
         chat["messages"] = [
             *chat["messages"],
-            {"role": "user", "content": agent_compaction.REQUEST},
+            {"role": "user", "content": COMPACTION_REQUEST},
         ]
         kept = [item for item in _items(body.get("input")) if _user_message(item)]
         dropped = (*inbound.dropped, *(name for name in body if name not in _FIELDS))
@@ -62,7 +61,7 @@ class CompactDoor:
         resumed = {
             "type": "message",
             "role": "user",
-            "content": [{"type": "input_text", "text": agent_compaction.RESUMED + summary}],
+            "content": [{"type": "input_text", "text": COMPACTION_RESUMED + summary}],
         }
         usage = completion.data.get("usage")
         body = {

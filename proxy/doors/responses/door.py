@@ -21,6 +21,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from proxy.concurrency import many
 from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.conversation.validation import check_function, check_ranges, check_types, invalid
 from proxy.doors.base import Api, Inbound, ORJSONResponse, body_session_id, text_of, unknown_fields
@@ -28,8 +29,7 @@ from proxy.doors.responses.items import ItemNames, References, ResponseIds
 from proxy.doors.responses.native import CARRIED, ResponsesNative, chat_item
 from proxy.doors.responses.stream import ResponsesFramer, output_items, response_object
 from proxy.doors.translations import Renderings, Translations, conversation_key
-from proxy.engine.offload import many
-from proxy.engine.types import Turn
+from proxy.engine import Turn
 from proxy.sessions.store import SessionStore
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion

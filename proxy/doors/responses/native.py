@@ -7,7 +7,7 @@ role, a model's turn is its items as they came (`responses_output`: reasoning wi
 encrypted content, hosted tool calls) or else its text and function calls, a tool
 message a `function_call_output`. Hosted and namespace tools, `reasoning`, `include`,
 `store` and Codex's `client_metadata` go as the client sent them, `prompt_cache_key` as
-the engine made it its tenant's (`proxy.engine.caching`);
+the engine made it its tenant's (`proxy.engine.planner.caching`);
 `previous_response_id` never does: the proxy serves it, and sends the whole window.
 """
 

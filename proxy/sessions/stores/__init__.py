@@ -9,7 +9,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,7 +18,7 @@ from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError
 from proxy.config.settings import SessionSettings
 from proxy.errors import SessionConflict, StoreUnavailable
 from proxy.observability import metrics
-from proxy.sessions.records import Checkpoint, LockName, SessionMeta, StoredMessage
+from proxy.sessions.records import Checkpoint, Commit, LockName, SessionMeta, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores.disk import DiskSessionStore
 from proxy.sessions.stores.fencing import LeaseLost
@@ -124,21 +124,8 @@ class TimedStore:
     async def checkpoints(self, tenant: str, session_id: str, start: int = 0) -> list[Checkpoint]:
         return await self._timed("read", self.inner.checkpoints(tenant, session_id, start))
 
-    async def commit(
-        self,
-        meta: SessionMeta,
-        expected_version: int,
-        keep: int,
-        appended: Sequence[StoredMessage],
-        checkpoints: Sequence[Checkpoint] = (),
-        release: str | None = None,
-        plan: bytes | None = None,
-        inserts: bytes | None = None,
-    ) -> bool:
-        call = self.inner.commit(
-            meta, expected_version, keep, appended, checkpoints, release, plan, inserts
-        )
-        return await self._timed("commit", call)
+    async def commit(self, change: Commit) -> bool:
+        return await self._timed("commit", self.inner.commit(change))
 
     async def plans(self, tenant: str, session_id: str) -> list[bytes]:
         return await self._timed("read", self.inner.plans(tenant, session_id))

@@ -21,7 +21,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from proxy.sessions.records import (
     COMMIT_GRACE_SECONDS,
     COMMIT_SECONDS,
     Checkpoint,
+    Commit,
     LockName,
     ParsedMetas,
     SessionMeta,
@@ -195,20 +196,13 @@ class DiskSessionStore:
         assert values is not None
         return await parsed(values, Checkpoint.from_dict)
 
-    async def commit(
-        self,
-        meta: SessionMeta,
-        expected_version: int,
-        keep: int,
-        appended: Sequence[StoredMessage],
-        checkpoints: Sequence[Checkpoint] = (),
-        release: str | None = None,
-        plan: bytes | None = None,
-        inserts: bytes | None = None,
-    ) -> bool:
+    async def commit(self, change: Commit) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         With `release`, fenced on that turn lock as Redis's commit is (`LeaseLost`), though
         here it only ends with its process."""
+        meta, expected_version, keep = change.meta, change.expected_version, change.keep
+        appended, checkpoints, release = change.appended, change.checkpoints, change.release
+        plan, inserts = change.plan, change.inserts
         _check(meta.tenant)
         self._same_file()
         ours = release is not None and self._holds_turn(meta.tenant, meta.session_id, release)
@@ -390,7 +384,7 @@ class DiskSessionStore:
         # At its own version, into empty tables: if another worker converted it first,
         # this compare-and-set fails and the session is read as that worker wrote it.
         converted = meta.evolve(checkpoints=len(checkpoints))
-        if await self.commit(converted, 0, 0, messages, checkpoints):
+        if await self.commit(Commit(converted, 0, 0, messages, checkpoints)):
             await self._call(lambda _: cache.delete(key), inline=False)
         row = await self._call(Database.session, tenant, session_id)
         return SessionMeta.from_dict(orjson.loads(row[4])) if row is not None else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,6 +26,7 @@ from proxy.sessions.records import (
     COMMIT_SECONDS,
     PLANS_KEPT,
     Checkpoint,
+    Commit,
     LateCommit,
     LockName,
     ParsedMetas,
@@ -200,20 +200,13 @@ class RedisSessionStore:
         entries = cast("list[bytes]", await self._redis.lrange(key, start, -1))
         return await parsed(entries, Checkpoint.from_dict)
 
-    async def commit(
-        self,
-        meta: SessionMeta,
-        expected_version: int,
-        keep: int,
-        appended: Sequence[StoredMessage],
-        checkpoints: Sequence[Checkpoint] = (),
-        release: str | None = None,
-        plan: bytes | None = None,
-        inserts: bytes | None = None,
-    ) -> bool:
+    async def commit(self, change: Commit) -> bool:
         """Compare-and-set; False if someone else wrote (or deleted) the session first.
         The script runs by the deadline on Redis's own clock, or does nothing; with
         `release`, only while that turn lock is not another's (`LeaseLost`)."""
+        meta, expected_version, keep = change.meta, change.expected_version, change.keep
+        appended, checkpoints, release = change.appended, change.checkpoints, change.release
+        plan, inserts = change.plan, change.inserts
         offset = await self._clock_offset()
         entries, summaries = await serialized(appended), await serialized(checkpoints)
         deadline = time.time() + COMMIT_SECONDS + offset  # from when it is sent
@@ -393,7 +386,7 @@ class RedisSessionStore:
         # Rewritten in place, at the same version: the entries gain their chain values.
         converted = meta.evolve(checkpoints=len(checkpoints))
         await self._redis.zadd(self._index, {_member(tenant, session_id): 0})
-        await self.commit(converted, converted.version, 0, messages, checkpoints)
+        await self.commit(Commit(converted, converted.version, 0, messages, checkpoints))
         return await self.load(tenant, session_id)
 
     def _keys(self, tenant: str, session_id: str) -> list[str]:

@@ -15,18 +15,25 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.concurrency import off_loop
 from proxy.config.settings import Settings
 from proxy.conversation.identity import GENESIS, Message
 from proxy.conversation.tokens import counter_for
 from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage, usage_of
-from proxy.engine.breaker import Breaker
-from proxy.engine.offload import off_loop
+from proxy.engine.folds.breaker import Breaker
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned, stated_text
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.recall.index import segment
-from proxy.sessions.records import CAS_ATTEMPTS, Checkpoint, SessionKey, SessionMeta, StoredMessage
+from proxy.sessions.records import (
+    CAS_ATTEMPTS,
+    Checkpoint,
+    Commit,
+    SessionKey,
+    SessionMeta,
+    StoredMessage,
+)
 from proxy.sessions.store import SessionStore
 from proxy.summary.fold import SummarizationError, summarize_span
 from proxy.upstream.client import Upstream
@@ -273,7 +280,7 @@ class Summaries:
                 changes["updated"] = self._wall_clock()
             updated = meta.evolve(**changes)
             stored = (checkpoint,) if applies and checkpoint is not None else ()
-            if await self._store.commit(updated, meta.version, meta.length, (), stored):
+            if await self._store.commit(Commit(updated, meta.version, meta.length, (), stored)):
                 return updated if applies else None
         return None
 

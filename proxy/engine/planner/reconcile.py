@@ -19,7 +19,7 @@ import orjson
 
 from proxy.conversation.identity import GENESIS, Message, chain, message_hash
 from proxy.conversation.tokens import token_bound
-from proxy.engine.agent_compaction import restarts, resumes
+from proxy.engine.planner.agent_compaction import restarts, resumes
 from proxy.sessions.records import Fingerprint, Mode, SessionMeta
 
 __all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "frame_of", "reconcile"]
@@ -136,11 +136,11 @@ def reconcile(
             whichever arrived first.
     chapter: (auto) C shares no first message with T, comes in T's frame, T's client
             resent its earlier messages last time (`resent`), and C opens with a summary
-            (`proxy.engine.agent_compaction.restarts`): the client compacted its own history (Claude
+            (`agent_compaction.restarts`): the client compacted its own history (Claude
             Code's /compact) and goes on from its own summary. C is stored after T, which
             stays; from then on C is the conversation (`SessionMeta.origin`). Also C
             that keeps T's first messages but then opens with an agent's own summary
-            (Codex: `proxy.engine.agent_compaction.resumes`), which would otherwise fork T away, or
+            (Codex: `agent_compaction.resumes`), which would otherwise fork T away, or
             be beside T (Codex reorders its context when it compacts: another frame).
     An empty C never changes the session. `stored_hashes` (T's hashes from its origin, up
     to len(C)) is needed only to tell an edit from a new turn; without it that case

@@ -10,12 +10,23 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from proxy.sessions.records import MANY_MESSAGES
-
-__all__ = ["MANY_ITEMS", "SLICE", "Turns", "elsewhere", "many", "off_loop", "pause", "sized"]
+__all__ = [
+    "MANY_ITEMS",
+    "MANY_MESSAGES",
+    "SLICE",
+    "Turns",
+    "elsewhere",
+    "many",
+    "off_loop",
+    "pause",
+    "sized",
+]
 
 T = TypeVar("T")
 
+# Python work on more messages than this (a long conversation's first request stores
+# all of it) runs in a worker thread rather than on the event loop.
+MANY_MESSAGES = 256
 # Python work on texts longer than this (characters) runs in a worker thread, as on
 # more than MANY_MESSAGES messages.
 _OFF_LOOP_CHARS = 50_000

@@ -9,12 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.config.settings import Settings
-from proxy.engine import agent_compaction
 from proxy.engine.archive import Archive
+from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
-from proxy.engine.summarizer import Summaries
+from proxy.engine.planner import agent_compaction
 from proxy.engine.types import Request, State
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["Chapters"]
 
@@ -23,7 +23,7 @@ class Chapters:
     def __init__(
         self,
         settings: Settings,
-        store: SessionStore,
+        store: MessageLog,
         history: History,
         summaries: Summaries,
         archive: Archive,

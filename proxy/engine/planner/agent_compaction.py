@@ -4,9 +4,9 @@ Claude Code (`/compact`, and on its own near its window) and Codex send the conv
 with a last user message asking for a summary of it, then go on with a new, short
 conversation that opens with that summary. The proxy keeps the session through both: the
 request for a summary is answered as a turn of the session and not stored, and the new
-conversation becomes a chapter after the old one (`proxy.engine.reconcile`), which stays. Where
-the session's own summary already covers the conversation, the request is answered from
-it (`answer`), without a model call.
+conversation becomes a chapter after the old one (`reconcile`), which stays. Where the
+session's own summary already covers the conversation, the request is answered from it
+(`answer`), without a model call.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Summaries made ahead: after a reply, the session's next fold is made in the
 background when it is due, so the request that needs it finds it ready.
 
-When a fold is due is the prompt cache's question (`proxy.engine.payoff`): past
+When a fold is due is the prompt cache's question (`proxy.engine.planner.payoff`): past
 `summarize_at`, once the budget would force one within two turns, or earlier where it
 pays for the rewrite it causes; with `context.cache_aware: false`, at `summarize_at`.
 """
@@ -12,16 +12,15 @@ import functools
 
 from proxy.config.settings import Settings
 from proxy.conversation.tokens import BOUND
-from proxy.engine.archive import Archive
+from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
-from proxy.engine.payoff import Prompt, fold_due, rates
+from proxy.engine.planner.payoff import Prompt, fold_due, rates
 from proxy.engine.planning import Planning, fold_trigger
-from proxy.engine.summarizer import Bill, Summaries
 from proxy.engine.types import Request
 from proxy.errors import ProxyError
 from proxy.facts.ledger import recent_text
 from proxy.sessions.records import SessionMeta
-from proxy.sessions.store import SessionStore
+from proxy.sessions.store import MessageLog
 
 __all__ = ["Ahead"]
 
@@ -30,17 +29,15 @@ class Ahead:
     def __init__(
         self,
         settings: Settings,
-        store: SessionStore,
+        store: MessageLog,
         history: History,
         summaries: Summaries,
-        archive: Archive,
         planning: Planning,
     ) -> None:
         self._settings = settings
         self._store = store
         self._history = history
         self._summaries = summaries
-        self._archive = archive
         self._planning = planning
 
     def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
@@ -53,7 +50,7 @@ class Ahead:
         summary plus what stays verbatim lands well under the trigger and the next fold
         is several turns away. Past the trigger a fold is due once the budget would force
         one within two turns, or earlier where it pays for the prompt-cache rewrite it
-        causes (`proxy.engine.payoff`); with `cache_aware: false`, at the trigger."""
+        causes (`proxy.engine.planner.payoff`); with `cache_aware: false`, at the trigger."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         if name not in meta.totals or name == BOUND.name:
@@ -102,23 +99,20 @@ class Ahead:
         if plan.summarize is None:
             return
         start, end = plan.summarize
-        archived = await self._archive.of(request.key, meta.checkpoints, checkpoint)
         bill = Bill()
         made = None
         try:
-            made = await self._summaries.make(
+            made = await self._planning.folding.fold(
+                request,
                 entries[start:end],
-                covers + end,
-                checkpoint,
-                request.model,
-                request.budget - request.system_tokens - request.tools_tokens,
-                "background",
-                request.provider_key,
-                archived.ledger,
-                recent_text([s.message for s in entries]),
-                bill,
+                entries[end:],
+                end=covers + end,
+                previous=checkpoint,
+                summaries=meta.checkpoints,
+                recent=recent_text([s.message for s in entries]),
+                mode="background",
+                bill=bill,
             )
-            made = await self._planning.frozen(request, made, checkpoint, entries[end:])
         finally:
             # Owed by the session's next turn, made or failed: its calls were paid for.
             await self._summaries.store(request.key, made, bill.charge)

@@ -1,5 +1,5 @@
 """The token budget of one request: floor(ratio × input limit), room for the requested
-output, and the session's calibration (`proxy.engine.calibration`), which keeps an
+output, and the session's calibration (`proxy.engine.planner.calibration`), which keeps an
 approximate tokenizer inside the limit. Pure given the model's limits: it writes no
 metric, so a preview or a count computes it as a turn does."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from proxy.engine import calibration
+from proxy.engine.planner import calibration
 from proxy.errors import ContextOverflow
 
 __all__ = ["budget"]
