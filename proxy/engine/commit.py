@@ -2,8 +2,8 @@
 replaced, under compare-and-set on the session's version while the turn holds the
 session's lock; with the turn's plan record (its usage and money added), the session's
 inserts where they changed, its calibration as the provider's count of the turn taught
-it, and its receipt (`proxy.costs.receipts`). Then a summary may be made ahead in the
-background, and what was said is remembered.
+it, and its receipt (`proxy.costs.receipts`). What follows a stored turn is the turn's to
+run (`proxy.engine.hooks`): the commit returns what it stored.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -21,16 +22,13 @@ from proxy.conversation.identity import GENESIS, Message, chain, message_hash
 from proxy.conversation.replies import stored_reply
 from proxy.conversation.tokens import TokenCounter
 from proxy.costs.receipts import Receipt, TurnCost, turn_cost
-from proxy.costs.usage import Usage, usage_of
-from proxy.engine.folds.ahead import Ahead
+from proxy.costs.usage import Usage
 from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
 from proxy.engine.planner import calibration
-from proxy.engine.remembering import Memories
 from proxy.engine.totals import counter_for_name
 from proxy.engine.types import Request, State, Turn
 from proxy.errors import ProxyError, SessionConflict
-from proxy.observability import metrics
 from proxy.observability.metrics import REPLIES_CUT, ModelLabels
 from proxy.sessions.records import (
     CAS_ATTEMPTS,
@@ -43,72 +41,53 @@ from proxy.sessions.records import (
 )
 from proxy.sessions.store import MessageLog
 
-__all__ = ["Commits", "concurrent_turn", "drops_stored"]
+__all__ = ["Commits", "Stored", "concurrent_turn", "drops_stored"]
 
 logger = logging.getLogger("context_proxy.engine")
 
 READ_BACK_SECONDS = 2.0  # to learn whether a commit whose answer was lost applied
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What a turn's commit stored: the session's meta as it now is, the messages it
+    appended (the client's new ones and the reply), the tokens they added by the
+    request's tokenizer, and the turn's money as charged to the session's receipt."""
+
+    meta: SessionMeta
+    messages: tuple[StoredMessage, ...]
+    growth: int
+    cost: TurnCost | None
+
+
 class Commits:
-    """Stores answered turns (and keeps the calibration gauge the operator sees)."""
+    """Stores answered turns."""
 
     def __init__(
         self,
         store: MessageLog,
         history: History,
-        ahead: Ahead,
         summaries: Summaries,
-        memories: Memories,
         label: ModelLabels,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self._history = history
-        self._ahead = ahead
         self.summaries = summaries
-        self.memories = memories
         self.label = label
         self.clock = clock  # epoch seconds: the meta's `updated`, the receipt's times
-        # The calibration gauge, per model, smoothed over this process's turns: what the
-        # operator sees. Each session's own plans its budget (`SessionMeta.calibration`).
-        self._estimates: dict[str, float] = {}
 
-    async def answered(
-        self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
-    ) -> TurnCost | None:
-        """The upstream finished its reply: learn from its usage, store the turn. The
-        turn's money (None: no price or no usage known, or no model call)."""
-        used = usage_of(usage)
-        if turn.managed and turn.answer is None:
-            label = self.label(turn.model)
-            actual = used.prompt if used is not None else None
-            estimate = calibration.smoothed(self._estimates.get(label), turn.tokens_sent, actual)
-            if estimate is not None:
-                self._estimates[label] = estimate
-                metrics.TOKEN_ESTIMATE_RATIO.labels(label).set(estimate)
-        if turn.answer is not None:
-            return None
-        stored = await self._commit(turn, reply, usage, used)
-        if stored is not None or turn.prices is None or used is None:
-            return stored
-        # Not a stored turn (no session, a side request, the proxy's context management
-        # off): no previous turn tells what the cache held, so no saving is claimed.
-        spent = turn.prices.cost(used)
-        return TurnCost(spent, 0.0, spent)
-
-    async def _commit(
+    async def stored(
         self,
         turn: Turn,
         reply: dict[str, Any] | None,
         usage: dict[str, Any] | None,
         used: Usage | None,
-    ) -> TurnCost | None:
-        """Store the client's new messages and the reply; then maybe summarize ahead.
-        Under the turn lock only a background summary can have changed the session,
-        and the turn is replayed onto it (compare-and-set); a transcript changed under
-        the turn (its lease lapsed) is a conflict, never undone. The turn's money, as
-        charged to its session's receipt."""
+    ) -> Stored | None:
+        """Store the client's new messages and the reply. Under the turn lock only a
+        background summary can have changed the session, and the turn is replayed onto
+        it (compare-and-set); a transcript changed under the turn (its lease lapsed) is
+        a conflict, never undone. None: not a stored turn (no session, a side request)."""
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
             return None
@@ -180,12 +159,8 @@ class Commits:
                     REPLIES_CUT.labels(self.label(request.model)).inc()
                 if pending is not None and not checkpoints:  # replayed: store it if it applies
                     await self.summaries.store(request.key, pending)
-                if not request.own_budget:
-                    growth = _growth(state.base, meta, request.counter.name)
-                    self._ahead.maybe_summarize(request, meta, growth)
-                if request.memory_id is not None:
-                    await self._learn(request, entries)
-                return cost
+                growth = _growth(state.base, meta, request.counter.name)
+                return Stored(meta, entries, growth, cost)
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
         raise concurrent_turn()
@@ -199,14 +174,6 @@ class Commits:
         except (ProxyError, TimeoutError):
             return False
         return found is not None and (found.version, found.head) == (meta.version, meta.head)
-
-    async def _learn(self, request: Request, said: tuple[StoredMessage, ...]) -> None:
-        """Remember what a stored turn said; the turn stands whatever happens here."""
-        assert request.key is not None and request.memory_id is not None
-        try:
-            await self.memories.learn(request.key[0], request.memory_id, request.key[1], said)
-        except Exception as exc:
-            logger.warning("memory not updated: %s", self.summaries.redact(str(exc)))
 
 
 def _calibration(

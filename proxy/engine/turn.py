@@ -3,7 +3,8 @@
 A door calls one operation, `complete` or `stream`: the turn is planned (`_prepare`:
 reconcile with the stored session and count what is new in `History`, plan the window
 and summarize if the plan says so in `Planning`), sent upstream, its reply stored
-(`Commits`), and the session's turn lock given back (`_finish`), whatever happens. Per
+(`Commits`), what follows a stored turn run (`AfterCommit`), and the session's turn lock
+given back (`_finish`), whatever happens. Per
 request the work is one pass over the serialized conversation (C speed), Python work on
 the new messages only, and a bounded window: the stored transcript is read only where a
 plan needs it (a window over the budget, a client that sends only its new turn, an edit
@@ -21,11 +22,14 @@ from typing import Any
 
 from proxy.concurrency import sized
 from proxy.config.settings import Settings
+from proxy.conversation.identity import Message
 from proxy.conversation.replies import (
     reply_message,
 )
 from proxy.conversation.tokens import CountCache, counter_for
 from proxy.conversation.validation import validate_messages
+from proxy.costs.receipts import TurnCost
+from proxy.costs.usage import usage_of
 from proxy.engine.archive import Archive
 from proxy.engine.commit import Commits, concurrent_turn, drops_stored
 from proxy.engine.events import TurnEvents, made
@@ -33,6 +37,7 @@ from proxy.engine.folds.ahead import Ahead
 from proxy.engine.folds.chapters import Chapters
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
+from proxy.engine.hooks import AfterCommit
 from proxy.engine.intake import Intake
 from proxy.engine.planner.agent_compaction import asks_to_compact
 from proxy.engine.planner.caching import namespaced
@@ -114,15 +119,9 @@ class Engine:
         self._intake = Intake(
             settings, upstream, self._counts, self._planning, self.label, self._secret
         )
-        self._commits = Commits(
-            store,
-            self._history,
-            Ahead(settings, store, self._history, self.summaries, self._planning),
-            self.summaries,
-            self.memories,
-            self.label,
-            clock,
-        )
+        self._commits = Commits(store, self._history, self.summaries, self.label, clock)
+        ahead = Ahead(settings, store, self._history, self.summaries, self._planning)
+        self._after = AfterCommit(ahead, self.memories, self.label, self.summaries.redact)
 
     async def close(self) -> None:
         await self.summaries.close()
@@ -168,9 +167,7 @@ class Engine:
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
-            observer.priced(
-                await self._commits.answered(turn, reply_message(completion.data), usage)
-            )
+            observer.priced(await self._answered(turn, reply_message(completion.data), usage))
         except BaseException:
             await self._finish(turn, answered=False)
             raise
@@ -191,7 +188,7 @@ class Engine:
         if turn.answer is not None:  # made here, with no model call
             observer.planned(turn)
             events = made(turn.answer)
-            return TurnEvents(turn, events, observer, self._commits.answered, self._finish)
+            return TurnEvents(turn, events, observer, self._answered, self._finish)
         try:
             observer.planned(turn)
             observer.upstream_started()
@@ -207,7 +204,7 @@ class Engine:
         except BaseException:
             await self._finish(turn, answered=False)
             raise
-        return TurnEvents(turn, events, observer, self._commits.answered, self._finish)
+        return TurnEvents(turn, events, observer, self._answered, self._finish)
 
     # -- its steps ------------------------------------------------------------------------
 
@@ -304,6 +301,28 @@ class Engine:
         plan, inserts = await self.memories.injected(request, request.memory_id, plan, inserts)
         plan, inserts = await self.archive.recalled(request, state, plan, inserts)
         return await self.memories.recalled(request, request.memory_id, plan), inserts
+
+    async def _answered(
+        self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
+    ) -> TurnCost | None:
+        """The upstream finished its reply: the turn stored, then what follows a stored
+        turn (`AfterCommit`). The turn's money (None: no price or no usage known, or no
+        model call)."""
+        used = usage_of(usage)
+        self._after.gauge(turn, used)
+        if turn.answer is not None:
+            return None
+        stored = await self._commits.stored(turn, reply, usage, used)
+        if stored is not None:
+            assert turn.request is not None
+            await self._after.stored(turn.request, stored)
+            return stored.cost
+        if turn.prices is None or used is None:
+            return None
+        # Not a stored turn (no session, a side request, the proxy's context management
+        # off): no previous turn tells what the cache held, so no saving is claimed.
+        spent = turn.prices.cost(used)
+        return TurnCost(spent, 0.0, spent)
 
     async def _finish(self, turn: Turn, answered: bool = True) -> None:
         """The turn is over, stored or not: the session's next turn may start. One that
