@@ -394,7 +394,7 @@ def _compacting(request: Request) -> bool:
 def _answer_turn(
     body: dict[str, Any], request: Request, state: State, lease: Lease, answer: dict[str, Any]
 ) -> Turn:
-    """A request for a summary answered from the session's (`Planning.answer`): nothing
+    """A request for a summary answered from the session's (`Chapters.answer`): nothing
     sent, nothing stored."""
     name = request.counter.name
     history = state.totals[name] - state.before_origin(name)

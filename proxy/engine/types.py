@@ -158,7 +158,7 @@ class Turn:
     request: Request | None = None
     state: State | None = None
     messages_json: bytes | None = None  # body["messages"], already serialized
-    lease: Lease | None = None  # the session's turn lock, held until `Engine.finish`
+    lease: Lease | None = None  # the session's turn lock, held until the turn is over
     side: bool = False  # named a session but is not a turn of it: answered, not stored
     prices: Prices | None = None  # the model's, to price the turn and its counterfactual
     summaries: float = 0.0  # USD of the summarizer's calls made for this turn, while it waited

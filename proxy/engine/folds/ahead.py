@@ -54,7 +54,7 @@ class Ahead:
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         if name not in meta.totals or name == BOUND.name:
-            return  # known by its bound alone: far from the trigger (`History._bounded`)
+            return  # known by its bound alone: far from the trigger
         head = self._planning.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         window -= self._planning.stubs.saved(checkpoint, name)

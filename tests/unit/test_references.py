@@ -1,5 +1,5 @@
-"""docs/architecture.md is drawn from the code: every module, package and class it names
-in backquotes exists, so the map cannot drift from the tree unnoticed."""
+"""Prose is drawn from the code: every module, package and class docs/architecture.md
+names in backquotes exists, and so does every member our docstrings and comments name."""
 
 from __future__ import annotations
 
@@ -77,3 +77,31 @@ def exists(token: str) -> bool:
 
 def test_every_module_and_class_the_architecture_names_exists() -> None:
     assert [token for token in named() if not exists(token)] == []
+
+
+def test_every_member_a_docstring_or_comment_names_exists() -> None:
+    """A backquoted `Class.member` in our code's prose names a member that is there: a
+    docstring that points at code since renamed or deleted misleads its next reader."""
+    named_in_code = {
+        f"{path.relative_to(PROXY)}: {token}"
+        for path in TREES
+        for token in re.findall(r"`([A-Z]\w+\.\w+)`", path.read_text())
+        if token.split(".")[0] in CLASSES and not exists(token)
+    }
+    assert sorted(named_in_code) == []
+
+
+def test_no_prose_names_another_modules_private_code() -> None:
+    """A private name is its module's own: prose elsewhere that names one
+    (`Totals._bounded` from the summaries made ahead) is out of date at its next rename."""
+    defined = {
+        path: {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for path, tree in TREES.items()
+    }
+    elsewhere = sorted(
+        f"{path.relative_to(PROXY)}: {token}"
+        for path in TREES
+        for token in re.findall(r"`([A-Z]\w+)\._\w+`", path.read_text())
+        if token not in defined[path]
+    )
+    assert elsewhere == []
