@@ -161,7 +161,7 @@ def _show(client: httpx.Client, session_id: str, query: dict[str, str]) -> None:
 
 
 def _count(tokens: int | None) -> str:
-    """A plan record's count; "-" for a turn sent whole uncounted (`State.counted`)."""
+    """A plan record's count; "-" for a turn sent whole uncounted (`SessionView.counted`)."""
     return "-" if tokens is None else str(tokens)
 
 

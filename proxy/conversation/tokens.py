@@ -30,8 +30,8 @@ __all__ = [
     "CountCache",
     "CountingMode",
     "TokenCounter",
-    "counter_for",
-    "counter_named",
+    "counter_by_name",
+    "counter_for_model",
     "estimate_tokens",
     "token_bound",
 ]
@@ -234,7 +234,7 @@ def _pieces(text: str, backwards: bool = False) -> Iterator[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=256)
-def counter_for(model: str, mode: CountingMode = "auto") -> TokenCounter:
+def counter_for_model(model: str, mode: CountingMode = "auto") -> TokenCounter:
     """The counter for a model name, e.g. "gpt-4o", "openai/gpt-4o-mini", "claude-3-5-sonnet".
 
     auto: tiktoken if tiktoken knows the model, the Anthropic tokenizer for Claude,
@@ -253,8 +253,11 @@ def counter_for(model: str, mode: CountingMode = "auto") -> TokenCounter:
     return _CHAR
 
 
-def counter_named(name: str) -> TokenCounter:
-    """The counter whose `name` this is (names key the stored counts)."""
+def counter_by_name(name: str, known: TokenCounter | None = None) -> TokenCounter:
+    """The counter whose `name` this is (names key the stored counts): `known` if it is
+    that one."""
+    if known is not None and known.name == name:
+        return known
     if name in _BUNDLED_BPE:
         return _tiktoken_counter(name)
     if name == "anthropic":

@@ -18,7 +18,7 @@ from proxy.conversation.identity import GENESIS, Message
 from proxy.conversation.tokens import TokenCounter
 from proxy.engine.planner.stubs import briefed, last_user
 from proxy.engine.planner.window import Plan
-from proxy.engine.types import Request, State
+from proxy.engine.types import Request, SessionView
 from proxy.engine.yielding import Asked, Window, yielded_plan
 from proxy.facts.ledger import (
     Fact,
@@ -143,7 +143,7 @@ class Archive:
         # A whole session's index (summarized and not), by the session's head.
         self._whole: OrderedDict[SessionKey, tuple[str, RecallIndex]] = OrderedDict()
 
-    async def of(self, key: SessionKey, count: int, latest: Checkpoint | None) -> Archived:
+    async def as_of(self, key: SessionKey, count: int, latest: Checkpoint | None) -> Archived:
         """The archive up to the `count`-th checkpoint, `latest` (which may be one this
         process just made and has not stored yet)."""
         if latest is None or count == 0:
@@ -165,7 +165,7 @@ class Archive:
     ) -> tuple[Fact, ...]:
         """The facts ledger as of the `count`-th checkpoint (`of`): what a fold merges its
         span's facts into."""
-        return (await self.of(key, count, latest)).ledger
+        return (await self.as_of(key, count, latest)).ledger
 
     async def _stored(self, key: SessionKey, count: int, head: str) -> Archived:
         """The archive of the first `count` stored checkpoints, read from where the
@@ -188,7 +188,7 @@ class Archive:
         return archived
 
     async def recalled(
-        self, request: Request, state: State, plan: Plan, inserts: Inserts
+        self, request: Request, state: SessionView, plan: Plan, inserts: Inserts
     ) -> tuple[Plan, Inserts]:
         """`plan` with a recall block: the summarized units most relevant to the user's
         latest message, in what the plan leaves of the budget (at most
@@ -209,7 +209,7 @@ class Archive:
         )
         if request.key is None or checkpoint is None or room < _SMALLEST_BLOCK or not plan.messages:
             return plan, inserts
-        archived = await self.of(request.key, state.checkpoints, checkpoint)
+        archived = await self.as_of(request.key, state.checkpoints, checkpoint)
         asking = last_user(plan.messages)  # where the user's latest message is
         if plan.messages[asking].get("role") != "user":
             return plan, inserts
@@ -327,7 +327,7 @@ class Archive:
         read, and kept while the session stays as it is (memory recall asks an idle
         session again and again)."""
         checkpoint = meta.checkpoint
-        archived = await self.of(key, meta.checkpoints, checkpoint)
+        archived = await self.as_of(key, meta.checkpoints, checkpoint)
         known = self._whole.get(key)
         if known is None or known[0] != meta.head:
             covers = checkpoint.covers_until if checkpoint else 0
@@ -360,7 +360,7 @@ class Archive:
         return [(hit, [s.message for s in units[hit.start]]) for hit in hits]
 
     async def _units(
-        self, key: SessionKey, state: State, hits: list[Hit], room: int
+        self, key: SessionKey, state: SessionView, hits: list[Hit], room: int
     ) -> list[tuple[Hit, list[Message]]]:
         """`hits` with their messages, best first, read until they would surely fill
         `room` tokens (the block takes what fits of them)."""
@@ -374,15 +374,15 @@ class Archive:
                 break
         return found
 
-    async def _unit(self, key: SessionKey, state: State, hit: Hit) -> list[Message]:
+    async def _unit(self, key: SessionKey, state: SessionView, hit: Hit) -> list[Message]:
         """transcript[hit.start:hit.end] as this request leaves it."""
         stored = []
-        if hit.start < state.keep:
+        if hit.start < state.kept:
             stored = [
                 s.message
-                for s in await self._store.messages(*key, hit.start, min(hit.end, state.keep))
+                for s in await self._store.messages(*key, hit.start, min(hit.end, state.kept))
             ]
-        fresh = state.new[max(0, hit.start - state.keep) : max(0, hit.end - state.keep)]
+        fresh = state.new[max(0, hit.start - state.kept) : max(0, hit.end - state.kept)]
         return [*stored, *(s.message for s in fresh)]
 
 

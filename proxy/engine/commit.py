@@ -20,14 +20,13 @@ import orjson
 from proxy.concurrency import off_loop
 from proxy.conversation.identity import GENESIS, Message, chain, message_hash
 from proxy.conversation.replies import stored_reply
-from proxy.conversation.tokens import TokenCounter
+from proxy.conversation.tokens import TokenCounter, counter_by_name
 from proxy.costs.receipts import Receipt, TurnCost, turn_cost
 from proxy.costs.usage import Usage
 from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
 from proxy.engine.planner import calibration
-from proxy.engine.totals import counter_for_name
-from proxy.engine.types import Request, State, Turn
+from proxy.engine.types import Request, SessionView, Turn
 from proxy.errors import ProxyError, SessionConflict
 from proxy.observability.metrics import REPLIES_CUT, ModelLabels
 from proxy.sessions.records import (
@@ -41,7 +40,7 @@ from proxy.sessions.records import (
 )
 from proxy.sessions.store import MessageLog
 
-__all__ = ["Commits", "Stored", "concurrent_turn", "drops_stored"]
+__all__ = ["Commits", "Stored", "concurrent_turn_error", "drops_stored"]
 
 logger = logging.getLogger("context_proxy.engine")
 
@@ -91,14 +90,14 @@ class Commits:
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
             return None
-        if turn.side:  # planned as a turn of its session, answered, never stored
+        if turn.side_request:  # planned as a turn of its session, answered, never stored
             if turn.summaries:  # the summary it made was paid for: the session owes it
                 await self.summaries.store(request.key, None, turn.summaries)
             return None
         pending, base = state.pending, state.base
         for _ in range(CAS_ATTEMPTS):
             if _transcript(state.base) != _transcript(base) and drops_stored(state):
-                raise concurrent_turn()
+                raise concurrent_turn_error()
             entry = await reply_entry(
                 reply,
                 state.new[-1].chain if state.new else state.match.head,
@@ -136,8 +135,8 @@ class Commits:
                 done = await self.store.commit(
                     Commit(
                         meta,
-                        state.expected,
-                        state.keep,
+                        state.expected_version,
+                        state.kept,
                         entries,
                         checkpoints,
                         release,
@@ -163,7 +162,7 @@ class Commits:
                 return Stored(meta, entries, growth, cost)
             state = await self._history.state(request)
         logger.error("could not store session after %d attempts (conflicts)", CAS_ATTEMPTS)
-        raise concurrent_turn()
+        raise concurrent_turn_error()
 
     async def _applied(self, key: SessionKey, meta: SessionMeta) -> bool:
         """Whether a commit whose answer was lost applied after all: the session is at
@@ -202,16 +201,16 @@ def _growth(base: SessionMeta | None, meta: SessionMeta, name: str) -> int:
     return meta.totals.get(name, 0) - (base.totals.get(name, 0) if base is not None else 0)
 
 
-def drops_stored(state: State) -> bool:
+def drops_stored(state: SessionView) -> bool:
     """The turn cuts stored messages away (an edit of history, or a stale client)."""
-    return state.base is not None and state.keep < state.base.length
+    return state.base is not None and state.kept < state.base.length
 
 
 def _transcript(meta: SessionMeta | None) -> tuple[int, str] | None:
     return (meta.length, meta.head) if meta is not None else None
 
 
-def concurrent_turn() -> SessionConflict:
+def concurrent_turn_error() -> SessionConflict:
     return SessionConflict(
         "The session gained messages from a concurrent turn that this request's history"
         " does not have; resend it with the session's current history.",
@@ -232,7 +231,7 @@ async def reply_entry(
     client that resends its whole copy is still recognised, and budgeted for it."""
 
     def count() -> tuple[str, Message, dict[str, int]]:
-        counts = {name: counter_for_name(name, counter).count_message(reply) for name in totals}
+        counts = {name: counter_by_name(name, counter).count_message(reply) for name in totals}
         return message_hash(reply), stored_reply(reply, limit), counts
 
     digest, stored, counts = await off_loop([reply], count)
@@ -241,7 +240,7 @@ async def reply_entry(
 
 def stored_meta(
     request: Request,
-    state: State,
+    state: SessionView,
     reply: StoredMessage,
     calibration: dict[str, float],
     inserts: str,
@@ -258,7 +257,7 @@ def stored_meta(
         head = state.new[-1].chain if state.new else match.head
         fingerprint = state.serialized.fingerprint(len(request.conversation), head)
     origin = state.origin
-    if base is not None and match.keep > origin:
+    if base is not None and match.kept > origin:
         first = base.first
     else:
         first = state.new[0].hash if state.new else reply.hash
@@ -271,7 +270,7 @@ def stored_meta(
     meta = SessionMeta(
         tenant=request.key[0],
         session_id=request.key[1],
-        version=state.expected + 1,
+        version=state.expected_version + 1,
         length=state.length + 1,
         head=reply.chain,
         first=first,
@@ -281,7 +280,7 @@ def stored_meta(
         fingerprint=fingerprint,
         tail=(reply.hash,) if fingerprint is not None else (),
         frame=request.frame,
-        settled=bool(match.keep)
+        settled=bool(match.kept)
         or bool(reply.message.get("tool_calls"))
         or any(entry.message.get("role") == "assistant" for entry in state.new),
         resent=match.whole

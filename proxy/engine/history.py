@@ -21,7 +21,7 @@ from proxy.engine.planner.caching import unmarked
 from proxy.engine.planner.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
 from proxy.engine.planner.stubs import Stubber, stub
 from proxy.engine.totals import Totals
-from proxy.engine.types import Request, State
+from proxy.engine.types import Request, SessionView
 from proxy.sessions.records import (
     Inserts,
     SessionKey,
@@ -50,7 +50,7 @@ class History:
             OrderedDict()
         )
 
-    async def state(self, request: Request) -> State:
+    async def state(self, request: Request) -> SessionView:
         """Load the meta, reconcile, validate and count the new messages; recount from the
         stored messages only after an edit of history or for a tokenizer new to it."""
         assert request.key is not None
@@ -89,25 +89,34 @@ class History:
         assert isinstance(match, Match)
         if match.kind == "side":  # answered beside the session: nothing to count or store
             assert meta is not None
-            return State(meta, match, (), {}, None, 0, meta.version, serialized)
+            return SessionView(
+                base=meta,
+                match=match,
+                new=(),
+                totals={},
+                checkpoint=None,
+                checkpoints=0,
+                expected_version=meta.version,
+                serialized=serialized,
+            )
         if match.kind != "append" and serialized is None and conversation:
             serialized = Serialized(request.messages, len(request.system))
             await pause(len(serialized))
         new_messages = conversation[match.start :]
         if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":
-            await self._check_results(request, match.keep, new_messages)
-        totals, new, checkpoint, checkpoints = await self._totals.of(
+            await self._check_results(request, match.kept, new_messages)
+        totals, new, checkpoint, checkpoints = await self._totals.totals_of(
             request, meta, match, serialized, stored
         )
         inserts = await self._inserts_of(request.key, meta)
-        return State(
+        return SessionView(
             base=meta,
             match=match,
             new=new,
             totals=totals,
             checkpoint=checkpoint,
             checkpoints=checkpoints,
-            expected=meta.version if meta else 0,
+            expected_version=meta.version if meta else 0,
             serialized=serialized,
             inserts=inserts,
         )
@@ -161,7 +170,7 @@ class History:
         """`Totals.counted`: each entry with a count by every tokenizer in `names`."""
         return await self._totals.counted(entries, names, counter)
 
-    async def window(self, request: Request, state: State, start: int) -> list[StoredMessage]:
+    async def window(self, request: Request, state: SessionView, start: int) -> list[StoredMessage]:
         """transcript[start:] as this request leaves it: stored messages, then new ones.
         The stored part is read from where the session's last window read here ended,
         when the store still holds that window (the chain value at its end says so): a
@@ -169,9 +178,9 @@ class History:
         whole window."""
         assert request.key is not None
         stored: list[StoredMessage] = []
-        if start < state.keep:
-            stored = await self._stored_window(request.key, start, state.keep)
-        return [*stored, *state.new[max(0, start - state.keep) :]]
+        if start < state.kept:
+            stored = await self._stored_window(request.key, start, state.kept)
+        return [*stored, *state.new[max(0, start - state.kept) :]]
 
     async def _stored_window(self, key: SessionKey, start: int, end: int) -> list[StoredMessage]:
         known = self._windows.get(key)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from proxy.costs.usage import Usage
 from proxy.engine.commit import Stored
-from proxy.engine.folds.ahead import Ahead
+from proxy.engine.folds.ahead import SummariesAhead
 from proxy.engine.planner import calibration
 from proxy.engine.remembering import Memories
 from proxy.engine.types import Request, Turn
@@ -25,7 +25,7 @@ logger = logging.getLogger("context_proxy.engine")
 class AfterCommit:
     def __init__(
         self,
-        ahead: Ahead,
+        ahead: SummariesAhead,
         memories: Memories,
         label: ModelLabels,
         redact: Callable[[str], str],

@@ -15,7 +15,7 @@ from proxy.concurrency import off_loop, sized
 from proxy.config.settings import Settings
 from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
-from proxy.conversation.tokens import BOUND, CountCache, counter_for, token_bound
+from proxy.conversation.tokens import BOUND, CountCache, counter_for_model, token_bound
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.planner.budget import budget
@@ -23,7 +23,7 @@ from proxy.engine.planner.caching import BREAKPOINTS, cache_key, marks_in
 from proxy.engine.planner.reconcile import frame_of
 from proxy.engine.planner.window import Plan
 from proxy.engine.planning import Planning, fold_trigger
-from proxy.engine.types import Request, RequestContext, State, Turn
+from proxy.engine.types import Request, RequestContext, SessionView, Turn
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
 from proxy.upstream.client import Upstream
@@ -56,7 +56,7 @@ class Intake:
 
     def _request(self, body: dict[str, Any], context: RequestContext) -> Request:
         model = body["model"]
-        counter = counter_for(
+        counter = counter_for_model(
             self.upstream.models.provider_model(model), self.settings.context.token_counting
         )
         system, conversation = split_system(body["messages"])
@@ -104,7 +104,7 @@ class Intake:
     @staticmethod
     def bounded(request: Request) -> Request:
         """The request as a turn plans it while its session is known only by its bound
-        (`State.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
+        (`SessionView.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
         (within budget by construction) sends the history whole."""
         system_tokens, tools_tokens = request.bounds
         return replace(
@@ -157,7 +157,7 @@ class Intake:
                 input_limit=request.input_limit,
                 prices=request.prices,
             )
-        counts, plan = await self.fitted(request)
+        counts, plan = await self.truncated(request)
         original = base + sum(counts)
         return Turn(
             body | {"messages": plan.messages},
@@ -179,25 +179,25 @@ class Intake:
         )
         await sized(request.size or 0, check)
 
-    async def fitted(self, request: Request) -> tuple[list[int], Plan]:
+    async def truncated(self, request: Request) -> tuple[list[int], Plan]:
         """A conversation of no session counted (each message's count) and fitted by
         truncation: work on a request's whole body, kept off the event loop when large
         (by the body's size, where known)."""
         conversation = request.conversation
 
-        def fit() -> tuple[list[int], Plan]:
+        def counted_and_cut() -> tuple[list[int], Plan]:
             counts = [request.counter.count_message(message) for message in conversation]
-            return counts, self._planning.fit(
+            return counts, self._planning.plan_counted(
                 request, conversation, counts, None, allow_summary=False
             )
 
         if request.size is not None:
-            return await sized(request.size, fit)
-        result: tuple[list[int], Plan] = await off_loop(conversation, fit)
+            return await sized(request.size, counted_and_cut)
+        result: tuple[list[int], Plan] = await off_loop(conversation, counted_and_cut)
         return result
 
     def calibrated(
-        self, body: dict[str, Any], context: RequestContext, request: Request, state: State
+        self, body: dict[str, Any], context: RequestContext, request: Request, state: SessionView
     ) -> Request:
         """The request with its session's calibration applied to its budget."""
         learned = state.base.calibration if state.base is not None else {}

@@ -26,7 +26,7 @@ from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.planner.window import Plan, plan_context
-from proxy.engine.types import Request, State
+from proxy.engine.types import Request, SessionView
 from proxy.errors import ContextOverflow, ProxyError
 from proxy.facts.ledger import recent_text
 from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
@@ -60,7 +60,7 @@ class Planning:
         self.folding = Folding(summaries, self.stubs, ledger)
 
     async def plan(
-        self, request: Request, state: State, *, allow_summary: bool, rewrite: bool = False
+        self, request: Request, state: SessionView, *, allow_summary: bool, rewrite: bool = False
     ) -> Plan:
         """The messages to send. Within budget (known from the totals) that is everything
         after the summary; over it, the pure planner decides on the window's counts.
@@ -100,18 +100,20 @@ class Planning:
         plan = None
         if cold:  # fold as a summary made ahead would, if there is anything to fold
             trigger = fold_trigger(request, self._settings.context.summarize_at)
-            plan = await self.fitted(
+            plan = await self.plan_entries(
                 request, entries, checkpoint, allow_summary=True, budget=trigger
             )
             plan = plan if plan.summarize is not None else None
         if plan is None:
-            plan = await self.fitted(request, entries, checkpoint, allow_summary=allow_summary)
+            plan = await self.plan_entries(
+                request, entries, checkpoint, allow_summary=allow_summary
+            )
         if plan.summarize is None:
             return plan
         start, end = plan.summarize
         return replace(plan, summarize=(covers + start, covers + end))
 
-    async def fitted(
+    async def plan_entries(
         self,
         request: Request,
         entries: list[StoredMessage],
@@ -125,7 +127,7 @@ class Planning:
         messages = [s.message for s in entries]
         counts = [s.tokens[request.counter.name] for s in entries]
         fit = functools.partial(
-            self.fit,
+            self.plan_counted,
             request,
             messages,
             counts,
@@ -135,7 +137,7 @@ class Planning:
         )
         return await off_loop(messages, fit)
 
-    def fit(
+    def plan_counted(
         self,
         request: Request,
         messages: list[Message],
@@ -165,9 +167,9 @@ class Planning:
                 f"This model's context budget is {request.budget} tokens; {exc}.", param="messages"
             ) from None
 
-    async def summarized(
-        self, request: Request, state: State, span: tuple[int, int], bill: Bill
-    ) -> tuple[State, Plan]:
+    async def fold_and_plan(
+        self, request: Request, state: SessionView, span: tuple[int, int], bill: Bill
+    ) -> tuple[SessionView, Plan]:
         """Fold `span` into the summary, then plan again; truncation if that fails. A
         background summary on its way is waited for, and one that landed since the state
         was read is used, never made again. The summarizer's calls go on `bill`, which
@@ -206,18 +208,20 @@ class Planning:
         state = await self._adopt(request, state, checkpoint)
         return state, await self.plan(request, state, allow_summary=False)
 
-    async def _changed(self, key: SessionKey, state: State) -> bool:
+    async def _changed(self, key: SessionKey, state: SessionView) -> bool:
         """The stored session changed since `state` was read: under the turn lock, only a
         background summary (here or in another replica) can have been stored."""
         meta = await self._store.load(*key)
-        return (meta.version if meta is not None else 0) != state.expected
+        return (meta.version if meta is not None else 0) != state.expected_version
 
-    async def _adopt(self, request: Request, state: State, checkpoint: Checkpoint) -> State:
+    async def _adopt(
+        self, request: Request, state: SessionView, checkpoint: Checkpoint
+    ) -> SessionView:
         """Put a new summary in effect: stored now if it covers stored messages only
         (then a failed upstream call does not waste it), else with the turn."""
         assert request.key is not None
         adopted = replace(state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1)
-        if checkpoint.covers_until > state.keep:
+        if checkpoint.covers_until > state.kept:
             return replace(adopted, pending=checkpoint)
         stored = await self._summaries.store(request.key, checkpoint)
         base = state.base
@@ -225,12 +229,12 @@ class Planning:
             stored is not None
             and base is not None
             and (stored.head, stored.length) == (base.head, base.length)
-            and state.keep == base.length
+            and state.kept == base.length
         ):
-            return replace(adopted, expected=stored.version)
+            return replace(adopted, expected_version=stored.version)
         return adopted  # the turn's commit will meet a newer version and replay
 
-    def _early(self, request: Request, state: State, total: int, rewrite: bool) -> bool:
+    def _early(self, request: Request, state: SessionView, total: int, rewrite: bool) -> bool:
         """Fold now, ahead of the budget (`cache_aware`): the prompt is past the fold
         trigger, and its cache is cold (the session was idle longer than it lives) or the
         client is about to rewrite it: the next request writes its whole prompt anyway,

@@ -11,14 +11,14 @@ from dataclasses import replace
 
 from proxy.concurrency import off_loop
 from proxy.conversation.identity import Message, chain
-from proxy.conversation.tokens import BOUND, CountCache, TokenCounter, counter_named
+from proxy.conversation.tokens import BOUND, CountCache, TokenCounter, counter_by_name
 from proxy.engine.planner.reconcile import Match, Serialized
 from proxy.engine.planner.stubs import Stubber, last_user, savings, stub
 from proxy.engine.types import Request
 from proxy.sessions.records import Checkpoint, SessionMeta, StoredMessage
 from proxy.sessions.store import MessageLog
 
-__all__ = ["Totals", "counter_for_name"]
+__all__ = ["Totals"]
 
 # A conversation longer than this (bytes) that opens a session far from its budget is
 # not tokenized (`Totals._bounded`); a shorter one is counted at once (under a ms).
@@ -33,7 +33,7 @@ class Totals:
         self._counts = counts
         self._make = make  # a stub as the session's requests send it (`proxy.engine.planner.stubs`)
 
-    async def of(
+    async def totals_of(
         self,
         request: Request,
         meta: SessionMeta | None,
@@ -47,7 +47,7 @@ class Totals:
         bounded = await self._bounded(request, meta, match, serialized)
         if bounded is not None:
             totals, new = bounded
-            return totals, new, None, meta.checkpoints if meta and match.keep else 0
+            return totals, new, None, meta.checkpoints if meta and match.kept else 0
         counter = request.counter
         names = {counter.name, *(meta.totals if meta else ())} - {BOUND.name}
         carried, checkpoint, checkpoints = self._carried(meta, match, counter.name)
@@ -57,7 +57,7 @@ class Totals:
                 request, meta, match, names, stored
             )
         messages = request.conversation[match.start :]
-        counters = [counter_for_name(name, counter) for name in names]
+        counters = [counter_by_name(name, counter) for name in names]
         new = await off_loop(messages, lambda: _entries(messages, match, counters), request.size)
         for stored_message in new:
             for name in carried:
@@ -81,7 +81,7 @@ class Totals:
         new_messages = request.conversation[match.start :]
         if match.kind not in ("new", "full", "append", "fork"):
             return None
-        if meta is None or match.keep == 0:
+        if meta is None or match.kept == 0:
             if serialized is None or len(serialized) <= _COUNT_NOW_BYTES:
                 return None
             bound = serialized.token_bound()
@@ -94,8 +94,8 @@ class Totals:
         carried = meta.totals.get(BOUND.name)
         if carried is None or meta.checkpoint is not None:
             return None
-        if match.keep < meta.length:  # what a retry or an edit cuts leaves the bound
-            cut = await self._store.messages(*request.key, match.keep, meta.length)
+        if match.kept < meta.length:  # what a retry or an edit cuts leaves the bound
+            cut = await self._store.messages(*request.key, match.kept, meta.length)
             cut = await self.counted(cut, {BOUND.name}, BOUND)
             carried -= sum(entry.tokens[BOUND.name] for entry in cut)
         if carried > request.uncounted:
@@ -111,10 +111,10 @@ class Totals:
     ) -> tuple[dict[str, int] | None, Checkpoint | None, int]:
         """Totals and the summary in effect, from the meta alone; None for the totals when
         the stored messages must be counted (`_recounted`)."""
-        if meta is None or match.keep == 0:
+        if meta is None or match.kept == 0:
             return {name: 0}, None, 0
         checkpoint = meta.checkpoint
-        if match.keep < meta.length or name not in meta.totals:
+        if match.kept < meta.length or name not in meta.totals:
             return None, checkpoint, meta.checkpoints
         if checkpoint is not None and name not in checkpoint.before:
             return None, checkpoint, meta.checkpoints
@@ -131,10 +131,10 @@ class Totals:
         stored: list[StoredMessage] | None,
     ) -> tuple[dict[str, int], Checkpoint | None, int]:
         """Totals and the summary in effect after an edit of history (the transcript cut
-        to `match.keep`) or for a tokenizer new to the session: the slow path, which reads
+        to `match.kept`) or for a tokenizer new to the session: the slow path, which reads
         the kept messages once."""
         assert request.key is not None
-        keep = match.keep
+        keep = match.kept
         if _tail_cut(meta, keep, names):  # a retry, a regenerated reply: read what is cut
             cut = await self._store.messages(*request.key, keep, meta.length)
             cut = await self.counted(cut, names, request.counter)
@@ -160,7 +160,7 @@ class Totals:
             else:
                 last = last_user([s.message for s in kept])
             stubbed = tuple(at for at in checkpoint.stubbed if at < last)
-            counters = {n: counter_for_name(n, request.counter) for n in names}
+            counters = {n: counter_by_name(n, request.counter) for n in names}
             saved = savings(kept, stubbed, counters, self._make)
             checkpoint = replace(checkpoint, stubbed=stubbed, stubs_saved=saved)
         return {n: sum(s.tokens[n] for s in kept) for n in names}, checkpoint, count
@@ -180,7 +180,7 @@ class Totals:
                 stored = entries[i]
                 tokens = dict(stored.tokens)
                 for name in names - tokens.keys():
-                    named = counter_for_name(name, counter)
+                    named = counter_by_name(name, counter)
                     tokens[name] = self._counts.message(named, stored.message, stored.hash)
                 found[i] = replace(stored, tokens=tokens)
             return found
@@ -207,11 +207,6 @@ def _tail_cut(meta: SessionMeta, keep: int, names: set[str]) -> bool:
             )
         )
     )
-
-
-def counter_for_name(name: str, counter: TokenCounter) -> TokenCounter:
-    """The counter a stored count was made with (by its name)."""
-    return counter if counter.name == name else counter_named(name)
 
 
 def _entries(

@@ -26,14 +26,14 @@ from proxy.conversation.identity import Message
 from proxy.conversation.replies import (
     reply_message,
 )
-from proxy.conversation.tokens import CountCache, counter_for
+from proxy.conversation.tokens import CountCache, counter_for_model
 from proxy.conversation.validation import validate_messages
 from proxy.costs.receipts import TurnCost
 from proxy.costs.usage import usage_of
 from proxy.engine.archive import Archive
-from proxy.engine.commit import Commits, concurrent_turn, drops_stored
+from proxy.engine.commit import Commits, concurrent_turn_error, drops_stored
 from proxy.engine.events import TurnEvents, made
-from proxy.engine.folds.ahead import Ahead
+from proxy.engine.folds.ahead import SummariesAhead
 from proxy.engine.folds.chapters import Chapters
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
@@ -50,7 +50,7 @@ from proxy.engine.types import (
     Observer,
     Request,
     RequestContext,
-    State,
+    SessionView,
     Turn,
     planned_turn,
 )
@@ -120,7 +120,7 @@ class Engine:
             settings, upstream, self._counts, self._planning, self.label, self._secret
         )
         self._commits = Commits(store, self._history, self.summaries, self.label, clock)
-        ahead = Ahead(settings, store, self._history, self.summaries, self._planning)
+        ahead = SummariesAhead(settings, store, self._history, self.summaries, self._planning)
         self._after = AfterCommit(ahead, self.memories, self.label, self.summaries.redact)
 
     async def close(self) -> None:
@@ -132,7 +132,7 @@ class Engine:
         in the first request that needs one."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
-            counter_for(self.upstream.models.provider_model(name), mode).count_text("warm up")
+            counter_for_model(self.upstream.models.provider_model(name), mode).count_text("warm up")
         self.upstream.warm_up()
         vectors(["warm up"])
 
@@ -244,18 +244,18 @@ class Engine:
                     answer = await self._chapters.answer(request, state)
                 if answer is not None:
                     return _answer_turn(body, request, state, lease, answer)
-                turn = await self._planned(body, request, state, lease)
-                return replace(turn, side=True)
+                turn = await self._plan_turn(body, request, state, lease)
+                return replace(turn, side_request=True)
             if state.match.kind != "side":
-                return await self._planned(body, request, state, lease)
+                return await self._plan_turn(body, request, state, lease)
         except BaseException:
             await self._locks.release(lease)
             raise
         await self._locks.release(lease)  # a side request, not a turn: never stored
         logger.debug("a side request beside its session: answered, not stored")
-        return replace(await self._intake.stateless(body, request, context), side=True)
+        return replace(await self._intake.stateless(body, request, context), side_request=True)
 
-    async def _folded_ahead(self, request: Request, state: State) -> State:
+    async def _folded_ahead(self, request: Request, state: SessionView) -> SessionView:
         """An agent compacting its conversation rewrites its prompt (and so its cache):
         past the fold trigger the proxy folds now, which may answer the request from its
         own summary. The summarizer's calls are owed by the session."""
@@ -265,22 +265,22 @@ class Engine:
         if plan.summarize is None:
             return state
         bill = Bill()
-        state, _ = await self._planning.summarized(request, state, plan.summarize, bill)
+        state, _ = await self._planning.fold_and_plan(request, state, plan.summarize, bill)
         if bill.charge and request.key is not None:
             await self.summaries.store(request.key, None, bill.charge)
         return state
 
-    async def _planned(
-        self, body: dict[str, Any], request: Request, state: State, lease: Lease
+    async def _plan_turn(
+        self, body: dict[str, Any], request: Request, state: SessionView, lease: Lease
     ) -> Turn:
         if request.continues is not None and _length(state.base) != request.continues:
             raise _not_latest(state.base, request.continues)
         if lease.contended and drops_stored(state):
-            raise concurrent_turn()  # it would undo a turn it raced and never saw
+            raise concurrent_turn_error()  # it would undo a turn it raced and never saw
         plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
         bill = Bill()
         if plan.summarize is not None:
-            state, plan = await self._planning.summarized(request, state, plan.summarize, bill)
+            state, plan = await self._planning.fold_and_plan(request, state, plan.summarize, bill)
         plan, inserts = await self._extended(request, state, plan)
         turn = replace(
             planned_turn(body, request, state, plan, lease), inserts=inserts, summaries=bill.charge
@@ -292,7 +292,9 @@ class Engine:
         record = plan_record(turn, plan, summary, pinned, self.clock)
         return replace(turn, record=record)
 
-    async def _extended(self, request: Request, state: State, plan: Plan) -> tuple[Plan, Inserts]:
+    async def _extended(
+        self, request: Request, state: SessionView, plan: Plan
+    ) -> tuple[Plan, Inserts]:
         """The plan with what the window alone lacks: remembered facts after the system
         prompt, then recalled history in what the budget leaves: the session's own, then
         the memory's other sessions'. With the session's inserts as this plan leaves
@@ -374,7 +376,7 @@ class Engine:
         if request.key is not None:
             return int((await self.preview(body, context))["tokens_sent"])
         await self._intake.validated(request)
-        return (await self._intake.fitted(request))[1].tokens
+        return (await self._intake.truncated(request))[1].tokens
 
 
 def _as_chat(native: Native, reply: dict[str, Any]) -> dict[str, Any]:
@@ -392,7 +394,7 @@ def _compacting(request: Request) -> bool:
 
 
 def _answer_turn(
-    body: dict[str, Any], request: Request, state: State, lease: Lease, answer: dict[str, Any]
+    body: dict[str, Any], request: Request, state: SessionView, lease: Lease, answer: dict[str, Any]
 ) -> Turn:
     """A request for a summary answered from the session's (`Chapters.answer`): nothing
     sent, nothing stored."""
@@ -412,7 +414,7 @@ def _answer_turn(
         request=request,
         state=state,
         lease=lease,
-        side=True,
+        side_request=True,
         prices=request.prices,
         answer=answer,
     )

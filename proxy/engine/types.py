@@ -31,7 +31,7 @@ __all__ = [
     "Observer",
     "Request",
     "RequestContext",
-    "State",
+    "SessionView",
     "Turn",
     "planned_turn",
 ]
@@ -93,10 +93,10 @@ class Request:
     bounds: tuple[int, int] = (0, 0)
 
 
-@dataclass(frozen=True, slots=True)
-class State:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionView:
     """The session as this request leaves it, before the reply: the stored transcript's
-    first `match.keep` messages plus `new`."""
+    first `match.kept` messages plus `new`."""
 
     base: SessionMeta | None
     match: Match
@@ -104,7 +104,7 @@ class State:
     totals: dict[str, int]  # of the transcript with `new`
     checkpoint: Checkpoint | None  # the summary in effect
     checkpoints: int
-    expected: int  # version to compare-and-set against
+    expected_version: int  # to compare-and-set against
     serialized: Serialized | None
     pending: Checkpoint | None = None  # made from `new`: stored with the turn
     inserts: Inserts | None = None  # what the session's latest turn sent beside its window
@@ -116,12 +116,13 @@ class State:
         return BOUND.name not in self.totals
 
     @property
-    def keep(self) -> int:
-        return self.match.keep
+    def kept(self) -> int:
+        """Stored messages the transcript keeps (`Match.kept`)."""
+        return self.match.kept
 
     @property
     def length(self) -> int:
-        return self.match.keep + len(self.new)
+        return self.match.kept + len(self.new)
 
     @property
     def origin(self) -> int:
@@ -156,10 +157,10 @@ class Turn:
     summary_created: float | None = None
     input_limit: int = 0
     request: Request | None = None
-    state: State | None = None
+    state: SessionView | None = None
     messages_json: bytes | None = None  # body["messages"], already serialized
     lease: Lease | None = None  # the session's turn lock, held until the turn is over
-    side: bool = False  # named a session but is not a turn of it: answered, not stored
+    side_request: bool = False  # named a session but is not a turn of it: answered, not stored
     prices: Prices | None = None  # the model's, to price the turn and its counterfactual
     summaries: float = 0.0  # USD of the summarizer's calls made for this turn, while it waited
     record: dict[str, Any] | None = (
@@ -176,7 +177,7 @@ class Turn:
 def planned_turn(
     body: dict[str, Any],
     request: Request,
-    state: State,
+    state: SessionView,
     plan: Plan,
     lease: Lease | None = None,
 ) -> Turn:

@@ -39,7 +39,7 @@ def turn_headers(turn: Turn) -> dict[str, str]:
         values[TOKENS_SENT] = str(turn.tokens_sent)
     if turn.summary_created is not None:
         values[SUMMARY_AGE] = str(max(0, int(time.time() - turn.summary_created)))
-    if turn.side:
+    if turn.side_request:
         values[SESSION_TURN] = "side" if turn.answer is None else "answered"
     return values
 

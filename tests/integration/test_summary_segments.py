@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from proxy.conversation.tokens import counter_for
+from proxy.conversation.tokens import counter_for_model
 from proxy.summary.fold import MIN_SEGMENT_SHARE, REWRITE_TASK, SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL, SUMMARY_PREFIX
 from tests.benchmarks.scorecard import generate, respond
@@ -46,7 +46,7 @@ def test_a_fold_adds_a_segment_and_leaves_the_summary_before_it_byte_identical(
     upstream.default = Reply(respond=compressing)
     drive(client(url, session), MODEL, generate(turns=200, facts=12, updates=4))
     bodies = model_calls(upstream)
-    counter = counter_for(f"openai/{MODEL}")
+    counter = counter_for_model(f"openai/{MODEL}")
 
     appended = consolidated = 0
     for before, after in itertools.pairwise(bodies):

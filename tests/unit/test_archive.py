@@ -68,9 +68,9 @@ async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
     archive, key = parts.engine.archive, ("t1", "s")
     meta = await parts.store.load(*key)
     assert meta is not None and meta.checkpoint is not None
-    first = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    first = await archive.as_of(key, meta.checkpoints, meta.checkpoint)
     assert first.count == meta.checkpoints
-    again = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    again = await archive.as_of(key, meta.checkpoints, meta.checkpoint)
     assert again is first  # cached: nothing read
     # A new fold (another turn past the budget): only the checkpoints after it are read.
     history = [said(EARLY), echo(EARLY), *conversation(5), said(LATE), echo(LATE)]
@@ -79,7 +79,7 @@ async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
     newer = await parts.store.load(*key)
     assert newer is not None and newer.checkpoints > meta.checkpoints
     reads.clear()
-    extended = await archive.of(key, newer.checkpoints, newer.checkpoint)
+    extended = await archive.as_of(key, newer.checkpoints, newer.checkpoint)
     assert extended.count == newer.checkpoints
     # Read on from the first checkpoint it had not read (the turn's own fold may have
     # read some already), never again from the start.
@@ -97,13 +97,13 @@ async def test_the_archives_kept_are_bounded_by_what_their_indexes_hold(
     archive, key = parts.engine.archive, ("t1", "s")
     meta = await parts.store.load(*key)
     assert meta is not None and meta.checkpoint is not None
-    first = await archive.of(key, meta.checkpoints, meta.checkpoint)
+    first = await archive.as_of(key, meta.checkpoints, meta.checkpoint)
     assert first.index.size > 0
     monkeypatch.setattr(archive_module, "_KEPT_BYTES", first.index.size)
     other = ("t1", "other")
     archive._remember(other, first)  # a second session's, as large: over the bound
     assert list(archive._cache) == [other]
-    assert await archive.of(key, meta.checkpoints, meta.checkpoint) is not first  # read again
+    assert await archive.as_of(key, meta.checkpoints, meta.checkpoint) is not first  # read again
     monkeypatch.setattr(archive_module, "_KEPT_BYTES", 4 * first.index.size)
     archive._remember(other, first)
     assert list(archive._cache) == [key, other]  # both within the bound

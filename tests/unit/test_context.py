@@ -8,7 +8,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from proxy.conversation.tokens import TokenCounter, counter_for
+from proxy.conversation.tokens import TokenCounter, counter_for_model
 from proxy.engine.planner.window import (
     Plan,
     omitted_message,
@@ -17,7 +17,7 @@ from proxy.engine.planner.window import (
 from proxy.errors import ContextOverflow
 from proxy.summary.message import summary_message
 
-CHAR = counter_for("local-model", "char")
+CHAR = counter_for_model("local-model", "char")
 WORDS = (
     "The quick brown fox jumps over the lazy dog; 東京は日本の首都です。 def f(x): return x * 2\n"
 )
@@ -234,7 +234,7 @@ class Case:
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    counter = draw(st.sampled_from([CHAR, counter_for("gpt-4o")]))
+    counter = draw(st.sampled_from([CHAR, counter_for_model("gpt-4o")]))
     ids = iter(range(10_000))
 
     def unit(kind: str) -> list[dict[str, Any]]:

@@ -177,7 +177,7 @@ async def test_a_side_request_is_answered_beside_its_session_and_never_stored(
     stored = await parts.stored()
     title = [{"role": "system", "content": "Write a five-word title."}, said("plan the trip")]
     turn = await parts.turn(title)
-    assert turn.side
+    assert turn.side_request
     assert parts.upstream.sent[-1]["messages"] == title
     assert await parts.stored() == stored
 

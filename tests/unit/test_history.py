@@ -52,7 +52,7 @@ async def test_a_full_resend_is_known_by_its_prefix_and_only_the_new_is_counted(
     asked = await request(parts, [*history, said("next")])
     state = await parts.engine._history.state(asked)
     assert ranges == []  # the stored transcript is not read
-    assert (state.match.kind, state.keep) == ("full", 6)
+    assert (state.match.kind, state.kept) == ("full", 6)
     assert [s.message for s in state.new] == [said("next")]
     name = asked.counter.name
     new_tokens = asked.counter.count_message(said("next"))
@@ -65,7 +65,7 @@ async def test_a_client_that_sends_only_its_new_turn_appends_it(parts: Parts) ->
     ranges = reads(parts)
     state = await parts.engine._history.state(await request(parts, [said("two")]))
     assert ranges == []
-    assert (state.match.kind, state.keep, state.length) == ("append", 2, 3)
+    assert (state.match.kind, state.kept, state.length) == ("append", 2, 3)
     assert [s.message for s in state.new] == [said("two")]
 
 
@@ -78,7 +78,7 @@ async def test_an_edit_cuts_the_transcript_there_and_recounts_what_it_keeps(
         await parts.turn(history[: end - 1])
     asked = await request(parts, [*history[:4], said("edited")])
     state = await parts.engine._history.state(asked)
-    assert (state.match.kind, state.keep) == ("fork", 4)
+    assert (state.match.kind, state.kept) == ("fork", 4)
     kept = await parts.store.messages("t1", "s", 0, 4)
     name = asked.counter.name
     edited = asked.counter.count_message(said("edited"))

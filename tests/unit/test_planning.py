@@ -9,18 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.config.settings import load_settings
-from proxy.conversation.tokens import CountCache, counter_for
-from proxy.engine.folds.ahead import Ahead
+from proxy.conversation.tokens import CountCache, counter_for_model
+from proxy.engine.folds.ahead import SummariesAhead
 from proxy.engine.folds.summarizer import Bill
 from proxy.engine.planner.reconcile import Match
 from proxy.engine.planning import Planning
-from proxy.engine.types import Request, State
+from proxy.engine.types import Request, SessionView
 from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint
 from tests.unit.sessions_factory import COUNTER, entries, meta
 
 KEY = ("t1", "s")
-TOKENIZER = counter_for("gpt-4o-mini")
+TOKENIZER = counter_for_model("gpt-4o-mini")
 TRANSCRIPT = entries(*(f"message {i}" for i in range(6)))
 CONVERSATION = [s.message for s in TRANSCRIPT]
 
@@ -38,11 +38,11 @@ class Store:
 class History:
     """Reads the session again: with the summary that landed."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: SessionView) -> None:
         self.fresh = state
         self.reads = 0
 
-    async def state(self, request: Request) -> State:
+    async def state(self, request: Request) -> SessionView:
         self.reads += 1
         return self.fresh
 
@@ -57,16 +57,16 @@ class Summaries:
         raise AssertionError("summarized again what a background summary had just summarized")
 
 
-def state(version: int, checkpoint: Checkpoint | None) -> State:
+def state(version: int, checkpoint: Checkpoint | None) -> SessionView:
     match = Match("full", len(TRANSCRIPT), len(TRANSCRIPT), [], TRANSCRIPT[-1].chain)
-    return State(
+    return SessionView(
         base=meta(TRANSCRIPT, version=version),
         match=match,
         new=(),
         totals={COUNTER: 10 * len(TRANSCRIPT)},
         checkpoint=checkpoint,
         checkpoints=1 if checkpoint else 0,
-        expected=version,
+        expected_version=version,
         serialized=None,
     )
 
@@ -103,7 +103,7 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
     )
     request = planned_request(budget=1000, system_tokens=3)
     read_before = state(1, None)  # version 1: before the background summary was stored
-    after, plan = await planning.summarized(request, read_before, (0, 4), Bill())
+    after, plan = await planning.fold_and_plan(request, read_before, (0, 4), Bill())
     assert history.reads == 1 and after.checkpoint == landed
     assert plan.compression == "summary" and plan.summarize is None
     assert plan.messages[0]["content"].endswith("They said hello.")
@@ -142,7 +142,7 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
         CountCache(),
         None,  # type: ignore[arg-type]
     )
-    ahead = Ahead(settings, store, history, summaries, planning)  # type: ignore[arg-type]
+    ahead = SummariesAhead(settings, store, history, summaries, planning)  # type: ignore[arg-type]
     request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
     with pytest.raises(ContextOverflow):
         await ahead._made(request, 30)
@@ -150,7 +150,7 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
 
 
 class StoredHistory(FilledHistory):
-    async def window(self, request: Request, state: State, start: int) -> Any:
+    async def window(self, request: Request, state: SessionView, start: int) -> Any:
         return TRANSCRIPT[start:]
 
 

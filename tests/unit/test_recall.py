@@ -4,7 +4,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from proxy.conversation.tokens import counter_named
+from proxy.conversation.tokens import counter_by_name
 from proxy.facts.ledger import facts_in, merge, message_text
 from proxy.recall.index import (
     RECALL_PREFIX,
@@ -18,7 +18,7 @@ from proxy.recall.index import (
     segment,
 )
 
-COUNTER = counter_named("char")
+COUNTER = counter_by_name("char")
 
 
 def user(text: str) -> dict[str, Any]:

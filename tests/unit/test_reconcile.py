@@ -65,22 +65,22 @@ def run(
         stored = [message_hash(m) for m in transcript[: len(incoming)]]
         match = reconcile(meta, incoming, mode, serialized, stored)  # type: ignore[arg-type]
     assert isinstance(match, Match)
-    result = transcript[: match.keep] + incoming[match.start :]
+    result = transcript[: match.kept] + incoming[match.start :]
     assert match.hashes == [message_hash(m) for m in incoming[match.start :]]
-    assert match.head == (chain([message_hash(m) for m in result[: match.keep]]) or [GENESIS])[-1]
+    assert match.head == (chain([message_hash(m) for m in result[: match.kept]]) or [GENESIS])[-1]
     return match, result
 
 
 def test_new_session_takes_the_whole_conversation() -> None:
     match, result = run([], T4)
-    assert (match.kind, match.keep, match.start) == ("new", 0, 0)
+    assert (match.kind, match.kept, match.start) == ("new", 0, 0)
     assert result == T4
 
 
 def test_full_resend_appends_only_the_new_tail() -> None:
     for sent in (None, 3):  # recognised by the hash chain, and by the fingerprint
         match, result = run(T4, [*T4, user("u3")], sent=sent)
-        assert (match.kind, match.keep, match.start) == ("full", 4, 4)
+        assert (match.kind, match.kept, match.start) == ("full", 4, 4)
         assert result == [*T4, user("u3")]
 
 
@@ -124,27 +124,27 @@ def test_identical_resend_adds_nothing() -> None:
 def test_client_sending_only_the_new_turn_appends_it() -> None:
     for sent in (None, 3):
         match, result = run(T4, [user("u3")], sent=sent)
-        assert (match.kind, match.keep, match.start) == ("append", 4, 0)
+        assert (match.kind, match.kept, match.start) == ("append", 4, 0)
         assert result == [*T4, user("u3")]
 
 
 def test_editing_an_earlier_message_forks() -> None:
     for sent in (None, 5):
         match, result = run([*T4, user("u3"), bot("a3")], [*T4[:2], user("u2 edited")], sent=sent)
-        assert (match.kind, match.keep) == ("fork", 2)
+        assert (match.kind, match.kept) == ("fork", 2)
         assert result == [*T4[:2], user("u2 edited")]
 
 
 def test_regenerate_forks_before_the_last_answer() -> None:
     for sent in (None, 3):
         match, result = run(T4, T4[:3], sent=sent)
-        assert (match.kind, match.keep, match.hashes) == ("fork", 3, [])
+        assert (match.kind, match.kept, match.hashes) == ("fork", 3, [])
         assert result == T4[:3]
 
 
 def test_an_edited_reply_forks_where_it_differs() -> None:
     match, result = run(T4, [*T4[:3], bot("a2 edited"), user("u3")], sent=3)
-    assert (match.kind, match.keep) == ("fork", 3)
+    assert (match.kind, match.kept) == ("fork", 3)
     assert result == [*T4[:3], bot("a2 edited"), user("u3")]
 
 
@@ -166,7 +166,7 @@ def test_echoed_assistant_in_another_shape_does_not_fork() -> None:
     ]
     for sent in (None, 3):
         match, _ = run(history, echoed, sent=sent)
-        assert (match.kind, match.keep, match.start) == ("full", 4, 4)
+        assert (match.kind, match.kept, match.start) == ("full", 4, 4)
 
 
 def test_a_reformatted_prefix_falls_back_to_the_hash_chain() -> None:
@@ -178,7 +178,7 @@ def test_a_reformatted_prefix_falls_back_to_the_hash_chain() -> None:
 def test_empty_conversation_changes_nothing() -> None:
     for mode in ("auto", "append", "full"):
         match, result = run(T4, [], mode=mode, sent=3)
-        assert (match.keep, match.hashes, match.whole) == (4, [], False)
+        assert (match.kept, match.hashes, match.whole) == (4, [], False)
         assert result == T4
 
 
@@ -192,7 +192,7 @@ def test_full_mode_replaces_unrelated_history() -> None:
     _, auto = run(T4, [user("x")])
     assert auto == [*T4, user("x")]
     match, full = run(T4, [user("x")], mode="full")
-    assert (match.kind, match.keep) == ("fork", 0)
+    assert (match.kind, match.kept) == ("fork", 0)
     assert full == [user("x")]
 
 
@@ -207,7 +207,7 @@ def test_an_agents_side_request_is_beside_the_session_never_stored() -> None:
     for mode in ("auto", "full"):
         match = reconcile(meta, [user("Title for: u1")], mode, Serialized([user("t")]), None, TITLE)
         assert isinstance(match, Match) and match.kind == "side" and not match.whole
-        assert (match.keep, match.hashes, match.head) == (4, [], meta.head)  # T stands
+        assert (match.kept, match.hashes, match.head) == (4, [], meta.head)  # T stands
 
 
 def test_only_a_known_resend_conversation_in_another_frame_has_side_requests() -> None:
@@ -251,7 +251,7 @@ def test_a_one_shot_that_came_first_yields_to_the_conversation_that_goes_on() ->
     assert isinstance(match, Match) and match.kind == "side"  # not longer: nothing yet
     conversation = [user("fix the build"), bot("Which error?"), user("make fails")]
     match = reconcile(one_shot, conversation, "auto", Serialized(conversation), None, AGENT)
-    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("fork", 0, 0)
+    assert isinstance(match, Match) and (match.kind, match.kept, match.start) == ("fork", 0, 0)
     assert match.head == GENESIS and len(match.hashes) == 3 and match.whole
     settled = meta_for(T4, sent=3).evolve(frame=AGENT)  # the conversation, gone on
     again = reconcile(settled, [user("Title")], "auto", Serialized([user("Title")]), None, TITLE)
@@ -268,7 +268,7 @@ def test_a_client_that_compacts_its_history_starts_a_chapter_that_goes_on() -> N
     meta = meta_for(T4, sent=3).evolve(frame=AGENT, resent=True)
     restart = [user("This session is being continued. Summary: u1, u2."), user("u3")]
     match = reconcile(meta, restart, "auto", Serialized(restart), None, AGENT)
-    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 4, 0)
+    assert isinstance(match, Match) and (match.kind, match.kept, match.start) == ("chapter", 4, 0)
     assert match.whole and match.origin == 4 and match.head == meta.head
     # The commit leaves: T4 + restart + a reply, the conversation starting at 4.
     hashes = [message_hash(m) for m in [*T4, *restart, bot("a3")]]
@@ -288,15 +288,15 @@ def test_a_client_that_compacts_its_history_starts_a_chapter_that_goes_on() -> N
     )
     goes_on = [*restart, bot("a3"), user("u4")]
     fast = reconcile(chapter, goes_on, "auto", Serialized(goes_on), None, AGENT)
-    assert isinstance(fast, Match) and (fast.kind, fast.keep, fast.start) == ("full", 7, 3)
+    assert isinstance(fast, Match) and (fast.kind, fast.kept, fast.start) == ("full", 7, 3)
     slow = reconcile(chapter.evolve(fingerprint=None), goes_on, "full", None, None, AGENT)
-    assert isinstance(slow, Match) and (slow.kind, slow.keep, slow.start) == ("full", 7, 3)
+    assert isinstance(slow, Match) and (slow.kind, slow.kept, slow.start) == ("full", 7, 3)
     assert fast.origin == slow.origin == 4 and fast.hashes == slow.hashes
     edited = [restart[0], user("u3, edited")]
     asked = reconcile(chapter.evolve(fingerprint=None), edited, "full", None, None, AGENT)
     assert asked == NEED_STORED_HASHES
     fork = reconcile(chapter.evolve(fingerprint=None), edited, "full", None, hashes[4:6], AGENT)
-    assert isinstance(fork, Match) and (fork.kind, fork.keep, fork.start) == ("fork", 5, 1)
+    assert isinstance(fork, Match) and (fork.kind, fork.kept, fork.start) == ("fork", 5, 1)
     assert fork.head == heads[4]  # the old chapter stays: the edit forks inside the new one
 
 
@@ -310,10 +310,10 @@ def test_codex_keeps_its_first_messages_when_it_compacts_a_chapter_not_a_fork() 
     compacted = [context, user("u2"), summary, user("u3")]
     stored = [message_hash(m) for m in transcript[: len(compacted)]]
     match = reconcile(meta, compacted, "auto", None, stored, AGENT)
-    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 5, 0)
+    assert isinstance(match, Match) and (match.kind, match.kept, match.start) == ("chapter", 5, 0)
     edited = [context, user("u1, edited")]
     fork = reconcile(meta, edited, "auto", None, stored, AGENT)
-    assert isinstance(fork, Match) and (fork.kind, fork.keep) == ("fork", 1)  # a real edit
+    assert isinstance(fork, Match) and (fork.kind, fork.kept) == ("fork", 1)  # a real edit
 
 
 def test_codex_reorders_its_context_when_it_compacts_a_chapter_not_a_side_request() -> None:
@@ -325,7 +325,7 @@ def test_codex_reorders_its_context_when_it_compacts_a_chapter_not_a_side_reques
     summary = user("Another language model started to solve this problem and produced a summary")
     compacted = [user("u1"), user("u2"), context, summary, user("u3")]
     match = reconcile(meta, compacted, "auto", None, None, TITLE)
-    assert isinstance(match, Match) and (match.kind, match.keep, match.start) == ("chapter", 5, 0)
+    assert isinstance(match, Match) and (match.kind, match.kept, match.start) == ("chapter", 5, 0)
     title = [user("Write a title for: u1")]  # another frame, no summary: beside it
     beside = reconcile(meta, title, "auto", None, None, TITLE)
     assert isinstance(beside, Match) and beside.kind == "side"
@@ -394,7 +394,7 @@ def test_the_fingerprint_never_changes_the_outcome(
     comparing hash chains message by message."""
     slow, _ = run(stored, incoming, mode)
     fast, _ = run(stored, incoming, mode, sent=min(sent, len(stored)) or None)
-    assert (fast.kind, fast.keep, fast.start) == (slow.kind, slow.keep, slow.start)
+    assert (fast.kind, fast.kept, fast.start) == (slow.kind, slow.kept, slow.start)
 
 
 @given(stored=conversations.filter(bool), incoming=conversations.filter(bool))
@@ -406,7 +406,7 @@ def test_auto_mode_never_guesses_a_fork_or_loses_history(stored: list, incoming:
     elif match.kind == "full":
         assert result == incoming and incoming[: len(stored)] == stored
     else:
-        k = match.keep
+        k = match.kept
         assert match.kind == "fork" and 0 < k < len(stored)
         assert result == incoming and stored[:k] == incoming[:k]
         assert incoming[: len(stored)] != stored

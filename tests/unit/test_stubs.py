@@ -11,14 +11,14 @@ from typing import Any
 
 import orjson
 
-from proxy.conversation.tokens import counter_for
+from proxy.conversation.tokens import counter_for_model
 from proxy.engine.planner.stubs import STUB_PREFIX, stub, stubbable
 from proxy.recall.index import RECALL_PREFIX, Hit, recall_message
 from proxy.sessions.records import Checkpoint
 from tests.unit.engines import MODEL, Parts
 
 Message = dict[str, Any]
-COUNTER = counter_for(MODEL)
+COUNTER = counter_for_model(MODEL)
 CALL = {
     "id": "call_7",
     "type": "function",

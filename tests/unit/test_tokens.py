@@ -20,7 +20,7 @@ from proxy.conversation.tokens import (
     CountCache,
     TokenCounter,
     _bundled_dir,
-    counter_for,
+    counter_for_model,
     estimate_tokens,
 )
 
@@ -57,31 +57,31 @@ JSON_DATA = json.dumps([{"id": i, "name": f"item {i}", "price": i * 1.37} for i 
     ],
 )
 def test_encoding_choice_auto(model: str, name: str) -> None:
-    assert counter_for(model).name == name
+    assert counter_for_model(model).name == name
 
 
 def test_encoding_choice_other_modes() -> None:
-    assert counter_for("my-local-llama", "tiktoken").name == "o200k_base"
-    assert counter_for("gpt-4", "tiktoken").name == "cl100k_base"
-    assert counter_for("gpt-4o", "char").name == "char"
+    assert counter_for_model("my-local-llama", "tiktoken").name == "o200k_base"
+    assert counter_for_model("gpt-4", "tiktoken").name == "cl100k_base"
+    assert counter_for_model("gpt-4o", "char").name == "char"
 
 
 def test_counts_agree_with_tiktoken() -> None:
     for model, encoding in [("gpt-4o", "o200k_base"), ("gpt-4", "cl100k_base")]:
         expected = tiktoken.get_encoding(encoding)
         for text in (ENGLISH, CODE, CHINESE, "<|endoftext|> is just text"):
-            assert counter_for(model).count_text(text) == len(expected.encode_ordinary(text))
-    assert counter_for("gpt-4o").count_text("") == 0
+            assert counter_for_model(model).count_text(text) == len(expected.encode_ordinary(text))
+    assert counter_for_model("gpt-4o").count_text("") == 0
 
 
 def test_anthropic_tokenizer_counts() -> None:
-    counter = counter_for("claude-3-5-sonnet")
+    counter = counter_for_model("claude-3-5-sonnet")
     assert counter.count_text("Hello world") == 2
     assert counter.count_text("") == 0
 
 
 def test_message_overhead() -> None:
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     text = counter.count_text
     plain = {"role": "user", "content": "hi there"}
     assert counter.count_message(plain) == 3 + text("user") + text("hi there")
@@ -93,7 +93,7 @@ def test_message_overhead() -> None:
 
 
 def test_text_parts_and_images() -> None:
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     plain = counter.count_message({"role": "user", "content": "describe this"})
 
     def with_image(detail: str) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def test_text_parts_and_images() -> None:
 
 
 def test_tool_calls_and_results() -> None:
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     arguments = json.dumps({"city": "Paris", "unit": "celsius"})
     call: dict[str, Any] = {
         "role": "assistant",
@@ -132,7 +132,7 @@ def test_tool_calls_and_results() -> None:
 
 
 def test_tools_counted() -> None:
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     tools = [
         {
             "type": "function",
@@ -151,15 +151,15 @@ def test_tools_counted() -> None:
     "text", [ENGLISH, CODE, CHINESE, JAPANESE, KOREAN, JSON_DATA], ids=lambda t: t[:12]
 )
 def test_char_estimate_never_below_o200k(text: str) -> None:
-    exact = counter_for("gpt-4o").count_text(text)
+    exact = counter_for_model("gpt-4o").count_text(text)
     assert exact <= estimate_tokens(text) <= 2 * exact
-    assert counter_for("x", "char").count_text(text) == estimate_tokens(text)
+    assert counter_for_model("x", "char").count_text(text) == estimate_tokens(text)
 
 
 @pytest.mark.parametrize("model", ["gpt-4o", "claude-3-5-sonnet", "my-local-llama"])
 @pytest.mark.parametrize("max_tokens", [12, 50, 300])
 def test_truncate_middle(model: str, max_tokens: int) -> None:
-    counter = counter_for(model)
+    counter = counter_for_model(model)
     text = "BEGIN " + CODE + CHINESE + " END"
     cut = counter.truncate_middle(text, max_tokens)
     assert counter.count_text(cut) <= max_tokens
@@ -171,7 +171,7 @@ def test_truncate_middle(model: str, max_tokens: int) -> None:
 def test_truncate_middle_keeps_nearly_all_it_may_of_a_huge_paste() -> None:
     """A 2 MB paste cut to a budget keeps close to the budget (the search stops within
     1/64 of the characters kept, not at the first fit)."""
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     text = "BEGIN " + (CODE + ENGLISH) * (2_000_000 // len(CODE + ENGLISH)) + " END"
     for max_tokens in (2_000, 60_000):
         cut = counter.truncate_middle(text, max_tokens)
@@ -183,7 +183,7 @@ def test_a_long_text_is_counted_in_pieces_that_add_up() -> None:
     """A text is counted piece by piece (linear, and no call holds the interpreter for
     long): the pieces' sum is the whole's, or a token more at a forced split."""
     for model in ("gpt-4o", "claude-3-5-sonnet", "my-local-llama"):
-        counter = counter_for(model)
+        counter = counter_for_model(model)
         for base in (ENGLISH, CODE, CHINESE, JSON_DATA):
             text = base * (200_000 // len(base))
             whole = counter.count_piece(text)
@@ -194,7 +194,7 @@ def test_cutting_a_huge_paste_costs_what_it_keeps_not_what_it_is() -> None:
     """Given the paste's count (a message's, known when it arrived), a cut tokenizes what
     it keeps and a bounded search around its edges: a 5 MB paste costs what a 500 kB one
     does, not ten times as much."""
-    gpt = counter_for("gpt-4o")
+    gpt = counter_for_model("gpt-4o")
 
     def cut_cost(size: int) -> int:
         counted: list[int] = []
@@ -213,7 +213,7 @@ def test_cutting_a_huge_paste_costs_what_it_keeps_not_what_it_is() -> None:
 
 
 def test_truncate_middle_leaves_short_text_alone() -> None:
-    counter = counter_for("gpt-4o")
+    counter = counter_for_model("gpt-4o")
     assert counter.truncate_middle("short text", 100) == "short text"
     assert counter.truncate_middle(ENGLISH, 2) == ""  # not even the marker fits
 
@@ -226,11 +226,11 @@ def refuse(*args, **kwargs):
 
 socket.socket.connect = refuse
 socket.create_connection = refuse
-from proxy.conversation.tokens import counter_for
+from proxy.conversation.tokens import counter_for_model
 
-assert counter_for("gpt-4o").count_text("hello world") == 2
-assert counter_for("gpt-4").count_text("hello world") == 2
-assert counter_for("claude-3-5-sonnet").count_text("hello world") == 2
+assert counter_for_model("gpt-4o").count_text("hello world") == 2
+assert counter_for_model("gpt-4").count_text("hello world") == 2
+assert counter_for_model("claude-3-5-sonnet").count_text("hello world") == 2
 assert "litellm" not in sys.modules and "requests" not in sys.modules
 print(os.environ["TIKTOKEN_CACHE_DIR"])
 """
@@ -274,7 +274,7 @@ def test_user_cache_dir_without_the_files_is_replaced(tmp_path: Path) -> None:
 def test_the_count_cache_keeps_what_it_counted_as_digests() -> None:
     """Megabyte system prompts and tool lists are counted once each and kept as their
     digests, not as their JSON; different ones are counted apart."""
-    counter = counter_for("gpt-4o", "char")
+    counter = counter_for_model("gpt-4o", "char")
     cache = CountCache(size=64)
     counted = []
     for n in range(40):
@@ -314,7 +314,7 @@ def test_claudes_tokenizers_keep_a_bounded_cache_of_words() -> None:
 
     adapter.warm_token_counter("anthropic/claude-sonnet-4-5")
     litellms = adapter.litellm.utils._select_tokenizer("claude-sonnet-4-5")["tokenizer"]
-    counter = counter_for("claude-sonnet-4-5")
+    counter = counter_for_model("claude-sonnet-4-5")
     rng = random.Random(51)
     words = ["".join(rng.choices(string.ascii_letters, k=200)) for _ in range(3_000)]
     before = _in_use()

@@ -22,10 +22,10 @@ from proxy.facts.ledger import recent_text
 from proxy.sessions.records import SessionMeta
 from proxy.sessions.store import MessageLog
 
-__all__ = ["Ahead"]
+__all__ = ["SummariesAhead"]
 
 
-class Ahead:
+class SummariesAhead:
     def __init__(
         self,
         settings: Settings,
@@ -86,7 +86,7 @@ class Ahead:
         entries = await self._store.messages(*request.key, covers, meta.length)
         entries = await self._history.counted(entries, set(meta.totals) | {name}, request.counter)
         try:
-            plan = await self._planning.fitted(
+            plan = await self._planning.plan_entries(
                 request,
                 self._planning.stubs.counted(entries, checkpoint, request.counter),
                 checkpoint,

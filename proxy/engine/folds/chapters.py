@@ -13,7 +13,7 @@ from proxy.engine.archive import Archive
 from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
 from proxy.engine.planner import agent_compaction
-from proxy.engine.types import Request, State
+from proxy.engine.types import Request, SessionView
 from proxy.sessions.store import MessageLog
 
 __all__ = ["Chapters"]
@@ -34,23 +34,23 @@ class Chapters:
         self._summaries = summaries
         self._archive = archive
 
-    async def chapter(self, request: Request, state: State) -> State:
+    async def chapter(self, request: Request, state: SessionView) -> SessionView:
         """A client that compacted its own history goes on from its own summary: the
         transcript so far is covered by a checkpoint with no text (archived for recall,
         stored with the turn), so the window starts at the client's new conversation."""
         assert request.key is not None and state.base is not None
         previous = state.checkpoint
         start = previous.covers_until if previous else 0
-        span = await self._store.messages(*request.key, start, state.keep)
-        archived = await self._archive.of(request.key, state.checkpoints, previous)
+        span = await self._store.messages(*request.key, start, state.kept)
+        archived = await self._archive.as_of(request.key, state.checkpoints, previous)
         checkpoint = await self._summaries.chapter(
-            span, state.keep, previous, state.base.totals, archived.ledger
+            span, state.kept, previous, state.base.totals, archived.ledger
         )
         return replace(
             state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
         )
 
-    async def answer(self, request: Request, state: State) -> dict[str, Any] | None:
+    async def answer(self, request: Request, state: SessionView) -> dict[str, Any] | None:
         """The reply to an agent's request for a summary of its conversation (the
         request's last message), made from the session's summary with no model call:
         where that summary covers all of the conversation but its latest messages, at

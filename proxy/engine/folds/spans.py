@@ -60,6 +60,8 @@ class Folding:
             bill,
         )
         messages = [s.message for s in after]
-        work = functools.partial(self._stubs.frozen, made, previous, list(after), request.counter)
+        work = functools.partial(
+            self._stubs.with_frozen, made, previous, list(after), request.counter
+        )
         frozen: Checkpoint = await off_loop(messages, work)
         return frozen

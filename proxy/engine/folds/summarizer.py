@@ -18,7 +18,7 @@ from typing import Any, Literal
 from proxy.concurrency import off_loop
 from proxy.config.settings import Settings
 from proxy.conversation.identity import GENESIS, Message
-from proxy.conversation.tokens import counter_for
+from proxy.conversation.tokens import counter_for_model
 from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine.folds.breaker import Breaker
@@ -142,7 +142,7 @@ class Summaries:
         work = functools.partial(_archived, messages, end - len(span), follows, ledger)
         index, facts, said = await off_loop(messages, work)
         summary_model = context.summary_model or model
-        counter = counter_for(
+        counter = counter_for_model(
             self._upstream.models.provider_model(summary_model), context.token_counting
         )
         share = math.floor(room * (1 - context.keep_recent_ratio) / 2)

@@ -91,14 +91,14 @@ def frame_of(system_json: bytes, tools_json: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The transcript becomes stored[:keep] + conversation[start:]; when `whole`,
+    """The transcript becomes stored[:kept] + conversation[start:]; when `whole`,
     conversation[i] is transcript[origin + i]."""
 
     kind: Kind
-    keep: int
+    kept: int  # stored messages the transcript keeps
     start: int
     hashes: list[str]  # of conversation[start:]
-    head: str  # chain value after stored[:keep]
+    head: str  # chain value after stored[:kept]
 
     @property
     def whole(self) -> bool:
@@ -108,7 +108,7 @@ class Match:
     @property
     def origin(self) -> int:
         """Where the client's conversation starts in the transcript (when `whole`)."""
-        return self.keep - self.start
+        return self.kept - self.start
 
 
 def reconcile(

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.config.settings import ContextSettings
 from proxy.conversation.identity import Message
-from proxy.conversation.tokens import CountCache, TokenCounter, counter_named
+from proxy.conversation.tokens import CountCache, TokenCounter, counter_by_name
 from proxy.recall.index import documents
 from proxy.sessions.records import Checkpoint, StoredMessage
 
@@ -27,12 +27,12 @@ __all__ = [
     "Stubs",
     "briefed",
     "call_for",
-    "frozen",
     "indexed_text",
     "last_user",
     "savings",
     "stub",
     "stubbable",
+    "with_frozen_stubs",
     "with_stubs",
 ]
 
@@ -124,7 +124,7 @@ def stub(
     return {**fields, "content": "\n".join(shown)}
 
 
-def frozen(
+def with_frozen_stubs(
     made: Checkpoint,
     previous: Checkpoint | None,
     after: Sequence[StoredMessage],
@@ -252,7 +252,7 @@ def briefed(messages: list[Message], matched: Sequence[str], over: int) -> list[
 
 
 class Stubs:
-    """A process's stubs: which a summary freezes (`frozen`), and the window as sent
+    """A process's stubs: which a summary freezes (`with_frozen_stubs`), and the window as sent
     (`sent`, `counted`), as `context.cache_aware` and `context.stub_tool_results_over`
     say. Each stub made is remembered by what it was made of: every request of a session
     sends its stubs again, and finding a long output's error lines takes about 10 ms a
@@ -316,23 +316,21 @@ class Stubs:
                 found[at - covers] = replace(stored, message=message, tokens={counter.name: tokens})
         return found
 
-    def frozen(
+    def with_frozen(
         self,
         made: Checkpoint,
         previous: Checkpoint | None,
         after: Sequence[StoredMessage],
         counter: TokenCounter,
     ) -> Checkpoint:
-        """`made` with the stubs it freezes (`frozen`), by `counter`'s counts and every
+        """`made` with the stubs it freezes (`with_frozen_stubs`), by `counter`'s counts and every
         tokenizer's that counted the summary's prefix; as it is when off."""
         over = self._context.stub_tool_results_over
         if not self._context.cache_aware or not over:
             return made
         names = {*made.before, counter.name}
-        counters = {
-            name: counter if name == counter.name else counter_named(name) for name in names
-        }
-        return frozen(made, previous, after, counter.name, over, counters, self.made)
+        counters = {name: counter_by_name(name, counter) for name in names}
+        return with_frozen_stubs(made, previous, after, counter.name, over, counters, self.made)
 
 
 def indexed_text(result: Message, call: dict[str, Any] | None) -> str:
