@@ -64,6 +64,7 @@ class Commits:
 
     def __init__(
         self,
+        *,
         store: MessageLog,
         history: History,
         summaries: Summaries,

@@ -30,6 +30,7 @@ class TurnEvents:
 
     def __init__(
         self,
+        *,
         turn: Turn,
         events: AsyncIterator[Events],
         observer: Observer,

@@ -25,6 +25,7 @@ logger = logging.getLogger("context_proxy.engine")
 class AfterCommit:
     def __init__(
         self,
+        *,
         ahead: SummariesAhead,
         memories: Memories,
         label: ModelLabels,

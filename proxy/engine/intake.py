@@ -34,6 +34,7 @@ __all__ = ["Intake"]
 class Intake:
     def __init__(
         self,
+        *,
         settings: Settings,
         upstream: Upstream,
         counts: CountCache,
@@ -99,14 +100,16 @@ class Intake:
             self._counts.messages(BOUND, system, system_json),
             self._counts.tools(BOUND, tools, tools_json),
         )
-        return replace(request, uncounted=max(0, trigger - sum(bounds)), bounds=bounds)
+        return replace(
+            request, sendable_uncounted=max(0, trigger - sum(bounds)), system_and_tools_bound=bounds
+        )
 
     @staticmethod
     def bounded(request: Request) -> Request:
         """The request as a turn plans it while its session is known only by its bound
         (`SessionView.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
         (within budget by construction) sends the history whole."""
-        system_tokens, tools_tokens = request.bounds
+        system_tokens, tools_tokens = request.system_and_tools_bound
         return replace(
             request, counter=BOUND, system_tokens=system_tokens, tools_tokens=tools_tokens
         )

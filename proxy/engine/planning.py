@@ -42,6 +42,7 @@ logger = logging.getLogger("context_proxy.engine")
 class Planning:
     def __init__(
         self,
+        *,
         settings: Settings,
         store: MessageLog,
         history: History,

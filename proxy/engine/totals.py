@@ -85,7 +85,7 @@ class Totals:
             if serialized is None or len(serialized) <= _COUNT_NOW_BYTES:
                 return None
             bound = serialized.token_bound()
-            if bound > request.uncounted:
+            if bound > request.sendable_uncounted:
                 return None
             new = await off_loop(
                 new_messages, lambda: _entries(new_messages, match, []), request.size
@@ -98,13 +98,13 @@ class Totals:
             cut = await self._store.messages(*request.key, match.kept, meta.length)
             cut = await self.counted(cut, {BOUND.name}, BOUND)
             carried -= sum(entry.tokens[BOUND.name] for entry in cut)
-        if carried > request.uncounted:
+        if carried > request.sendable_uncounted:
             return None
         new = await off_loop(
             new_messages, lambda: _entries(new_messages, match, [BOUND]), request.size
         )
         bound = carried + sum(entry.tokens[BOUND.name] for entry in new)
-        return ({BOUND.name: bound}, new) if bound <= request.uncounted else None
+        return ({BOUND.name: bound}, new) if bound <= request.sendable_uncounted else None
 
     def _carried(
         self, meta: SessionMeta | None, match: Match, name: str

@@ -84,6 +84,7 @@ class Engine:
 
     def __init__(
         self,
+        *,
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
@@ -99,29 +100,63 @@ class Engine:
         self.store = store
         self.clock = clock
         self.label = ModelLabels(upstream.models.served_as)
-        self.summaries = Summaries(settings, upstream, store, self.label, monotonic, clock)
+        self.summaries = Summaries(
+            settings=settings,
+            upstream=upstream,
+            store=store,
+            labels=self.label,
+            clock=monotonic,
+            wall_clock=clock,
+        )
         self._counts = CountCache()
         recalls = settings.context.recall_ratio > 0
         self._history = History(store, self._counts, functools.partial(stub, recalled=recalls))
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
-            settings,
-            store,
-            self._history,
-            self.summaries,
-            self._counts,
-            self.archive.ledger,
-            clock,
+            settings=settings,
+            store=store,
+            history=self._history,
+            summaries=self.summaries,
+            counts=self._counts,
+            ledger=self.archive.ledger,
+            clock=clock,
         )
-        self._locks = TurnLocks(store, settings.session.turn_wait_seconds, clock=monotonic)
-        self._chapters = Chapters(settings, store, self._history, self.summaries, self.archive)
+        self._locks = TurnLocks(
+            store=store, wait_seconds=settings.session.turn_wait_seconds, clock=monotonic
+        )
+        self._chapters = Chapters(
+            settings=settings,
+            store=store,
+            history=self._history,
+            summaries=self.summaries,
+            archive=self.archive,
+        )
         self._intake = Intake(
-            settings, upstream, self._counts, self._planning, self.label, self._secret
+            settings=settings,
+            upstream=upstream,
+            counts=self._counts,
+            planning=self._planning,
+            label=self.label,
+            secret=self._secret,
         )
-        self._commits = Commits(store, self._history, self.summaries, self.label, clock)
-        ahead = SummariesAhead(settings, store, self._history, self.summaries, self._planning)
-        self._after = AfterCommit(ahead, self.memories, self.label, self.summaries.redact)
+        self._commits = Commits(
+            store=store,
+            history=self._history,
+            summaries=self.summaries,
+            label=self.label,
+            clock=clock,
+        )
+        ahead = SummariesAhead(
+            settings=settings,
+            store=store,
+            history=self._history,
+            summaries=self.summaries,
+            planning=self._planning,
+        )
+        self._after = AfterCommit(
+            ahead=ahead, memories=self.memories, label=self.label, redact=self.summaries.redact
+        )
 
     async def close(self) -> None:
         await self.summaries.close()
@@ -188,7 +223,13 @@ class Engine:
         if turn.answer is not None:  # made here, with no model call
             observer.planned(turn)
             events = made(turn.answer)
-            return TurnEvents(turn, events, observer, self._answered, self._finish)
+            return TurnEvents(
+                turn=turn,
+                events=events,
+                observer=observer,
+                answered=self._answered,
+                finish=self._finish,
+            )
         try:
             observer.planned(turn)
             observer.upstream_started()
@@ -204,7 +245,13 @@ class Engine:
         except BaseException:
             await self._finish(turn, answered=False)
             raise
-        return TurnEvents(turn, events, observer, self._answered, self._finish)
+        return TurnEvents(
+            turn=turn,
+            events=events,
+            observer=observer,
+            answered=self._answered,
+            finish=self._finish,
+        )
 
     # -- its steps ------------------------------------------------------------------------
 
@@ -344,7 +391,7 @@ class Engine:
         """What a turn would send, without calling any model: where a summary is due,
         the span is reported and the messages shown are the truncation fallback."""
         # Counted, whatever the session's bound: a preview shows the proxy's own count.
-        request = replace(await self._intake.request(body, context), uncounted=0)
+        request = replace(await self._intake.request(body, context), sendable_uncounted=0)
         state = await self._history.state(request)
         request = self._intake.calibrated(body, context, request, state)
         if state.match.kind == "chapter":

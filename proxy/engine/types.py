@@ -88,9 +88,9 @@ class Request:
     cache_key: str | None = None
     # Tokens of history (by `BOUND`) a session's turn may send whole without counting
     # it: what the fold trigger leaves beside the system messages' and tools' bound,
-    # which are `bounds` (system, tools).
-    uncounted: int = 0
-    bounds: tuple[int, int] = (0, 0)
+    # which is `system_and_tools_bound`.
+    sendable_uncounted: int = 0
+    system_and_tools_bound: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

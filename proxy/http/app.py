@@ -101,6 +101,7 @@ class Proxy:
 
     def __init__(
         self,
+        *,
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
@@ -110,7 +111,9 @@ class Proxy:
         self.settings = settings
         self.upstream = upstream
         self.store = store
-        self.engine = Engine(settings, upstream, store, clock=clock, secret=secret)
+        self.engine = Engine(
+            settings=settings, upstream=upstream, store=store, clock=clock, secret=secret
+        )
         self.messages = MessagesDoor(settings.session.id_fields)
 
     def _request_context(
@@ -427,8 +430,10 @@ def create_app(
     store = open_store(settings.session)
     upstream = Upstream(settings)
     secret = tenant_secret(settings.session)
-    proxy = Proxy(settings, upstream, store, secret, clock)
-    sessions = SessionApi(proxy.engine, upstream, store, settings.server)
+    proxy = Proxy(settings=settings, upstream=upstream, store=store, secret=secret, clock=clock)
+    sessions = SessionApi(
+        engine=proxy.engine, upstream=upstream, store=store, server=settings.server
+    )
     auth = Auth(settings.auth, secret)
     ui = viewer.Viewer(sessions, auth)
     chat = proxy.door(ChatDoor())

@@ -183,6 +183,7 @@ class AuthMiddleware:
     def __init__(
         self,
         app: ASGIApp,
+        *,
         auth: Auth,
         render: Callable[[str, ProxyError], Response],
         open_paths: frozenset[str] = OPEN_PATHS,

@@ -55,6 +55,7 @@ class OriginGuard:
     def __init__(
         self,
         app: ASGIApp,
+        *,
         origins: Sequence[str],
         hosts: frozenset[str] | None,
         render: Callable[[str, ProxyError], Response],

@@ -38,7 +38,7 @@ BY_QUERY = "-"  # the path's segment that leaves the id to `?id=`
 
 class SessionApi:
     def __init__(
-        self, engine: Engine, upstream: Upstream, store: SessionStore, server: ServerSettings
+        self, *, engine: Engine, upstream: Upstream, store: SessionStore, server: ServerSettings
     ) -> None:
         self.engine = engine
         self.upstream = upstream

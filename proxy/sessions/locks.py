@@ -62,6 +62,7 @@ class TurnLocks:
 
     def __init__(
         self,
+        *,
         store: LockStore,
         wait_seconds: float,
         lease_seconds: float = LEASE_SECONDS,

@@ -63,7 +63,9 @@ class _CappedResponse(aiohttp.ClientResponse):
     async def start(self, connection: Any) -> aiohttp.ClientResponse:
         await super().start(connection)
         events = self.content_type == "text/event-stream"
-        self.content = cast("Any", _Capped(self.content, self, self.limit, events))
+        self.content = cast(
+            "Any", _Capped(reader=self.content, response=self, limit=self.limit, events=events)
+        )
         return self
 
 
@@ -74,7 +76,7 @@ class _Capped:
     fails (`reading.too_large`). An event ends at a blank line; one split across two
     reads may be counted on a little: a bound, not a parser."""
 
-    def __init__(self, reader: Any, response: aiohttp.ClientResponse, limit: int, events: bool):
+    def __init__(self, *, reader: Any, response: aiohttp.ClientResponse, limit: int, events: bool):
         self._reader = reader
         self._response = response
         self._limit = limit

@@ -159,7 +159,9 @@ def build(directory: str, config: Settings) -> Parts:
     upstream = ScriptedUpstream(config)
     store = DiskSessionStore(directory)
     clock, wall_clock = Clock(), Clock(1_700_000_000.0)
-    engine = Engine(config, upstream, store, clock=wall_clock, monotonic=clock)
+    engine = Engine(
+        settings=config, upstream=upstream, store=store, clock=wall_clock, monotonic=clock
+    )
     return Parts(engine, upstream, store, clock, wall_clock)
 
 

@@ -27,7 +27,7 @@ def shown_open(label: str) -> float | None:
 def opened(failures: int = 3, backoff: float = 5.0) -> tuple[Breaker, Clock, str]:
     """A breaker that has just opened: `failures` failures in a row."""
     clock, label = Clock(), f"model-{uuid.uuid4().hex[:8]}"
-    breaker = Breaker(label, failures, backoff, clock)
+    breaker = Breaker(label=label, failures=failures, backoff=backoff, clock=clock)
     for _ in range(failures):
         assert breaker.allow()
         breaker.failed()
@@ -36,7 +36,7 @@ def opened(failures: int = 3, backoff: float = 5.0) -> tuple[Breaker, Clock, str
 
 def test_failures_below_the_threshold_leave_it_closed() -> None:
     clock = Clock()
-    breaker = Breaker("m", failures=3, backoff=5.0, clock=clock)
+    breaker = Breaker(label="m", failures=3, backoff=5.0, clock=clock)
     for _ in range(2):
         assert breaker.allow()
         breaker.failed()

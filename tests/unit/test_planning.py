@@ -94,12 +94,12 @@ async def test_a_summary_that_landed_after_the_state_was_read_is_used_not_made_a
     landed = Checkpoint(4, TRANSCRIPT[3].chain, ("They said hello.",), 5, "m", 1.0, {COUNTER: 40})
     history = History(state(2, landed))
     planning = Planning(
-        load_settings(None, environ={}),
-        Store(version=2),  # type: ignore[arg-type]
-        history,  # type: ignore[arg-type]
-        Summaries(),  # type: ignore[arg-type]
-        CountCache(),
-        None,  # type: ignore[arg-type]
+        settings=load_settings(None, environ={}),
+        store=Store(version=2),  # type: ignore[arg-type]
+        history=history,  # type: ignore[arg-type]
+        summaries=Summaries(),  # type: ignore[arg-type]
+        counts=CountCache(),
+        ledger=None,  # type: ignore[arg-type]
     )
     request = planned_request(budget=1000, system_tokens=3)
     read_before = state(1, None)  # version 1: before the background summary was stored
@@ -135,14 +135,20 @@ async def test_a_background_summary_that_cannot_be_planned_is_counted_as_failed(
     settings = load_settings(None, environ={})
     store, history = FailingPlanStore(version=1), FilledHistory(state(1, None))
     planning = Planning(
-        settings,
-        store,  # type: ignore[arg-type]
-        history,  # type: ignore[arg-type]
-        summaries,  # type: ignore[arg-type]
-        CountCache(),
-        None,  # type: ignore[arg-type]
+        settings=settings,
+        store=store,  # type: ignore[arg-type]
+        history=history,  # type: ignore[arg-type]
+        summaries=summaries,  # type: ignore[arg-type]
+        counts=CountCache(),
+        ledger=None,  # type: ignore[arg-type]
     )
-    ahead = SummariesAhead(settings, store, history, summaries, planning)  # type: ignore[arg-type]
+    ahead = SummariesAhead(
+        settings=settings,
+        store=store,  # type: ignore[arg-type]
+        history=history,  # type: ignore[arg-type]
+        summaries=summaries,  # type: ignore[arg-type]
+        planning=planning,
+    )
     request = planned_request(budget=30, system_tokens=40)  # over budget: no plan fits
     with pytest.raises(ContextOverflow):
         await ahead._made(request, 30)
@@ -156,12 +162,12 @@ class StoredHistory(FilledHistory):
 
 def planned_with() -> Planning:
     return Planning(
-        load_settings(None, environ={}),
-        Store(version=1),  # type: ignore[arg-type]
-        StoredHistory(state(1, None)),  # type: ignore[arg-type]
-        Summaries(),  # type: ignore[arg-type]
-        CountCache(),
-        None,  # type: ignore[arg-type]
+        settings=load_settings(None, environ={}),
+        store=Store(version=1),  # type: ignore[arg-type]
+        history=StoredHistory(state(1, None)),  # type: ignore[arg-type]
+        summaries=Summaries(),  # type: ignore[arg-type]
+        counts=CountCache(),
+        ledger=None,  # type: ignore[arg-type]
     )
 
 

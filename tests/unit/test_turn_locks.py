@@ -48,7 +48,7 @@ async def redis_stores(redis_url: str) -> AsyncIterator[Callable[[], RedisSessio
 
 async def test_turns_of_one_session_run_one_at_a_time_in_order(tmp_path: Path) -> None:
     store = DiskSessionStore(str(tmp_path))
-    locks = TurnLocks(store, wait_seconds=10)
+    locks = TurnLocks(store=store, wait_seconds=10)
     ran: list[str] = []
 
     async def turn(name: str) -> bool:
@@ -92,11 +92,11 @@ async def test_a_turn_held_in_another_process_is_waited_for_then_a_409(tmp_path:
         return clock()
 
     with pytest.raises(SessionConflict) as raised:
-        await TurnLocks(here, wait_seconds=30, clock=ticking).acquire(KEY)
+        await TurnLocks(store=here, wait_seconds=30, clock=ticking).acquire(KEY)
     assert (raised.value.code, raised.value.retry_after) == ("session_busy", "1")
     assert here.asked >= 2
     await there.unlock(*KEY, token, "turn")
-    lease = await TurnLocks(here, wait_seconds=30, clock=ticking).acquire(KEY)
+    lease = await TurnLocks(store=here, wait_seconds=30, clock=ticking).acquire(KEY)
     assert not lease.contended
     await here.close()
     await there.close()
@@ -108,7 +108,7 @@ async def test_a_turn_waiting_on_another_process_goes_once_it_gives_the_session_
     here, there = Asked(str(tmp_path)), DiskSessionStore(str(tmp_path))
     token = await there.try_lock(*KEY, 30, "turn")
     assert token is not None
-    waiting = asyncio.create_task(TurnLocks(here, wait_seconds=60).acquire(KEY))
+    waiting = asyncio.create_task(TurnLocks(store=here, wait_seconds=60).acquire(KEY))
 
     async def asked_twice() -> bool:
         return here.asked >= 2
@@ -126,7 +126,7 @@ async def test_a_lease_dropped_unreleased_lets_the_next_turn_go(tmp_path: Path) 
     """A bug that drops a turn without releasing it must not block its session for good:
     the local queue moves on at once, the store lease lapses unrenewed."""
     store = DiskSessionStore(str(tmp_path))
-    locks = TurnLocks(store, wait_seconds=10)
+    locks = TurnLocks(store=store, wait_seconds=10)
     lease = await locks.acquire(KEY)
     await store.unlock(*KEY, lease.token, "turn")  # as if it had lapsed in the store
     del lease
@@ -140,7 +140,7 @@ async def test_a_lease_the_store_could_not_take_back_is_given_back_before_the_ne
     tmp_path: Path,
 ) -> None:
     store = DiskSessionStore(str(tmp_path))
-    locks = TurnLocks(store, wait_seconds=0.5)
+    locks = TurnLocks(store=store, wait_seconds=0.5)
     lease = await locks.acquire(KEY)
     real_unlock = store.unlock
 
@@ -178,7 +178,7 @@ async def test_a_turn_cancelled_while_asking_the_store_leaves_no_lease(
             return token
 
     store = SlowToGrant(str(tmp_path))
-    locks = TurnLocks(store, wait_seconds=1)
+    locks = TurnLocks(store=store, wait_seconds=1)
     asking = asyncio.create_task(locks.acquire(KEY))
     await asyncio.wait_for(store.granted.wait(), 10)
     asking.cancel()
@@ -225,7 +225,7 @@ async def test_renewal_keeps_a_long_turns_lease_past_several_lease_periods(
     never gets the session meanwhile; given back, it does at once."""
     here, there = redis_stores(), redis_stores()
     lease_seconds = 1.0  # renewed every 0.25 s: a loaded machine's hiccup costs no lease
-    locks = TurnLocks(here, wait_seconds=10, lease_seconds=lease_seconds)
+    locks = TurnLocks(store=here, wait_seconds=10, lease_seconds=lease_seconds)
     lease = await locks.acquire(KEY)
     raw = aioredis.Redis.from_url(redis_stores.url)  # type: ignore[attr-defined]
     seen = {"renewals": 0, "left": await raw.pttl(redis_stores.lock)}  # type: ignore[attr-defined]
@@ -254,7 +254,7 @@ async def test_a_waiter_gets_a_dead_holders_session_as_its_lease_lapses(
     token = await there.try_lock(*KEY, LEASE, "turn")
     assert token is not None
     # Its whole wait is a minute; the lapse comes after LEASE (a bound here, not a speed).
-    locks = TurnLocks(here, wait_seconds=60, lease_seconds=LEASE)
+    locks = TurnLocks(store=here, wait_seconds=60, lease_seconds=LEASE)
     lease = await asyncio.wait_for(locks.acquire(KEY), 30)
     assert lease.contended
     assert not await there.extend(*KEY, token, 10, "turn")  # the dead holder's had lapsed
@@ -271,8 +271,8 @@ async def test_a_turn_whose_lease_lapsed_in_a_stall_never_commits_over_the_next(
     a_store, b_store = redis_stores(), redis_stores()
     seed = entries("seed", "echo: seed")
     assert await a_store.commit(Commit(meta(seed), 0, 0, seed))
-    a_locks = TurnLocks(a_store, wait_seconds=10, lease_seconds=LEASE)
-    b_locks = TurnLocks(b_store, wait_seconds=10, lease_seconds=LEASE)
+    a_locks = TurnLocks(store=a_store, wait_seconds=10, lease_seconds=LEASE)
+    b_locks = TurnLocks(store=b_store, wait_seconds=10, lease_seconds=LEASE)
 
     def turn(text: str) -> tuple[list[Any], Any]:
         added = entries(text, f"echo: {text}", start=2, head=seed[-1].chain)

@@ -228,10 +228,10 @@ class ResponsesDoor:
 
     def framer(self, inbound: Inbound, turn: Turn) -> ResponsesFramer:
         return ResponsesFramer(
-            self.response_id(turn),
-            self.item_names(turn),
-            inbound.body["model"],
-            inbound.extra["echo"],
+            response_id=self.response_id(turn),
+            names=self.item_names(turn),
+            model=inbound.body["model"],
+            echo=inbound.extra["echo"],
         )
 
 

@@ -108,7 +108,7 @@ class ResponsesFramer:
     repeats at the end."""
 
     def __init__(
-        self, response_id: str, names: ItemNames, model: str, echo: dict[str, Any]
+        self, *, response_id: str, names: ItemNames, model: str, echo: dict[str, Any]
     ) -> None:
         self._id = response_id
         self._model = model

@@ -28,6 +28,7 @@ __all__ = ["SummariesAhead"]
 class SummariesAhead:
     def __init__(
         self,
+        *,
         settings: Settings,
         store: MessageLog,
         history: History,

@@ -24,6 +24,7 @@ MAX_BACKOFF_SECONDS = 300.0
 class Breaker:
     def __init__(
         self,
+        *,
         label: str,
         failures: int,
         backoff: float,

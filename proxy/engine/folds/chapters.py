@@ -22,6 +22,7 @@ __all__ = ["Chapters"]
 class Chapters:
     def __init__(
         self,
+        *,
         settings: Settings,
         store: MessageLog,
         history: History,

@@ -81,6 +81,7 @@ class Bill:
 class Summaries:
     def __init__(
         self,
+        *,
         settings: Settings,
         upstream: Upstream,
         store: SessionStore,
@@ -104,10 +105,10 @@ class Summaries:
         if found is None:
             context = self._settings.context
             found = Breaker(
-                label,
-                context.summary_breaker_failures,
-                context.summary_backoff_seconds,
-                self._clock,
+                label=label,
+                failures=context.summary_breaker_failures,
+                backoff=context.summary_backoff_seconds,
+                clock=self._clock,
             )
             self._breakers[label] = found
         return found
