@@ -2,15 +2,13 @@
 
 Within budget, known from the session's token totals, the plan is everything after the
 summary, with no message read or counted. Over it, the window's counts go to the pure
-planner; a summary it asks for is made now (or awaited from the one made ahead,
-`proxy.engine.folds.ahead`), or now while the prompt cache is cold (`Planning._early`). A
-summary freezes stubs of the large tool results it leaves in the window, sent in their
-place until the next one (`proxy.engine.planner.stubs`).
+planner, which may ask for a fold (made by `proxy.engine.folds`), or one is asked for now
+while the prompt cache is cold (`Planning._early`). The stubs a summary froze are sent in
+place of the large tool results they stand for (`proxy.engine.planner.stubs`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -21,17 +19,12 @@ from proxy.concurrency import off_loop
 from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
-from proxy.engine.folds.spans import Folding, Ledger
-from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.planner.window import Plan, plan_context
 from proxy.engine.types import Request, SessionView
-from proxy.errors import ContextOverflow, ProxyError
-from proxy.facts.ledger import recent_text
-from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
-from proxy.sessions.store import MessageLog
-from proxy.summary.fold import SummarizationError
+from proxy.errors import ContextOverflow
+from proxy.sessions.records import Checkpoint, StoredMessage
 from proxy.summary.message import PINNED_LABEL, summary_message
 
 __all__ = ["Planning", "fold_trigger"]
@@ -44,21 +37,15 @@ class Planning:
         self,
         *,
         settings: Settings,
-        store: MessageLog,
         history: History,
-        summaries: Summaries,
         counts: CountCache,
-        ledger: Ledger,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._clock = clock  # epoch seconds: how long the session's prompt cache was idle
-        self._store = store
         self._history = history
-        self._summaries = summaries
         self._counts = counts
         self.stubs = Stubs(settings.context, counts)
-        self.folding = Folding(summaries, self.stubs, ledger)
 
     async def plan(
         self, request: Request, state: SessionView, *, allow_summary: bool, rewrite: bool = False
@@ -167,73 +154,6 @@ class Planning:
             raise ContextOverflow(
                 f"This model's context budget is {request.budget} tokens; {exc}.", param="messages"
             ) from None
-
-    async def fold_and_plan(
-        self, request: Request, state: SessionView, span: tuple[int, int], bill: Bill
-    ) -> tuple[SessionView, Plan]:
-        """Fold `span` into the summary, then plan again; truncation if that fails. A
-        background summary on its way is waited for, and one that landed since the state
-        was read is used, never made again. The summarizer's calls go on `bill`, which
-        the turn is charged, whether the summary is used or not."""
-        assert request.key is not None
-        if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
-            await self._summaries.wait(request.key)
-        if await self._changed(request.key, state):
-            state = await self._history.state(request)
-            plan = await self.plan(request, state, allow_summary=True)
-            if plan.summarize is None:
-                return state, plan
-            span = plan.summarize
-        start, end = span
-        window = await self._history.window(request, state, start)
-        window = await self._history.counted(window, set(state.totals), request.counter)
-        try:
-            checkpoint = await asyncio.wait_for(
-                self.folding.fold(
-                    request,
-                    window[: end - start],
-                    window[end - start :],
-                    end=end,
-                    previous=state.checkpoint,
-                    summaries=state.checkpoints,
-                    recent=recent_text(request.conversation),
-                    mode="sync",
-                    bill=bill,
-                ),
-                self._settings.context.summary_timeout_seconds,
-            )
-        except (SummarizationError, ProxyError, TimeoutError) as exc:
-            reason = self._summaries.redact(str(exc), request.secrets)
-            logger.warning("summarization failed, truncating instead: %s", reason)
-            return state, await self.plan(request, state, allow_summary=False)
-        state = await self._adopt(request, state, checkpoint)
-        return state, await self.plan(request, state, allow_summary=False)
-
-    async def _changed(self, key: SessionKey, state: SessionView) -> bool:
-        """The stored session changed since `state` was read: under the turn lock, only a
-        background summary (here or in another replica) can have been stored."""
-        meta = await self._store.load(*key)
-        return (meta.version if meta is not None else 0) != state.expected_version
-
-    async def _adopt(
-        self, request: Request, state: SessionView, checkpoint: Checkpoint
-    ) -> SessionView:
-        """Put a new summary in effect: stored now if it covers stored messages only
-        (then a failed upstream call does not waste it), else with the turn."""
-        assert request.key is not None
-        adopted = replace(state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1)
-        if checkpoint.covers_until > state.kept:
-            return replace(adopted, pending=checkpoint)
-        stored = await self._summaries.store(request.key, checkpoint)
-        base = state.base
-        if (
-            stored is not None
-            and base is not None
-            and (stored.head, stored.length) == (base.head, base.length)
-            and state.kept == base.length
-        ):
-            return replace(adopted, expected_version=stored.version)
-        return adopted  # the turn's commit will meet a newer version and replay
 
     def _early(self, request: Request, state: SessionView, total: int, rewrite: bool) -> bool:
         """Fold now, ahead of the budget (`cache_aware`): the prompt is past the fold

@@ -35,6 +35,8 @@ from proxy.engine.commit import Commits, concurrent_turn_error, drops_stored
 from proxy.engine.events import TurnEvents, made
 from proxy.engine.folds.ahead import SummariesAhead
 from proxy.engine.folds.chapters import Chapters
+from proxy.engine.folds.inline import InlineFold
+from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.hooks import AfterCommit
@@ -114,13 +116,16 @@ class Engine:
         self.archive = Archive(settings, store)
         self.memories = Memories(settings, store, self.archive)
         self._planning = Planning(
+            settings=settings, history=self._history, counts=self._counts, clock=clock
+        )
+        folding = Folding(self.summaries, self._planning.stubs, self.archive.ledger)
+        self._inline = InlineFold(
             settings=settings,
             store=store,
             history=self._history,
             summaries=self.summaries,
-            counts=self._counts,
-            ledger=self.archive.ledger,
-            clock=clock,
+            planning=self._planning,
+            folding=folding,
         )
         self._locks = TurnLocks(
             store=store, wait_seconds=settings.session.turn_wait_seconds, clock=monotonic
@@ -130,7 +135,7 @@ class Engine:
             store=store,
             history=self._history,
             summaries=self.summaries,
-            archive=self.archive,
+            ledger=self.archive.ledger,
         )
         self._intake = Intake(
             settings=settings,
@@ -153,6 +158,7 @@ class Engine:
             history=self._history,
             summaries=self.summaries,
             planning=self._planning,
+            folding=folding,
         )
         self._after = AfterCommit(
             ahead=ahead, memories=self.memories, label=self.label, redact=self.summaries.redact
@@ -312,7 +318,7 @@ class Engine:
         if plan.summarize is None:
             return state
         bill = Bill()
-        state, _ = await self._planning.fold_and_plan(request, state, plan.summarize, bill)
+        state, _ = await self._inline.fold_and_plan(request, state, plan.summarize, bill)
         if bill.charge and request.key is not None:
             await self.summaries.store(request.key, None, bill.charge)
         return state
@@ -327,7 +333,7 @@ class Engine:
         plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
         bill = Bill()
         if plan.summarize is not None:
-            state, plan = await self._planning.fold_and_plan(request, state, plan.summarize, bill)
+            state, plan = await self._inline.fold_and_plan(request, state, plan.summarize, bill)
         plan, inserts = await self._extended(request, state, plan)
         turn = replace(
             planned_turn(body, request, state, plan, lease), inserts=inserts, summaries=bill.charge

@@ -228,14 +228,59 @@ def test_outside_the_engine_only_its_public_surface_is_imported() -> None:
     assert reaching_in == []
 
 
-def test_the_planner_imports_nothing_else_of_the_engine() -> None:
-    """The planner is the engine's pure floor: the session, the folds, recall and the turn
-    build on it, never it on them."""
-    upward = sorted(
-        f"{name} -> {found}"
+# The engine's parts, and the parts each may import (its own included): the planner is
+# pure and stands alone; the session view (the request, its history and totals, the
+# plan over them) stands on it; folds, and recall with memory, stand on both and not on
+# each other; only the turn (the orchestration) wires them all.
+ENGINE_PARTS = {
+    "planner": ("proxy.engine.planner",),
+    "session": (
+        "proxy.engine.types",
+        "proxy.engine.totals",
+        "proxy.engine.history",
+        "proxy.engine.planning",
+        "proxy.engine.intake",
+    ),
+    "folds": ("proxy.engine.folds",),
+    "recall": ("proxy.engine.archive", "proxy.engine.yielding", "proxy.engine.remembering"),
+    "turn": (
+        "proxy.engine.turn",
+        "proxy.engine.commit",
+        "proxy.engine.hooks",
+        "proxy.engine.events",
+        "proxy.engine.records",
+    ),
+}
+ENGINE_MAY_IMPORT = {
+    "planner": {"planner"},
+    "session": {"planner", "session"},
+    "folds": {"planner", "session", "folds"},
+    "recall": {"planner", "session", "recall"},
+    "turn": set(ENGINE_PARTS),
+}
+
+
+def engine_part(name: str) -> str | None:
+    for part, prefixes in ENGINE_PARTS.items():
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return part
+    return None
+
+
+def test_every_engine_module_is_in_one_part() -> None:
+    inside = [n for n in MODULES if n.startswith("proxy.engine.")]
+    assert [n for n in inside if engine_part(n) is None] == []
+
+
+def test_the_engine_parts_import_only_what_they_stand_on() -> None:
+    """Planner <- session <- (folds | recall and memory) <- turn: a one-way flow, which
+    only the turn knows the order of."""
+    crossing = sorted(
+        f"{name} ({engine_part(name)}) -> {found} ({engine_part(found)})"
         for name, found_set in GRAPH.items()
-        if name.startswith("proxy.engine.planner")
+        if engine_part(name) is not None
         for found in found_set
-        if found.startswith("proxy.engine") and not found.startswith("proxy.engine.planner")
+        if engine_part(found) is not None
+        and engine_part(found) not in ENGINE_MAY_IMPORT[engine_part(name) or ""]
     )
-    assert upward == []
+    assert crossing == []

@@ -12,6 +12,7 @@ import functools
 
 from proxy.config.settings import Settings
 from proxy.conversation.tokens import BOUND
+from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.planner.payoff import Prompt, fold_due, rates
@@ -34,12 +35,14 @@ class SummariesAhead:
         history: History,
         summaries: Summaries,
         planning: Planning,
+        folding: Folding,
     ) -> None:
         self._settings = settings
         self._store = store
         self._history = history
         self._summaries = summaries
         self._planning = planning
+        self._folding = folding
 
     def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
         """After a reply (the turn added `growth` tokens): make the next summary in the
@@ -103,7 +106,7 @@ class SummariesAhead:
         bill = Bill()
         made = None
         try:
-            made = await self._planning.folding.fold(
+            made = await self._folding.fold(
                 request,
                 entries[start:end],
                 entries[end:],

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.config.settings import Settings
-from proxy.engine.archive import Archive
+from proxy.engine.folds.spans import Ledger
 from proxy.engine.folds.summarizer import Summaries
 from proxy.engine.history import History
 from proxy.engine.planner import agent_compaction
@@ -27,13 +27,13 @@ class Chapters:
         store: MessageLog,
         history: History,
         summaries: Summaries,
-        archive: Archive,
+        ledger: Ledger,
     ) -> None:
         self._settings = settings
         self._store = store
         self._history = history
         self._summaries = summaries
-        self._archive = archive
+        self._ledger = ledger
 
     async def chapter(self, request: Request, state: SessionView) -> SessionView:
         """A client that compacted its own history goes on from its own summary: the
@@ -43,9 +43,9 @@ class Chapters:
         previous = state.checkpoint
         start = previous.covers_until if previous else 0
         span = await self._store.messages(*request.key, start, state.kept)
-        archived = await self._archive.as_of(request.key, state.checkpoints, previous)
+        ledger = await self._ledger(request.key, state.checkpoints, previous)
         checkpoint = await self._summaries.chapter(
-            span, state.kept, previous, state.base.totals, archived.ledger
+            span, state.kept, previous, state.base.totals, ledger
         )
         return replace(
             state, checkpoint=checkpoint, checkpoints=state.checkpoints + 1, pending=checkpoint
