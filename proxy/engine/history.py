@@ -182,6 +182,13 @@ class History:
             stored = await self._stored_window(request.key, start, state.kept)
         return [*stored, *state.new[max(0, start - state.kept) :]]
 
+    async def counted_window(
+        self, request: Request, state: SessionView, start: int, names: set[str]
+    ) -> list[StoredMessage]:
+        """`window`, each message counted by every tokenizer in `names` (`counted`): what
+        a plan or a fold reads, in one call."""
+        return await self.counted(await self.window(request, state, start), names, request.counter)
+
     async def _stored_window(self, key: SessionKey, start: int, end: int) -> list[StoredMessage]:
         known = self._windows.get(key)
         stored = None

@@ -82,8 +82,7 @@ class Planning:
             return Plan(
                 [*request.system, *head, *recent], total, "summary" if head else "none", None, 0
             )
-        entries = await self._history.window(request, state, covers)
-        entries = await self._history.counted(entries, {name}, request.counter)
+        entries = await self._history.counted_window(request, state, covers, {name})
         entries = self.stubs.counted(entries, checkpoint, request.counter)
         plan = None
         if cold:  # fold as a summary made ahead would, if there is anything to fold

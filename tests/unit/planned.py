@@ -103,3 +103,8 @@ class FilledHistory(History):
 class StoredHistory(FilledHistory):
     async def window(self, request: Request, state: SessionView, start: int) -> Any:
         return TRANSCRIPT[start:]
+
+    async def counted_window(
+        self, request: Request, state: SessionView, start: int, names: set[str]
+    ) -> Any:
+        return TRANSCRIPT[start:]

@@ -62,8 +62,7 @@ class InlineFold:
                 return state, plan
             span = plan.summarize
         start, end = span
-        window = await self._history.window(request, state, start)
-        window = await self._history.counted(window, set(state.totals), request.counter)
+        window = await self._history.counted_window(request, state, start, set(state.totals))
         try:
             checkpoint = await asyncio.wait_for(
                 self._folding.fold(
