@@ -56,6 +56,7 @@ SLOW = frozenset(
     {
         *AGENTS,
         "integration/test_local_model.py",
+        "test_coverage.py",
         "integration/test_long_conversation.py",
         "benchmarks/test_harness.py",
         "benchmarks/test_adversarial.py::test_the_quick_form_prints_every_row_and_meets_the_gate",
