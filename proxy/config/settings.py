@@ -26,6 +26,28 @@ from pydantic import (
 
 from proxy.config.litellm_sections import translate
 
+__all__ = [
+    "CONFIG_ENV",
+    "ENV_PREFIX",
+    "KEY_HASH_PREFIX",
+    "LOOPBACK_HOSTS",
+    "MIN_KEY_BITS",
+    "MIN_KEY_LENGTH",
+    "SECRET_REF",
+    "AuthSettings",
+    "ConfigError",
+    "ContextSettings",
+    "KeyEntry",
+    "MemorySettings",
+    "ModelEntry",
+    "ServerSettings",
+    "SessionSettings",
+    "Settings",
+    "hash_key",
+    "load_settings",
+    "strength_bits",
+]
+
 ENV_PREFIX = "CONTEXT_PROXY_"
 CONFIG_ENV = "CONTEXT_PROXY_CONFIG"
 SECRET_REF = "os.environ/"

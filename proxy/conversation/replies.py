@@ -8,6 +8,15 @@ import orjson
 
 from proxy.conversation.identity import NATIVE_FIELDS, Message
 
+__all__ = [
+    "BYTES_PER_OUTPUT_TOKEN",
+    "CUT_MARK",
+    "MIN_REPLY_BYTES",
+    "StreamedReply",
+    "reply_message",
+    "stored_reply",
+]
+
 # Worded to state no fact (`proxy.facts.statements`): the ledger reads replies too.
 CUT_MARK = "[context-proxy kept only the start of this {size:,}-byte reply]"
 MIN_REPLY_BYTES = 1 << 20  # the smallest default bound on a stored reply

@@ -17,6 +17,15 @@ from __future__ import annotations
 
 import re
 
+__all__ = [
+    "COMMON_WORDS",
+    "MAX_FACT_CHARS",
+    "extract_facts",
+    "fact_spans",
+    "missing_facts",
+    "retention",
+]
+
 MAX_FACT_CHARS = 200
 
 _UP = "A-ZÀ-ÖØ-Þ"

@@ -2,3 +2,5 @@
 (`metrics`), one log line per request (`logs`), and credentials kept out of every text it
 writes (`redaction`). Imports nothing of ours but the settings.
 """
+
+__all__ = ["logs", "metrics", "redaction"]  # its modules, each with its own `__all__`

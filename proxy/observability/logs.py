@@ -10,6 +10,8 @@ import orjson
 from proxy.config.settings import ConfigError, load_settings
 from proxy.observability.redaction import Redactor
 
+__all__ = ["LITELLM_LOGGERS", "JsonFormatter", "OneLine", "log_config"]
+
 # LiteLLM's loggers: its own, its Router's and its proxy's (whose modules it imports).
 LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 # Attributes every LogRecord has; anything else was passed with `extra=`.

@@ -4,3 +4,5 @@ small meta record every request reads, a session's inserts), the store protocol
 Redis). Imports the conversation model, facts and summary (what a checkpoint holds),
 observability and config.
 """
+
+__all__ = ["locks", "records", "store", "stores"]  # its modules, each with its own `__all__`

@@ -2,3 +2,5 @@
 (`fold`, reaching the model only through a callable) and the summary as the model reads
 it (`message`). Pure: imports facts and the conversation model.
 """
+
+__all__ = ["fold", "message"]  # its modules, each with its own `__all__`

@@ -25,6 +25,21 @@ from proxy.conversation.identity import Message
 from proxy.facts.literals import _normalize, extract_facts, missing_facts, retention
 from proxy.summary.message import PINNED_LABEL, summary_text
 
+__all__ = [
+    "APPEND_TASK",
+    "MAX_PINNED_FACTS",
+    "MIN_SEGMENT_SHARE",
+    "REWRITE_TASK",
+    "SYSTEM_PROMPT",
+    "Complete",
+    "SummarizationError",
+    "SummaryResult",
+    "TokenCounting",
+    "build_prompt",
+    "render_transcript",
+    "summarize_span",
+]
+
 Complete = Callable[[str, list[Message], int], Awaitable[str]]
 """`await complete(model, messages, max_tokens) -> text`; the app binds it to the upstream."""
 

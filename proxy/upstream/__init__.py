@@ -5,3 +5,16 @@ it (`native`), failures in the proxy's own words (`failures`), and what each mod
 and costs (`models`, `limits`). Imports config, conversation, observability and
 `proxy.errors`; nothing of the engine.
 """
+
+__all__ = [
+    "adapter",
+    "client",
+    "connections",
+    "failures",
+    "lean",
+    "limits",
+    "models",
+    "native",
+    "reading",
+    "router",
+]  # its modules, each with its own `__all__`

@@ -40,6 +40,8 @@ from proxy.upstream.router import (
     router_for,
 )
 
+__all__ = ["PROVIDER_HINTS", "Upstream"]
+
 logger = logging.getLogger("context_proxy.upstream")
 T = TypeVar("T")
 

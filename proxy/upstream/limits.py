@@ -12,6 +12,8 @@ from proxy.config.settings import ModelEntry, Settings
 from proxy.costs.prices import Prices, cache_style
 from proxy.upstream import adapter
 
+__all__ = ["ModelLimits", "model_limits", "model_prices"]
+
 logger = logging.getLogger("context_proxy.upstream")
 
 

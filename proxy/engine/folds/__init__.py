@@ -5,3 +5,12 @@ calls, its store protocol and the background jobs (`summarizer`) behind a breake
 (`breaker`); a client's own compaction kept as a chapter, and an agent's request for a
 summary answered from the session's own (`chapters`).
 """
+
+__all__ = [
+    "ahead",
+    "breaker",
+    "chapters",
+    "inline",
+    "spans",
+    "summarizer",
+]  # its modules, each with its own `__all__`

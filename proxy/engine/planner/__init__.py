@@ -7,3 +7,14 @@ requests show them (`agent_compaction`) and large tool results as stubs (`stubs`
 Everything else in the engine builds on it; it imports nothing else of the engine
 (`tests/unit/test_layers.py`), and is type-checked strictly.
 """
+
+__all__ = [
+    "agent_compaction",
+    "budget",
+    "caching",
+    "calibration",
+    "payoff",
+    "reconcile",
+    "stubs",
+    "window",
+]  # its modules, each with its own `__all__`
