@@ -28,7 +28,7 @@ from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.engine.archive import Archive, last_unit
 from proxy.engine.planner.window import Plan
-from proxy.engine.types import Request
+from proxy.engine.types import Request, SessionView
 from proxy.facts.ledger import Fact, facts_in, message_text, recent_text, stated_text
 from proxy.memory.facts import Remembered, memory_message, recalled_message, remember
 from proxy.recall.index import Hit, best_first
@@ -36,7 +36,7 @@ from proxy.sessions.records import CAS_ATTEMPTS, Inserts, StoredMessage
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import DAMAGED, store_fault
 
-__all__ = ["Memories"]
+__all__ = ["Memories", "with_memory_and_recall"]
 
 logger = logging.getLogger("context_proxy.memory")
 
@@ -229,3 +229,15 @@ def _said(messages: list[Message]) -> list[tuple[Fact, str]]:
         if message.get("role") in ("user", "assistant", "tool")
         for fact in facts_in(stated_text(message), 0, now)
     ]
+
+
+async def with_memory_and_recall(
+    memories: Memories, archive: Archive, request: Request, state: SessionView, plan: Plan
+) -> tuple[Plan, Inserts]:
+    """The plan with what the window alone lacks: remembered facts after the system
+    prompt, then recalled history in what the budget leaves: the session's own, then the
+    memory's other sessions'; with the session's inserts as this plan leaves them."""
+    inserts = state.inserts or Inserts()
+    plan, inserts = await memories.injected(request, request.memory_id, plan, inserts)
+    plan, inserts = await archive.recalled(request, state, plan, inserts)
+    return await memories.recalled(request, request.memory_id, plan), inserts

@@ -26,28 +26,18 @@ from proxy.conversation.identity import Message
 from proxy.conversation.replies import (
     reply_message,
 )
-from proxy.conversation.tokens import CountCache, counter_for_model
+from proxy.conversation.tokens import counter_for_model
 from proxy.conversation.validation import validate_messages
 from proxy.costs.receipts import TurnCost
 from proxy.costs.usage import usage_of
-from proxy.engine.archive import Archive
-from proxy.engine.commit import Commits, concurrent_turn_error, drops_stored
+from proxy.engine.commit import concurrent_turn_error, drops_stored
 from proxy.engine.events import TurnEvents, made
-from proxy.engine.folds.ahead import SummariesAhead
-from proxy.engine.folds.chapters import Chapters
-from proxy.engine.folds.inline import InlineFold
-from proxy.engine.folds.spans import Folding
-from proxy.engine.folds.summarizer import Bill, Summaries
-from proxy.engine.history import History
-from proxy.engine.hooks import AfterCommit
-from proxy.engine.intake import Intake
+from proxy.engine.folds.summarizer import Bill
 from proxy.engine.planner.agent_compaction import asks_to_compact
 from proxy.engine.planner.caching import namespaced
-from proxy.engine.planner.stubs import stub
-from proxy.engine.planner.window import Plan
-from proxy.engine.planning import Planning
+from proxy.engine.preview import Previews
 from proxy.engine.records import plan_record
-from proxy.engine.remembering import Memories
+from proxy.engine.remembering import with_memory_and_recall
 from proxy.engine.types import (
     Observer,
     Request,
@@ -56,16 +46,16 @@ from proxy.engine.types import (
     Turn,
     planned_turn,
 )
+from proxy.engine.wiring import wired
 from proxy.errors import (
     ProxyError,
     SessionConflict,
     UpstreamFailure,
     previous_response_not_found,
 )
-from proxy.observability.metrics import ModelLabels
 from proxy.recall.meaning import vectors
-from proxy.sessions.locks import Lease, TurnLocks
-from proxy.sessions.records import Inserts, SessionMeta
+from proxy.sessions.locks import Lease
+from proxy.sessions.records import SessionMeta
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import tenant_secret
 from proxy.upstream.client import Upstream
@@ -94,75 +84,21 @@ class Engine:
         monotonic: Callable[[], float] = time.monotonic,
         secret: bytes | None = None,
     ) -> None:
-        self.settings = settings
         # The deployment's secret (`session.tenant_secret`): it keys what the proxy sends a
         # provider's prompt cache, so no caller can name another tenant's entries.
-        self._secret = secret if secret is not None else tenant_secret(settings.session)
-        self.upstream = upstream
-        self.store = store
-        self.clock = clock
-        self.label = ModelLabels(upstream.models.served_as)
-        self.summaries = Summaries(
+        secret = secret if secret is not None else tenant_secret(settings.session)
+        self.parts = wired(
             settings=settings,
             upstream=upstream,
             store=store,
-            labels=self.label,
-            clock=monotonic,
-            wall_clock=clock,
-        )
-        self._counts = CountCache()
-        recalls = settings.context.recall_ratio > 0
-        self._history = History(store, self._counts, functools.partial(stub, recalled=recalls))
-        self.archive = Archive(settings, store)
-        self.memories = Memories(settings, store, self.archive)
-        self._planning = Planning(
-            settings=settings, history=self._history, counts=self._counts, clock=clock
-        )
-        folding = Folding(self.summaries, self._planning.stubs, self.archive.ledger)
-        self._inline = InlineFold(
-            settings=settings,
-            store=store,
-            history=self._history,
-            summaries=self.summaries,
-            planning=self._planning,
-            folding=folding,
-        )
-        self._locks = TurnLocks(
-            store=store, wait_seconds=settings.session.turn_wait_seconds, clock=monotonic
-        )
-        self._chapters = Chapters(
-            settings=settings,
-            store=store,
-            history=self._history,
-            summaries=self.summaries,
-            ledger=self.archive.ledger,
-        )
-        self._intake = Intake(
-            settings=settings,
-            upstream=upstream,
-            counts=self._counts,
-            planning=self._planning,
-            label=self.label,
-            secret=self._secret,
-        )
-        self._commits = Commits(
-            store=store,
-            history=self._history,
-            summaries=self.summaries,
-            label=self.label,
             clock=clock,
+            monotonic=monotonic,
+            secret=secret,
         )
-        ahead = SummariesAhead(
-            settings=settings,
-            store=store,
-            history=self._history,
-            summaries=self.summaries,
-            planning=self._planning,
-            folding=folding,
-        )
-        self._after = AfterCommit(
-            ahead=ahead, memories=self.memories, label=self.label, redact=self.summaries.redact
-        )
+        self.settings, self.upstream, self.store = settings, upstream, store
+        self.summaries, self.label = self.parts.summaries, self.parts.label
+        self.archive, self.memories = self.parts.archive, self.parts.memories
+        self._previews = Previews(self.parts)
 
     async def close(self) -> None:
         await self.summaries.close()
@@ -268,33 +204,33 @@ class Engine:
 
     async def _prepare(self, body: dict[str, Any], context: RequestContext) -> Turn:
         """Reconcile, count and plan; summarize now if the plan needs it."""
-        body = namespaced(body, self._secret, context.tenant)
+        body = namespaced(body, self.parts.secret, context.tenant)
         if self.settings.context.mode == "off":
             check = functools.partial(validate_messages, body["messages"])
             await sized(len(context.body) if context.body else 0, check)
             return Turn(body, body["model"])
-        request = await self._intake.request(body, context)
+        request = await self.parts.intake.request(body, context)
         if request.key is None:
-            return await self._intake.stateless(body, request, context)
+            return await self.parts.intake.stateless(body, request, context)
         # A turn that could not be stored is not paid for: the store takes what it may
         # write (at most the request's bytes, and the reply's).
         await self.store.writable((request.size or 0) + request.reply_limit)
-        lease = await self._locks.acquire(request.key)
+        lease = await self.parts.locks.acquire(request.key)
         try:
-            state = await self._history.state(request)
-            request = self._intake.calibrated(body, context, request, state)
+            state = await self.parts.history.state(request)
+            request = self.parts.intake.calibrated(body, context, request, state)
             if not state.counted:
-                request = self._intake.bounded(request)
-            self._intake.count_guessed_limit(request.model)
+                request = self.parts.intake.bounded(request)
+            self.parts.intake.count_guessed_limit(request.model)
             if state.match.kind == "chapter":
-                state = await self._chapters.chapter(request, state)
+                state = await self.parts.chapters.chapter(request, state)
             if state.match.kind != "side" and _compacting(request):
                 # Answered from the session's summary, or planned as a turn of its
                 # session (summary and window); never stored.
-                answer = await self._chapters.answer(request, state)
+                answer = await self.parts.chapters.answer(request, state)
                 if answer is None:
                     state = await self._folded_ahead(request, state)
-                    answer = await self._chapters.answer(request, state)
+                    answer = await self.parts.chapters.answer(request, state)
                 if answer is not None:
                     return _answer_turn(body, request, state, lease, answer)
                 turn = await self._plan_turn(body, request, state, lease)
@@ -302,23 +238,23 @@ class Engine:
             if state.match.kind != "side":
                 return await self._plan_turn(body, request, state, lease)
         except BaseException:
-            await self._locks.release(lease)
+            await self.parts.locks.release(lease)
             raise
-        await self._locks.release(lease)  # a side request, not a turn: never stored
+        await self.parts.locks.release(lease)  # a side request, not a turn: never stored
         logger.debug("a side request beside its session: answered, not stored")
-        return replace(await self._intake.stateless(body, request, context), side_request=True)
+        return replace(await self.parts.intake.stateless(body, request, context), side_request=True)
 
     async def _folded_ahead(self, request: Request, state: SessionView) -> SessionView:
         """An agent compacting its conversation rewrites its prompt (and so its cache):
         past the fold trigger the proxy folds now, which may answer the request from its
         own summary. The summarizer's calls are owed by the session."""
-        plan = await self._planning.plan(
+        plan = await self.parts.planning.plan(
             request, state, allow_summary=not request.own_budget, rewrite=True
         )
         if plan.summarize is None:
             return state
         bill = Bill()
-        state, _ = await self._inline.fold_and_plan(request, state, plan.summarize, bill)
+        state, _ = await self.parts.inline.fold_and_plan(request, state, plan.summarize, bill)
         if bill.charge and request.key is not None:
             await self.summaries.store(request.key, None, bill.charge)
         return state
@@ -330,32 +266,24 @@ class Engine:
             raise _not_latest(state.base, request.continues)
         if lease.contended and drops_stored(state):
             raise concurrent_turn_error()  # it would undo a turn it raced and never saw
-        plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
+        plan = await self.parts.planning.plan(request, state, allow_summary=not request.own_budget)
         bill = Bill()
         if plan.summarize is not None:
-            state, plan = await self._inline.fold_and_plan(request, state, plan.summarize, bill)
-        plan, inserts = await self._extended(request, state, plan)
+            state, plan = await self.parts.inline.fold_and_plan(
+                request, state, plan.summarize, bill
+            )
+        plan, inserts = await with_memory_and_recall(
+            self.parts.memories, self.parts.archive, request, state, plan
+        )
         turn = replace(
             planned_turn(body, request, state, plan, lease), inserts=inserts, summaries=bill.charge
         )
         counter = request.counter
         checkpoint = state.checkpoint if plan.compression != "none" else None  # sent?
-        summary = self._planning.summary_tokens(counter, checkpoint)
-        pinned = self._planning.pinned_tokens(counter, checkpoint)
-        record = plan_record(turn, plan, summary, pinned, self.clock)
+        summary = self.parts.planning.summary_tokens(counter, checkpoint)
+        pinned = self.parts.planning.pinned_tokens(counter, checkpoint)
+        record = plan_record(turn, plan, summary, pinned, self.parts.clock)
         return replace(turn, record=record)
-
-    async def _extended(
-        self, request: Request, state: SessionView, plan: Plan
-    ) -> tuple[Plan, Inserts]:
-        """The plan with what the window alone lacks: remembered facts after the system
-        prompt, then recalled history in what the budget leaves: the session's own, then
-        the memory's other sessions'. With the session's inserts as this plan leaves
-        them (stored with the turn, never by a preview)."""
-        inserts = state.inserts or Inserts()
-        plan, inserts = await self.memories.injected(request, request.memory_id, plan, inserts)
-        plan, inserts = await self.archive.recalled(request, state, plan, inserts)
-        return await self.memories.recalled(request, request.memory_id, plan), inserts
 
     async def _answered(
         self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
@@ -364,13 +292,13 @@ class Engine:
         turn (`AfterCommit`). The turn's money (None: no price or no usage known, or no
         model call)."""
         used = usage_of(usage)
-        self._after.gauge(turn, used)
+        self.parts.after.gauge(turn, used)
         if turn.answer is not None:
             return None
-        stored = await self._commits.stored(turn, reply, usage, used)
+        stored = await self.parts.commits.stored(turn, reply, usage, used)
         if stored is not None:
             assert turn.request is not None
-            await self._after.stored(turn.request, stored)
+            await self.parts.after.stored(turn.request, stored)
             return stored.cost
         if turn.prices is None or used is None:
             return None
@@ -391,45 +319,15 @@ class Engine:
             logger.warning("summary cost not recorded: %s", type(exc).__name__)
         finally:
             if turn.lease is not None:
-                await self._locks.release(turn.lease)
+                await self.parts.locks.release(turn.lease)
 
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
-        """What a turn would send, without calling any model: where a summary is due,
-        the span is reported and the messages shown are the truncation fallback."""
-        # Counted, whatever the session's bound: a preview shows the proxy's own count.
-        request = replace(await self._intake.request(body, context), sendable_uncounted=0)
-        state = await self._history.state(request)
-        request = self._intake.calibrated(body, context, request, state)
-        if state.match.kind == "chapter":
-            state = await self._chapters.chapter(request, state)
-        due = None
-        if state.match.kind == "side":  # as it would be sent: beside the session, counted
-            turn = await self._intake.stateless(body, request, replace(context, body=b""))
-        else:
-            plan = await self._planning.plan(request, state, allow_summary=not request.own_budget)
-            due = plan.summarize
-            if due is not None:
-                plan = await self._planning.plan(request, state, allow_summary=False)
-            plan, _ = await self._extended(request, state, plan)
-            turn = planned_turn(body, request, state, plan)
-        return {
-            "object": "session.preview",
-            "model": request.model,
-            "budget": request.budget,
-            "tokens_original": turn.tokens_original,
-            "tokens_sent": turn.tokens_sent,
-            "compression": turn.compression,
-            "summary_due": {"start": due[0], "end": due[1]} if due else None,
-            "messages": turn.body["messages"],
-        }
+        """What a turn would send, without calling any model (`Previews.preview`)."""
+        return await self._previews.preview(body, context)
 
     async def count(self, body: dict[str, Any], context: RequestContext) -> int:
-        """The tokens a turn would send (by the proxy's own counter), calling no model."""
-        request = await self._intake.request(body, context)
-        if request.key is not None:
-            return int((await self.preview(body, context))["tokens_sent"])
-        await self._intake.validated(request)
-        return (await self._intake.truncated(request))[1].tokens
+        """The tokens a turn would send, calling no model (`Previews.count`)."""
+        return await self._previews.count(body, context)
 
 
 def _as_chat(native: Native, reply: dict[str, Any]) -> dict[str, Any]:

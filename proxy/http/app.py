@@ -425,7 +425,7 @@ def create_app(
     settings: Settings | None = None, *, clock: Callable[[], float] = time.time
 ) -> Starlette:
     """The proxy's app. `clock` (epoch seconds) is the engine's "now" for money and a
-    prompt cache's warmth (`Engine.clock`): the cost benchmark passes a virtual one."""
+    prompt cache's warmth (`Parts.clock`): the cost benchmark passes a virtual one."""
     settings = settings if settings is not None else load_settings()
     store = open_store(settings.session)
     upstream = Upstream(settings)

@@ -24,7 +24,7 @@ def echo(text: str) -> dict[str, Any]:
 
 async def request(parts: Parts, messages: list[dict[str, Any]], mode: Mode = "auto") -> Request:
     context = RequestContext(tenant="t1", session_id="s", mode=mode)
-    return await parts.engine._intake.request({"model": MODEL, "messages": messages}, context)
+    return await parts.engine.parts.intake.request({"model": MODEL, "messages": messages}, context)
 
 
 def reads(parts: Parts) -> list[tuple[int, int]]:
@@ -50,7 +50,7 @@ async def test_a_full_resend_is_known_by_its_prefix_and_only_the_new_is_counted(
     assert meta is not None
     ranges = reads(parts)
     asked = await request(parts, [*history, said("next")])
-    state = await parts.engine._history.state(asked)
+    state = await parts.engine.parts.history.state(asked)
     assert ranges == []  # the stored transcript is not read
     assert (state.match.kind, state.kept) == ("full", 6)
     assert [s.message for s in state.new] == [said("next")]
@@ -63,7 +63,7 @@ async def test_a_full_resend_is_known_by_its_prefix_and_only_the_new_is_counted(
 async def test_a_client_that_sends_only_its_new_turn_appends_it(parts: Parts) -> None:
     await parts.turn([said("one")])
     ranges = reads(parts)
-    state = await parts.engine._history.state(await request(parts, [said("two")]))
+    state = await parts.engine.parts.history.state(await request(parts, [said("two")]))
     assert ranges == []
     assert (state.match.kind, state.kept, state.length) == ("append", 2, 3)
     assert [s.message for s in state.new] == [said("two")]
@@ -77,7 +77,7 @@ async def test_an_edit_cuts_the_transcript_there_and_recounts_what_it_keeps(
     for end in range(2, len(history) + 1, 2):
         await parts.turn(history[: end - 1])
     asked = await request(parts, [*history[:4], said("edited")])
-    state = await parts.engine._history.state(asked)
+    state = await parts.engine.parts.history.state(asked)
     assert (state.match.kind, state.kept) == ("fork", 4)
     kept = await parts.store.messages("t1", "s", 0, 4)
     name = asked.counter.name
@@ -86,7 +86,7 @@ async def test_an_edit_cuts_the_transcript_there_and_recounts_what_it_keeps(
     # The summary in effect is the newest that covers only what the edit kept.
     assert state.checkpoint is not None and state.checkpoint.covers_until == 4
     assert state.checkpoints == 2
-    window = await parts.engine._history.window(asked, state, 2)
+    window = await parts.engine.parts.history.window(asked, state, 2)
     assert [s.message for s in window] == [*history[2:4], said("edited")]
 
 
@@ -99,14 +99,14 @@ async def test_a_tool_result_must_answer_a_call_the_session_made(parts: Parts) -
     # A result appended after a reply that called nothing is refused, naming it.
     result = {"role": "tool", "tool_call_id": call["id"], "content": "42"}
     with pytest.raises(Exception, match=r"answers tool call `call_1`") as raised:
-        await parts.engine._history.state(await request(parts, [result], mode="append"))
+        await parts.engine.parts.history.state(await request(parts, [result], mode="append"))
     assert getattr(raised.value, "status_code", 400) == 400
 
 
 async def test_after_the_reply_the_meta_counts_the_turn(parts: Parts) -> None:
     await parts.turn([said("one")])
     asked = await request(parts, [said("one"), echo("one"), said("two")])
-    state = await parts.engine._history.state(asked)
+    state = await parts.engine.parts.history.state(asked)
     name = asked.counter.name
     reply = await reply_entry(
         echo("two"), state.new[-1].chain, asked.counter, state.totals, 1 << 20
@@ -127,15 +127,15 @@ async def test_a_window_read_again_reads_only_what_the_store_added_since(parts: 
         await parts.turn(history[: end - 1])
     ranges = reads(parts)
     asked = await request(parts, [said("five")], mode="append")
-    state = await parts.engine._history.state(asked)
-    window = await parts.engine._history.window(asked, state, 0)
+    state = await parts.engine.parts.history.state(asked)
+    window = await parts.engine.parts.history.window(asked, state, 0)
     assert [s.message for s in window] == [*history, said("five")]
     assert ranges == [(0, 8)]
     await parts.turn([said("five")], mode="append")
     ranges.clear()
     asked = await request(parts, [said("six")], mode="append")
-    state = await parts.engine._history.state(asked)
-    window = await parts.engine._history.window(asked, state, 0)
+    state = await parts.engine.parts.history.state(asked)
+    window = await parts.engine.parts.history.window(asked, state, 0)
     five = [said("five"), echo("five")]
     assert [s.message for s in window] == [*history, *five, said("six")]
     assert ranges == [(7, 10)]  # the last message read before, to check, and the turn since
@@ -143,8 +143,8 @@ async def test_a_window_read_again_reads_only_what_the_store_added_since(parts: 
     await parts.turn([*history[:4], said("edited")])
     ranges.clear()
     asked = await request(parts, [said("seven")], mode="append")
-    state = await parts.engine._history.state(asked)
-    window = await parts.engine._history.window(asked, state, 0)
+    state = await parts.engine.parts.history.state(asked)
+    window = await parts.engine.parts.history.window(asked, state, 0)
     edited = [said("edited"), echo("edited")]
     assert [s.message for s in window] == [*history[:4], *edited, said("seven")]
     assert (0, 6) in ranges

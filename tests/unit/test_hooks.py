@@ -21,7 +21,7 @@ def echo(text: str) -> dict[str, Any]:
 
 def observed(parts: Parts) -> list[Stored]:
     seen: list[Stored] = []
-    hooks = parts.engine._after
+    hooks = parts.engine.parts.after
     after = hooks.stored
 
     async def recorded(request: Request, stored: Stored) -> None:

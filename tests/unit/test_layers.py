@@ -249,6 +249,8 @@ ENGINE_PARTS = {
         "proxy.engine.hooks",
         "proxy.engine.events",
         "proxy.engine.records",
+        "proxy.engine.wiring",
+        "proxy.engine.preview",
     ),
 }
 ENGINE_MAY_IMPORT = {
