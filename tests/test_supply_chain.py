@@ -1,6 +1,6 @@
 """The environment the tests run in is the locked one, and nothing runs at start-up that
 should not: every pin exact and hashed, every installed locked package at its pinned
-version, and no `.pth` start-up file but the two a plain install makes. (LiteLLM 1.82.8
+version, and no `.pth` start-up file but the three a plain install makes. (LiteLLM 1.82.8
 was compromised through exactly such a file, run by every Python that started.)"""
 
 from __future__ import annotations
@@ -19,8 +19,17 @@ from tests.servers import DEPLOY_PYTHON
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = [ROOT / "tests" / "requirements.lock", ROOT / "deploy" / "requirements.lock"]
 
-# setuptools' shim, and the finder of our own editable install: their exact code.
+# setuptools' shim, the finder of our own editable install, and coverage's hook for
+# measuring subprocesses (inert unless COVERAGE_PROCESS_START or _CONFIG is set; the test
+# venv only, for tests/test_coverage.py): their exact code.
 EXPECTED_PTH = {
+    "a1_coverage.pth": re.compile(
+        re.escape(
+            'import sys; exec(\'import os\\n\\nif os.getenv("COVERAGE_PROCESS_START") or '
+            'os.getenv("COVERAGE_PROCESS_CONFIG"):\\n try:\\n  import coverage\\n '
+            'except:\\n  pass\\n else:\\n  coverage.process_startup(slug="pth")\')\n'
+        )
+    ),
     "distutils-precedence.pth": re.compile(
         r"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os\.environ\.get\(var, "
         r"'local'\) == 'local'; enabled and __import__\('_distutils_hack'\)\.add_shim\(\); \s*"
