@@ -47,6 +47,13 @@ def usage() -> dict[str, Any]:
 REPLY = [[chunk("Hel")], [chunk("lo")], [chunk(finish="stop")], [usage()]]
 
 
+class Words:
+    """A counter of words, for a reply made here."""
+
+    def count_text(self, text: str) -> int:
+        return len(text.split())
+
+
 class Recorded:
     """A turn's observer that keeps what it was told, in order."""
 
@@ -228,7 +235,7 @@ async def test_a_stream_that_fails_midway_stores_nothing_and_frees_the_session(
 
 
 async def test_a_reply_made_here_comes_as_one_batch() -> None:
-    reply = answer("The parser is done.", [said("go on")], MODEL, _Words())
+    reply = answer("The parser is done.", [said("go on")], MODEL, Words())
     batches = [batch async for batch in made(reply)]
     assert [batch.chunks for batch in batches] == [answer_chunks(reply)]
     assert batches[0].raw is None  # made here: the door serializes it
@@ -255,8 +262,3 @@ async def test_a_summary_answered_from_the_session_streams_with_no_model_call(
     assert len(parts.upstream.sent) == sent and "started" not in observer.told
     assert await parts.stored() == stored  # answered, never stored
     assert await lock_is_free(parts)
-
-
-class _Words:
-    def count_text(self, text: str) -> int:
-        return len(text.split())
