@@ -53,8 +53,8 @@ async def facts(parts: Parts, messages: list[Message]) -> tuple[Request, Session
     """The request for `messages` and the session as it leaves it."""
     context = RequestContext(tenant="t1", session_id="s")
     body = {"model": MODEL, "messages": messages}
-    request = await parts.engine._intake.request(body, context)
-    return request, await parts.engine._history.state(request)
+    request = await parts.engine.parts.intake.request(body, context)
+    return request, await parts.engine.parts.history.state(request)
 
 
 async def resent_session(parts: Parts) -> list[Message]:
@@ -125,7 +125,7 @@ async def test_a_chapter_covers_the_whole_transcript_and_archives_what_follows_t
     request, state = await facts(parts, [said(RESUMED), said("go on")])
     assert state.match.kind == "chapter" and state.kept == 8
     summaries, ranges = len(parts.upstream.summaries), reads(parts)
-    chaptered = await parts.engine._chapters.chapter(request, state)
+    chaptered = await parts.engine.parts.chapters.chapter(request, state)
     checkpoint = chaptered.checkpoint
     assert checkpoint is not None and chaptered.pending is checkpoint  # stored with the turn
     assert (checkpoint.covers_until, checkpoint.text) == (8, "")
@@ -168,7 +168,7 @@ async def test_a_summary_that_leaves_too_much_unsaid_is_not_the_answer(
     assert state.checkpoint is not None
     name = request.counter.name
     covered, asked = state.checkpoint.before[name], state.new[-1].tokens[name]
-    chapters = parts.engine._chapters
+    chapters = parts.engine.parts.chapters
     at_most = replace(state, totals={name: covered + 1024 + asked})
     assert await chapters.answer(request, at_most) is not None
     over = replace(state, totals={name: covered + 1025 + asked})
@@ -181,13 +181,13 @@ async def test_no_answer_without_a_summary_of_the_sessions_own(
     # No summary yet.
     history = await resent_session(parts)
     request, state = await facts(parts, [*history, said(COMPACT)])
-    assert await parts.engine._chapters.answer(request, state) is None
+    assert await parts.engine.parts.chapters.answer(request, state) is None
     # A chapter's checkpoint is the client's own summary, which the proxy never read.
     chapter = [SYSTEM, said(RESUMED), said("go on")]
     await parts.turn(chapter)
     request, state = await facts(parts, [*chapter, echo("go on"), said(COMPACT)])
     assert state.checkpoint is not None and state.checkpoint.text == ""
-    assert await parts.engine._chapters.answer(request, state) is None
+    assert await parts.engine.parts.chapters.answer(request, state) is None
     # Answering is switched off: the model writes it, though a summary would do.
     off = make_parts(window=1000, context={"answer_compaction": False})
     history = await summarized_session(off)

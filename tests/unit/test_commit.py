@@ -45,7 +45,7 @@ async def stored(
 ) -> Stored | None:
     """The turn's commit, its lock given back however it went."""
     try:
-        return await parts.engine._commits.stored(turn, reply, usage, usage_of(usage))
+        return await parts.engine.parts.commits.stored(turn, reply, usage, usage_of(usage))
     finally:
         await parts.engine._finish(turn)
 
@@ -167,7 +167,7 @@ async def test_a_turn_whose_transcript_changed_under_it_is_a_conflict_never_undo
     history = await session(parts, 1)
     late = await prepared(parts, [*history, said("two")])
     assert late.lease is not None
-    await parts.engine._locks.release(late.lease)  # its lease lapsed: another turn went
+    await parts.engine.parts.locks.release(late.lease)  # its lease lapsed: another turn went
     await parts.turn([*history, said("three")])
     went_on = await parts.stored()
     assert went_on == [*history, said("three"), echo("three")]
@@ -185,7 +185,7 @@ async def test_a_turn_that_only_appends_is_stored_after_one_that_overtook_it(
     history = await session(parts, 1)
     late = await prepared(parts, [said("two")], mode="append")
     assert late.lease is not None
-    await parts.engine._locks.release(late.lease)
+    await parts.engine.parts.locks.release(late.lease)
     await parts.turn([said("three")], mode="append")
     done = await stored(parts, replace(late, lease=None), echo("two"))
     assert done is not None

@@ -42,7 +42,7 @@ async def request(
     **body: Any,
 ) -> Request:
     context = RequestContext(tenant="t1", session_id=session, budget_ratio=budget_ratio)
-    return await parts.engine._intake.request(
+    return await parts.engine.parts.intake.request(
         {"model": MODEL, "messages": messages, **body}, context
     )
 
@@ -104,7 +104,7 @@ async def test_a_sessions_calibration_divides_its_budget(
     make_parts: Callable[..., Parts],
 ) -> None:
     parts = make_parts(window=1000)
-    intake = parts.engine._intake
+    intake = parts.engine.parts.intake
     label = parts.engine.label(MODEL)
     body = {"model": MODEL, "messages": [said("hi")]}
     context = RequestContext(tenant="t1", session_id="s")
@@ -126,7 +126,7 @@ async def test_a_model_whose_limit_nobody_knows_is_planned_on_the_default_window
     parts: Parts, tmp_path: Path
 ) -> None:
     known = guessed(MODEL)
-    parts.engine._intake.count_guessed_limit(MODEL)  # gpt-4o-mini's limit is known
+    parts.engine.parts.intake.count_guessed_limit(MODEL)  # gpt-4o-mini's limit is known
     assert guessed(MODEL) == known
     entry = {
         "model_name": "mystery",
@@ -138,7 +138,7 @@ async def test_a_model_whose_limit_nobody_knows_is_planned_on_the_default_window
     }
     parts = build(str(tmp_path / "store"), Settings.model_validate({"model_list": [entry]}))
     try:
-        intake = parts.engine._intake
+        intake = parts.engine.parts.intake
         context = RequestContext(tenant="t1", session_id="s")
         body = {"model": "mystery", "messages": [said("hi")]}
         asked = await intake.request(body, context)
@@ -191,7 +191,7 @@ async def test_a_session_may_send_whole_what_the_fold_trigger_leaves_beside_the_
     system_bound = 3 + len("system") + len(SYSTEM["content"]) + 3  # a token per byte
     assert asked.system_and_tools_bound == (system_bound, 0)
     assert asked.sendable_uncounted == trigger - system_bound
-    bounded = parts.engine._intake.bounded(asked)
+    bounded = parts.engine.parts.intake.bounded(asked)
     assert bounded.counter is BOUND
     assert (bounded.system_tokens, bounded.tools_tokens) == (system_bound, 0)
     assert (bounded.budget, bounded.conversation) == (800, asked.conversation)
@@ -254,7 +254,7 @@ def marked(count: int) -> list[Message]:
 async def test_more_cache_marks_than_the_provider_takes_are_refused_before_any_call(
     claude: Parts,
 ) -> None:
-    intake = claude.engine._intake
+    intake = claude.engine.parts.intake
     for count, session in ((4, "s"), (4, None)):
         body = {"model": "claude", "messages": marked(count)}
         context = RequestContext(tenant="t1", session_id=session, body=orjson.dumps(body))
@@ -277,9 +277,9 @@ async def test_a_request_that_fits_by_its_bytes_is_sent_as_it_came_untokenized(
     messages = [SYSTEM, said("hello " * 200)]
     body = {"model": MODEL, "messages": messages, "temperature": 0}
     context = RequestContext(tenant="t1", body=orjson.dumps(body))
-    asked = await parts.engine._intake.request(body, context)
+    asked = await parts.engine.parts.intake.request(body, context)
     untokenized = replace(asked, counter=exploding(asked.counter.name))
-    turn = await parts.engine._intake.stateless(body, untokenized, context)
+    turn = await parts.engine.parts.intake.stateless(body, untokenized, context)
     assert turn.body is body
     assert (turn.tokens_original, turn.tokens_sent, turn.compression) == (None, None, "none")
     assert (turn.key, turn.managed, turn.input_limit) == (None, True, 128_000)
@@ -289,8 +289,8 @@ async def test_a_request_whose_bytes_do_not_show_it_fits_is_counted(parts: Parts
     messages = [SYSTEM, said("one"), {"role": "assistant", "content": "two"}, said("three")]
     body = {"model": MODEL, "messages": messages}
     context = RequestContext(tenant="t1")  # no body's bytes: nothing bounds it
-    asked = await parts.engine._intake.request(body, context)
-    turn = await parts.engine._intake.stateless(body, asked, context)
+    asked = await parts.engine.parts.intake.request(body, context)
+    turn = await parts.engine.parts.intake.stateless(body, asked, context)
     counted = sum(asked.counter.count_message(m) for m in messages[1:])
     assert turn.tokens_original == asked.system_tokens + counted == turn.tokens_sent
     assert (turn.compression, turn.body["messages"]) == ("none", messages)
@@ -307,8 +307,8 @@ async def test_a_request_over_its_budget_is_cut_to_it_keeping_its_latest_message
     messages.append(said("and now?"))
     body = {"model": MODEL, "messages": messages}
     context = RequestContext(tenant="t1", body=orjson.dumps(body))
-    asked = await parts.engine._intake.request(body, context)
-    turn = await parts.engine._intake.stateless(body, asked, context)
+    asked = await parts.engine.parts.intake.request(body, context)
+    turn = await parts.engine.parts.intake.stateless(body, asked, context)
     sent = turn.body["messages"]
     assert turn.compression == "truncated"
     assert turn.tokens_original is not None and turn.tokens_original > 800
@@ -321,6 +321,6 @@ async def test_a_request_over_its_budget_is_cut_to_it_keeping_its_latest_message
 async def test_a_request_with_no_session_is_validated_even_when_it_fits(parts: Parts) -> None:
     body = {"model": MODEL, "messages": [said("hi"), {"role": "wizard", "content": "x"}]}
     context = RequestContext(tenant="t1", body=orjson.dumps(body))
-    asked = await parts.engine._intake.request(body, context)
+    asked = await parts.engine.parts.intake.request(body, context)
     with pytest.raises(InvalidRequest, match=r"messages\[1\]"):
-        await parts.engine._intake.stateless(body, asked, context)
+        await parts.engine.parts.intake.stateless(body, asked, context)

@@ -65,7 +65,7 @@ async def stored_session(parts: Parts) -> tuple[Request, list[StoredMessage]]:
     await parts.turn(HISTORY)
     context = RequestContext(tenant="t1", session_id="s")
     body = {"model": MODEL, "messages": HISTORY}
-    request = await parts.engine._intake.request(body, context)
+    request = await parts.engine.parts.intake.request(body, context)
     meta = await parts.store.load(*KEY)
     assert meta is not None
     return request, await parts.store.messages(*KEY, 0, meta.length)
@@ -73,7 +73,7 @@ async def stored_session(parts: Parts) -> tuple[Request, list[StoredMessage]]:
 
 def folding(parts: Parts) -> Folding:
     engine = parts.engine
-    return Folding(engine.summaries, engine._planning.stubs, engine.archive.ledger)
+    return Folding(engine.summaries, engine.parts.planning.stubs, engine.archive.ledger)
 
 
 async def fold(
@@ -128,7 +128,7 @@ async def test_a_fold_freezes_stubs_of_the_large_results_it_leaves_in_the_window
     # What they save is what the window, sent with them, is lighter by: at least half
     # of each result (a stub that would not save that much is not made).
     after = transcript[10:]
-    sent = parts.engine._planning.stubs.counted(after, made, request.counter)
+    sent = parts.engine.parts.planning.stubs.counted(after, made, request.counter)
     whole = sum(s.tokens["o200k_base"] for s in after)
     saved = made.stubs_saved["o200k_base"]
     assert saved == whole - sum(s.tokens["o200k_base"] for s in sent)

@@ -40,11 +40,11 @@ def exploding(name: str) -> TokenCounter:
 
 async def request(parts: Parts, messages: list[Message], mode: Mode = "auto") -> Request:
     context = RequestContext(tenant="t1", session_id="s", mode=mode)
-    return await parts.engine._intake.request({"model": MODEL, "messages": messages}, context)
+    return await parts.engine.parts.intake.request({"model": MODEL, "messages": messages}, context)
 
 
 async def state(parts: Parts, asked: Request) -> SessionView:
-    return await parts.engine._history.state(asked)
+    return await parts.engine.parts.history.state(asked)
 
 
 def reads(parts: Parts) -> list[tuple[int, int]]:
@@ -219,7 +219,7 @@ async def test_a_message_stored_without_a_tokenizers_count_is_counted_as_a_copy(
 ) -> None:
     await counted_session(parts, turns=1)
     stored = await parts.store.messages("t1", "s", 0, 2)
-    totals = parts.engine._history._totals
+    totals = parts.engine.parts.history._totals
     counter = counter_by_name("o200k_base")
     assert await totals.counted(stored, {"o200k_base"}, counter) is stored  # nothing to do
     other = counter_by_name("cl100k_base")
