@@ -44,7 +44,7 @@ class TurnEvents:
         self._observer = observer
         self._answered = answered
         self._finish = finish
-        self._stored = False  # answered: the reply was stored (or made here)
+        self._stored = False  # answered: the reply was whole, and stored (or made here)
 
     async def __aiter__(self) -> AsyncIterator[Events]:
         """The events as they come, but from the reply's finish on (its finish reason,
@@ -67,8 +67,9 @@ class TurnEvents:
             else:
                 yield batch
         self._observer.upstream_finished()
-        self._observer.priced(await self._answered(self.turn, reply.message(), usage))
-        self._stored = True
+        message = reply.message()  # None: the provider ended the stream before the reply
+        self._observer.priced(await self._answered(self.turn, message, usage))
+        self._stored = message is not None
         for batch in held:
             yield batch
 

@@ -144,11 +144,12 @@ class Engine:
             observer.upstream_finished()
             usage = completion.data.get("usage")
             observer.used(usage)
-            observer.priced(await self._answered(turn, reply_message(completion.data), usage))
+            message = reply_message(completion.data)  # None: no reply in the completion
+            observer.priced(await self._answered(turn, message, usage))
         except BaseException:
             await self._finish(turn, answered=False)
             raise
-        await self._finish(turn)
+        await self._finish(turn, answered=message is not None)
         return turn, completion
 
     async def stream(

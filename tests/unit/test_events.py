@@ -219,6 +219,28 @@ async def test_a_stream_the_provider_cut_before_its_end_stores_nothing(parts: Pa
     assert await lock_is_free(parts)
 
 
+async def test_a_stream_the_provider_cut_owes_the_summary_it_made(
+    make_parts: Callable[..., Parts],
+) -> None:
+    """Nothing of the turn is stored, but the summarizer's calls it made were paid for:
+    the session owes them (they were lost before: a cut stream counted as answered)."""
+    parts = make_parts(window=1000)  # a budget of 800: a long conversation is folded now
+    parts.upstream.usage = lambda params: {"prompt_tokens": 100, "completion_tokens": 10}
+    await parts.turn([said("one")])
+    before = await parts.stored()
+    scripted(parts, REPLY[:2])  # words, and no finish
+    events = await opened(parts, [*before, *conversation(4), said("and now?")], Recorded())
+    async for _ in events:
+        pass
+    await events.aclose()
+    made_now = events.turn.summaries
+    assert made_now > 0 and parts.upstream.summaries
+    meta = await parts.store.load(*KEY)
+    assert meta is not None and meta.length == len(before)  # the cut turn is not stored
+    assert meta.receipt.owed == pytest.approx(made_now)
+    assert await lock_is_free(parts)
+
+
 async def test_a_stream_that_fails_midway_stores_nothing_and_frees_the_session(
     parts: Parts,
 ) -> None:
