@@ -369,6 +369,8 @@ def _answer_turn(
         side_request=True,
         prices=request.prices,
         answer=answer,
+        transcript_length=state.length,
+        transcript_head=state.new[-1].chain if state.new else state.match.head,
     )
 
 

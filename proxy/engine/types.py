@@ -172,6 +172,10 @@ class Turn:
     # The session's inserts as this turn leaves them (`proxy.engine.turn._extended`):
     # stored with it where they changed.
     inserts: Inserts | None = None
+    # The stored transcript the reply will follow (None: the turn has no session view):
+    # its length and the chain value of its last message, which name the reply to come.
+    transcript_length: int | None = None
+    transcript_head: str | None = None
 
 
 def planned_turn(
@@ -213,6 +217,8 @@ def planned_turn(
         messages_json=state.serialized.whole if unchanged and state.serialized else None,
         lease=lease,
         prices=request.prices,
+        transcript_length=state.length,
+        transcript_head=state.new[-1].chain if state.new else state.match.head,
     )
 
 

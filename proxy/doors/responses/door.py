@@ -192,18 +192,17 @@ class ResponsesDoor:
         )
 
     def response_id(self, turn: Turn) -> str:
-        if turn.key is None or turn.state is None:
+        if turn.key is None or turn.transcript_length is None:
             return "resp_" + uuid.uuid4().hex  # nothing stored: nothing to continue
         tenant, session_id = turn.key
-        return self._ids.mint(tenant, session_id, turn.state.length + 1)
+        return self._ids.mint(tenant, session_id, turn.transcript_length + 1)
 
     def item_names(self, turn: Turn) -> ItemNames:
         """The ids of the reply's output items, which name the stored reply."""
-        state = turn.state
-        if turn.key is None or state is None:
+        length, head = turn.transcript_length, turn.transcript_head
+        if turn.key is None or length is None or head is None:
             return ItemNames(uuid.uuid4().hex)  # nothing stored: nothing to refer to
-        head = state.new[-1].chain if state.new else state.match.head
-        return ItemNames(self._ids.reply(*turn.key, state.length + 1, head))
+        return ItemNames(self._ids.reply(*turn.key, length + 1, head))
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]
