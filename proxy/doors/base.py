@@ -27,7 +27,6 @@ __all__ = [
     "Framer",
     "Inbound",
     "body_session_id",
-    "field_label",
     "inner_session_id",
     "text_of",
     "typed",
@@ -134,33 +133,6 @@ class Door(Protocol):
     ) -> Response: ...
 
     def framer(self, inbound: Inbound, turn: Turn) -> Framer: ...
-
-
-# Dropped fields counted under their own name; any other is counted as `other`, so a
-# client cannot grow the metric's label set.
-_LABELLED = frozenset(
-    {
-        "client_metadata",
-        "container",
-        "context_management",
-        "mcp_servers",
-        "reasoning",
-        "reasoning_effort",
-        "response_format",
-        "thinking",
-        "thinking.adaptive",
-        "top_k",
-    }
-)
-
-
-def field_label(name: str) -> str:
-    """A dropped field's metric label: `tools` for any tool, `output_config` for any of
-    its keys, a known field's own name, else `other`."""
-    head = name.split(".", 1)[0]
-    if head in ("tools", "output_config"):
-        return head
-    return name if name in _LABELLED else "other"
 
 
 def unknown_fields(body: dict[str, Any], known: frozenset[str]) -> list[str]:

@@ -24,8 +24,9 @@ from proxy.concurrency import Turns, pause, sized
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic.door import MessagesDoor
-from proxy.doors.base import Door, ErrorReply, Framer, Inbound, ORJSONResponse, field_label
+from proxy.doors.base import Api, Door, ErrorReply, Framer, Inbound, ORJSONResponse
 from proxy.doors.chat.door import ChatDoor
+from proxy.doors.parameters import field_label, not_sent
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
 from proxy.engine import Engine, RequestContext, TurnEvents
@@ -55,7 +56,6 @@ from proxy.sessions.records import Mode
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import open_store, tenant_secret
 from proxy.upstream.client import Upstream
-from proxy.upstream.native import Native
 
 # nginx's status for a client that went away before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
@@ -179,9 +179,12 @@ class Proxy:
         if native is not None and not self.upstream.native(model, native.api):
             native = None  # the chat translation, for any other provider
         sent = [name for name in door.unsent_headers if name in request.headers]
-        dropped = self._dropped(door, inbound, native, sent)
-        if dropped:
-            response_headers[headers.DROPPED] = ", ".join(dropped)
+        refuse = self.settings.server.drop_params is False
+        supports = self.upstream.models.supports
+        dropped = not_sent(inbound, native, supports, refuse=refuse, unsent=sent)
+        named = _said_dropped(door.api, model, dropped)
+        if named:
+            response_headers[headers.DROPPED] = ", ".join(named)
         refused = self.upstream.refused_fallbacks(model, caller.models)
         if refused:  # said on the answer, and on the error when no fallback was left
             response_headers[headers.FALLBACKS_REFUSED] = ", ".join(refused)
@@ -212,43 +215,6 @@ class Proxy:
                 request.state.error_headers = {headers.FALLBACKS_REFUSED: ", ".join(refused)}
             raise
         return door.reply(completion, inbound, turn, response_headers | headers.turn_headers(turn))
-
-    def _dropped(
-        self, door: Door, inbound: Inbound, native: Native | None, unsent: list[str]
-    ) -> list[str]:
-        """What the request carries that will not reach the provider: what the door could
-        not carry, and the optional parameters this model does not take (removed here).
-        In the door's own API (`native`), what that API does not have, and its optional
-        fields this model does not take. Then the door's `unsent` headers it carries."""
-        body, model = inbound.body, inbound.body["model"]
-        dropped = list(inbound.native_dropped if native else inbound.dropped)
-        refuse = self.settings.server.drop_params is False
-        if native:
-            for name, parameter in native.optional:
-                if not self.upstream.models.supports(model, parameter) and native.drop(name):
-                    if refuse:
-                        raise _not_taken(model, name)
-                    dropped.append(name)
-        for group in () if native else inbound.optional:
-            present = [name for name in group if name in body]
-            kept = next((n for n in present if self.upstream.models.supports(model, n)), None)
-            if kept is None and present and refuse:
-                raise _not_taken(model, present[0])
-            for name in present:
-                if name != kept:
-                    del body[name]
-            if kept is None:
-                dropped += present
-        dropped += unsent
-        for name in dropped:
-            DROPPED_FIELDS.labels(door.api, field_label(name)).inc()
-        # Named as the client named them, where that is a plain name: a header value
-        # of bounded length, and nothing a client could smuggle into it.
-        named = [n if _PLAIN_NAME.fullmatch(n) else "other" for n in dropped[:_NAMED]]
-        named += ["..."] if len(dropped) > _NAMED else []
-        if named:
-            logger.debug("%s request: not sent to %s: %s", door.api, model, ", ".join(named))
-        return named
 
     async def _sse(
         self,
@@ -336,6 +302,19 @@ class Proxy:
         return ORJSONResponse({"status": "ok", "models": len(self.upstream.models.names())})
 
 
+def _said_dropped(api: Api, model: str, dropped: list[str]) -> list[str]:
+    """`dropped` counted by their metric label, and named for the client's header and
+    the debug log as the client named them where that is a plain name: a header value
+    of bounded length, and nothing a client could smuggle into it."""
+    for name in dropped:
+        DROPPED_FIELDS.labels(api, field_label(name)).inc()
+    named = [n if _PLAIN_NAME.fullmatch(n) else "other" for n in dropped[:_NAMED]]
+    named += ["..."] if len(dropped) > _NAMED else []
+    if named:
+        logger.debug("%s request: not sent to %s: %s", api, model, ", ".join(named))
+    return named
+
+
 # A stream's bytes are written at most this many at a time: each write copies them once
 # more (its chunk's framing), and a Responses end repeats the whole reply.
 _WRITE = 1 << 20
@@ -382,14 +361,6 @@ def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable
         return error_response(request.url.path, scrubbed, extra)
 
     return proxy_error
-
-
-def _not_taken(model: str, name: str) -> ProxyError:
-    return InvalidRequest(
-        f"The model `{model}` does not take `{name}` (drop_params is false).",
-        code="unsupported_parameter",
-        param=name,
-    )
 
 
 async def _too_deep(request: Request, exc: Exception) -> Response:
