@@ -1,4 +1,6 @@
-"""The Starlette application: routes, request validation and error mapping."""
+"""The Starlette application: its routes and what they are wired to, and the turn
+handler that every door's route runs (a stream written by `proxy.http.sse`, an error
+answered by `proxy.http.errors`)."""
 
 from __future__ import annotations
 
@@ -8,29 +10,27 @@ import gc
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from proxy.concurrency import Turns, pause, sized
+from proxy.concurrency import pause
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic.door import MessagesDoor
-from proxy.doors.base import Api, Door, ErrorReply, Framer, Inbound, ORJSONResponse
+from proxy.doors.base import Api, Door, Inbound, ORJSONResponse
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.parameters import field_label, not_sent
 from proxy.doors.responses.compact import CompactDoor
 from proxy.doors.responses.door import ResponseIds, ResponsesDoor
-from proxy.engine import Engine, RequestContext, TurnEvents
-from proxy.errors import InternalError, InvalidRequest, ProxyError
+from proxy.engine import Engine, RequestContext
+from proxy.errors import InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
 from proxy.http.bodies import (
@@ -38,27 +38,26 @@ from proxy.http.bodies import (
     parse_json,
     principal,
     read_body,
-    too_deep,
     unless_disconnected,
 )
 from proxy.http.errors import (
-    OPENAI_TYPES,
-    error_reply,
+    CLIENT_CLOSED_REQUEST,
+    client_gone,
     error_response,
-    reply_response,
+    http_error,
+    proxy_error_handler,
     status_of,
+    too_deep_error,
+    unexpected_error,
 )
 from proxy.http.sessions import SessionApi, model_not_allowed
+from proxy.http.sse import TurnStream, framed_events
 from proxy.http.telemetry import RequestTelemetry
 from proxy.observability.metrics import DROPPED_FIELDS, OTHER_MODEL, exposition
-from proxy.observability.redaction import Redactor
 from proxy.sessions.records import Mode
 from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import open_store, tenant_secret
 from proxy.upstream.client import Upstream
-
-# nginx's status for a client that went away before the response was complete.
-CLIENT_CLOSED_REQUEST = 499
 
 logger = logging.getLogger("context_proxy.doors")
 # The dropped fields an `X-Context-Dropped` header names (more are counted, not named).
@@ -200,7 +199,12 @@ class Proxy:
                     raise
                 telemetry.stream = True
                 return TurnStream(
-                    self._sse(events, telemetry, caller, framer),
+                    framed_events(
+                        events,
+                        telemetry,
+                        framer,
+                        lambda text: self.upstream.redact(text, caller.presented),
+                    ),
                     finish=events.aclose,
                     media_type="text/event-stream",
                     headers=response_headers
@@ -215,54 +219,6 @@ class Proxy:
                 request.state.error_headers = {headers.FALLBACKS_REFUSED: ", ".join(refused)}
             raise
         return door.reply(completion, inbound, turn, response_headers | headers.turn_headers(turn))
-
-    async def _sse(
-        self,
-        events: TurnEvents,
-        telemetry: RequestTelemetry,
-        caller: Principal,
-        framer: Framer,
-    ) -> AsyncIterator[bytes]:
-        """The reply as the door frames it. A failure mid-stream (the reply could not be
-        stored, too) becomes the door's error event and no end of stream, so the client
-        can tell a cut-off reply from a finished one. A client that disconnects cancels
-        this generator, and with it the upstream call."""
-        status = CLIENT_CLOSED_REQUEST
-        native = False  # the provider's own events, its end of stream included
-        turns = Turns()  # the others' turns, however fast the provider's events come
-        relayed = 0
-        try:
-            async for batch in events:
-                native = batch.native
-                if native:
-                    framed = framer.relay(batch.raw or b"")
-                else:
-                    framed = framer.chunks(batch.chunks, batch.raw)
-                relayed += len(framed)
-                for part in _parts(framed):
-                    yield part
-                    await turns.taken()
-            status = 200
-        except ProxyError as exc:
-            status = status_of(exc)
-            scrubbed = exc.redacted(lambda text: self.upstream.redact(text, caller.presented))
-            logger.warning(
-                "a %s stream failed (%d): %s", events.turn.model, status, scrubbed.message
-            )
-            yield framer.error(error_reply(scrubbed))
-            return
-        except Exception:  # a fault of ours: still the door's error event, never a cut
-            status = 500
-            logger.exception("a %s stream failed (500)", events.turn.model)
-            yield framer.error(error_reply(_internal_error()))
-            return
-        finally:
-            telemetry.finish(status)
-        if not native:  # the end may repeat the whole reply (Responses' does, four times)
-            for framed in await sized(relayed, framer.end):
-                for part in _parts(framed):
-                    yield part
-                    await turns.taken()
 
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's `count_tokens`: what this proxy would send for the request, by its
@@ -313,83 +269,6 @@ def _said_dropped(api: Api, model: str, dropped: list[str]) -> list[str]:
     if named:
         logger.debug("%s request: not sent to %s: %s", api, model, ", ".join(named))
     return named
-
-
-# A stream's bytes are written at most this many at a time: each write copies them once
-# more (its chunk's framing), and a Responses end repeats the whole reply.
-_WRITE = 1 << 20
-
-
-def _parts(framed: bytes) -> Iterator[bytes]:
-    """`framed` in writes of at most `_WRITE` bytes."""
-    if len(framed) <= _WRITE:
-        yield framed
-        return
-    for start in range(0, len(framed), _WRITE):
-        yield framed[start : start + _WRITE]
-
-
-class TurnStream(StreamingResponse):
-    """A streamed reply that ends its turn (`finish`) however the stream ends: done,
-    failed, or cut off by the client before or after it began."""
-
-    def __init__(
-        self, content: AsyncIterator[bytes], finish: Callable[[], Awaitable[None]], **kwargs: Any
-    ) -> None:
-        super().__init__(content, **kwargs)
-        self._finish = finish
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._finish()
-
-
-def _error_handler(redact: Redactor) -> Callable[[Request, Exception], Awaitable[Response]]:
-    async def proxy_error(request: Request, exc: Exception) -> Response:
-        """Every error body leaves through here (or `_sse`), scrubbed of every credential
-        known and of what the caller presented."""
-        assert isinstance(exc, ProxyError)
-        caller = request.scope.get("state", {}).get("principal")
-        own = caller.presented if isinstance(caller, Principal) else ()
-        scrubbed = exc.redacted(lambda text: redact(text, own))
-        status = status_of(scrubbed)
-        if status >= 500:  # ours or the provider's: the operator's to know
-            logger.warning("%s answered %d: %s", request.url.path, status, scrubbed.message)
-        extra = request.scope.get("state", {}).get("error_headers")
-        return error_response(request.url.path, scrubbed, extra)
-
-    return proxy_error
-
-
-async def _too_deep(request: Request, exc: Exception) -> Response:
-    """orjson writes at most 255 levels of nesting (it reads 1,024): a request whose JSON
-    nests deeper cannot be hashed, stored or sent on. orjson says so with a TypeError
-    (its JSONEncodeError); any other TypeError is a fault of ours, a 500."""
-    if isinstance(exc, TypeError) and str(exc) != "Recursion limit reached":
-        raise exc
-    return error_response(request.url.path, too_deep())
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    kind = OPENAI_TYPES.get(exc.status_code, "api_error")
-    error = ErrorReply(exc.status_code, kind, str(exc.detail), code=str(exc.status_code))
-    return reply_response(request.url.path, error)
-
-
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    """Nobody is left to read an answer: no error of ours, and nothing to log."""
-    return Response(status_code=CLIENT_CLOSED_REQUEST)
-
-
-async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    return error_response(request.url.path, _internal_error())
-
-
-def _internal_error() -> ProxyError:
-    return InternalError("Internal error in context-proxy.", code="internal_error")
 
 
 def create_app(
@@ -468,12 +347,12 @@ def create_app(
             ),
         ],
         exception_handlers={
-            ProxyError: _error_handler(upstream.redact),
-            ClientDisconnected: _client_gone,
-            HTTPException: _http_error,
-            orjson.JSONEncodeError: _too_deep,  # TypeError itself
-            RecursionError: _too_deep,
-            Exception: _unexpected_error,
+            ProxyError: proxy_error_handler(upstream.redact),
+            ClientDisconnected: client_gone,
+            HTTPException: http_error,
+            orjson.JSONEncodeError: too_deep_error,  # TypeError itself
+            RecursionError: too_deep_error,
+            Exception: unexpected_error,
         },
     )
     # An API answers a path it does not serve with a 404, never a redirect (a client
