@@ -23,7 +23,7 @@ from starlette.routing import Route
 from proxy.concurrency import pause
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
-from proxy.doors.anthropic.door import MessagesDoor
+from proxy.doors.anthropic import MessagesDoor
 from proxy.doors.base import Api, Door, Inbound, ORJSONResponse
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.parameters import field_label, not_sent

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from proxy import errors
-from proxy.doors.anthropic.door import anthropic_error
+from proxy.doors.anthropic import anthropic_error
 from proxy.doors.base import ErrorReply
 from proxy.http import viewer
 from proxy.http.auth import Principal

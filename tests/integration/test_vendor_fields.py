@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.doors.anthropic.native import SYSTEM_NOTE
+from proxy.doors.anthropic.render import SYSTEM_NOTE
 from proxy.http.headers import DROPPED
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.proxies import MODEL

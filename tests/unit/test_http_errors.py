@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from proxy import errors
-from proxy.doors.anthropic.door import anthropic_error
+from proxy.doors.anthropic.response import anthropic_error
 from proxy.http.errors import STATUS, error_reply, error_response, status_of
 
 ERROR_TYPES = [

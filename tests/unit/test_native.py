@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from proxy.config.settings import Settings
-from proxy.doors.anthropic import door as messages
-from proxy.doors.anthropic.native import SYSTEM_NOTE, MessagesNative
+from proxy.doors.anthropic import request as messages
+from proxy.doors.anthropic.native import MessagesNative
+from proxy.doors.anthropic.render import SYSTEM_NOTE
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.upstream import native

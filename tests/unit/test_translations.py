@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from proxy.doors.anthropic import door as messages
+from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.responses import door as responses
 from proxy.doors.responses.native import ResponsesNative

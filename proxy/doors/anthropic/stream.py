@@ -7,68 +7,18 @@ A failure mid-stream is an `error` event and no `message_stop`.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import orjson
 
-from proxy.costs.usage import usage_of
+from proxy.doors.anthropic.response import error_body, message_id, messages_usage, stop_reason
 from proxy.doors.base import ErrorReply
 
-__all__ = ["ERROR_STATUS", "MessagesFramer", "error_body", "message_id", "stop_reason"]
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-# The status an error of each type is answered with (Anthropic's own table).
-ERROR_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
-
-_STOP_REASONS = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "content_filter": "refusal",
-}
-
-
-def stop_reason(finish_reason: Any) -> str | None:
-    if finish_reason is None:
-        return None
-    return _STOP_REASONS.get(str(finish_reason), "end_turn")
-
-
-def error_body(error: ErrorReply) -> dict[str, Any]:
-    """Anthropic's error body: its error type for the HTTP status."""
-    kind = _ERROR_TYPES.get(error.status, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": error.message}}
-
-
-def message_id(completion_id: Any) -> str:
-    """A Messages API id for the upstream's completion id."""
-    return "msg_" + (str(completion_id or "").removeprefix("chatcmpl-") or uuid.uuid4().hex)
+__all__ = ["MessagesFramer", "event"]
 
 
 def event(kind: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event of Anthropic's: its type named twice, as the API does."""
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **data}) + b"\n\n"
 
 
@@ -186,17 +136,3 @@ class MessagesFramer:
             return b""
         self._open = None
         return event("content_block_stop", {"index": self._index})
-
-
-def messages_usage(usage: dict[str, Any]) -> dict[str, int]:
-    """A chat usage in the Messages API's terms: `input_tokens` leaves out the tokens read
-    from and written to the provider's prompt cache, which are counted beside it."""
-    used = usage_of(usage)
-    if used is None:
-        return {"input_tokens": 0, "output_tokens": int(usage.get("completion_tokens") or 0)}
-    return {
-        "input_tokens": used.prompt - used.cache_read - used.cache_write,
-        "cache_read_input_tokens": used.cache_read,
-        "cache_creation_input_tokens": used.cache_write,
-        "output_tokens": used.output,
-    }
