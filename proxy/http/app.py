@@ -25,10 +25,9 @@ from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic import MessagesDoor
 from proxy.doors.base import Api, Door, Inbound, ORJSONResponse
-from proxy.doors.chat.door import ChatDoor
+from proxy.doors.chat import ChatDoor
 from proxy.doors.parameters import field_label, not_sent
-from proxy.doors.responses.compact import CompactDoor
-from proxy.doors.responses.door import ResponseIds, ResponsesDoor
+from proxy.doors.responses import CompactDoor, ResponseIds, ResponsesDoor
 from proxy.engine import Engine, RequestContext
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer

@@ -13,7 +13,7 @@ from proxy.config.settings import Settings
 from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.anthropic.render import SYSTEM_NOTE
-from proxy.doors.responses import door as responses
+from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.upstream import native
 from proxy.upstream.router import native_models

@@ -14,7 +14,7 @@ import orjson
 
 from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
-from proxy.doors.responses import door as responses
+from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.doors.translations import Renderings, Translations
 from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT, sent_of

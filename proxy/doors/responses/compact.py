@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from proxy.doors.base import Api, Framer, Inbound, ORJSONResponse, text_of
 from proxy.doors.responses.door import ResponsesDoor
-from proxy.doors.responses.stream import response_usage
+from proxy.doors.responses.response import response_usage
 from proxy.engine import COMPACTION_REQUEST, COMPACTION_RESUMED, Turn
 from proxy.errors import InvalidRequest
 from proxy.upstream.lean import Completion

@@ -1,106 +1,21 @@
-"""The Responses API's reply: its response object, and its streaming events made from
-the upstream's chat chunks (`response.created` … `response.completed`)."""
+"""The Responses API's streaming events, made from the upstream's chat chunks
+(`response.created` … `response.completed`), or an OpenAI deployment's own events
+relayed under this proxy's ids."""
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import orjson
 
-from proxy.doors.base import ErrorReply, text_of
+from proxy.doors.base import ErrorReply
 from proxy.doors.responses.items import ItemNames
+from proxy.doors.responses.response import call_item, message_item, response_object
 
-__all__ = ["ResponsesFramer", "output_items", "response_object"]
+__all__ = ["ResponsesFramer"]
 
 _SEQUENCE = re.compile(rb'"sequence_number":\s*(\d+)')
-
-
-def response_object(
-    response_id: str,
-    model: str,
-    echo: dict[str, Any],
-    status: str,
-    output: list[dict[str, Any]],
-    usage: dict[str, Any] | None,
-) -> dict[str, Any]:
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": status,
-        "model": model,
-        "output": output,
-        "error": None,
-        "incomplete_details": None,
-        "usage": response_usage(usage) if usage else None,
-        **echo,
-        "tools": echo.get("tools") or [],
-        "tool_choice": echo.get("tool_choice") or "auto",
-        "parallel_tool_calls": echo.get("parallel_tool_calls") is not False,
-        "metadata": echo.get("metadata") or {},
-        "text": echo.get("text") or {"format": {"type": "text"}},
-    }
-
-
-def output_items(message: dict[str, Any], names: ItemNames) -> list[dict[str, Any]]:
-    """A chat reply message as output items: its text, then its function calls."""
-    items: list[dict[str, Any]] = []
-    content = text_of(message.get("content"))
-    if content:
-        items.append(_message_item(names.mint("message"), content, "completed"))
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        items.append(
-            _call_item(
-                names.mint("function_call"),
-                call.get("id") or "",
-                function.get("name") or "",
-                function.get("arguments") or "",
-                "completed",
-            )
-        )
-    return items
-
-
-def response_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """Chat usage in the Responses API's terms."""
-    prompt = usage.get("prompt_tokens") or 0
-    completion = usage.get("completion_tokens") or 0
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": prompt + completion,
-    }
-
-
-def _message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": []}]
-    return {
-        "type": "message",
-        "id": item_id,
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    }
-
-
-def _call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
-) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
 
 
 class ResponsesFramer:
@@ -184,7 +99,7 @@ class ResponsesFramer:
         if delta.get("content"):
             if self._open is None or self._open["type"] != "message":
                 out.extend(self._close())
-                item = _message_item(self._names.mint("message"), None, "in_progress")
+                item = message_item(self._names.mint("message"), None, "in_progress")
                 out.append(self._add(item))
                 part = {"type": "output_text", "text": "", "annotations": []}
                 out.append(
@@ -205,7 +120,7 @@ class ResponsesFramer:
             function = call.get("function") or {}
             if number not in self._calls:
                 out.extend(self._close())
-                item = _call_item(
+                item = call_item(
                     self._names.mint("function_call"),
                     call.get("id") or "",
                     function.get("name") or "",
