@@ -87,7 +87,7 @@ def module_url_config(_shared_upstream: FakeUpstream, sessions_dir: Path) -> dic
 @pytest.fixture(scope="module")
 def proxy(module_url: str, sessions_dir: Path, _shared_upstream: FakeUpstream) -> Proxy:
     """The module's proxy, each tenant's sessions seeded (three turns each)."""
-    seeded = Proxy(settings=module_url, upstream=sessions_dir, store=_shared_upstream)
+    seeded = Proxy(url=module_url, sessions_dir=sessions_dir, upstream=_shared_upstream)
     for key, names in SEEDED.items():
         for name in names:
             for turn in range(3):

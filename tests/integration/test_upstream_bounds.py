@@ -65,7 +65,7 @@ def bounded_proxy(
     }
     bounded["auth"] = {"keys": [{"key": KEY, "tenant": "bounds"}]}
     with serving(bounded, tmp_path_factory.mktemp("proxy")) as url:
-        yield Proxy(settings=url, upstream=path)
+        yield Proxy(url=url, path=path)
 
 
 def send(url: str, route: str, session: str, stream: bool) -> httpx.Response:
