@@ -12,3 +12,12 @@ door is (`Door`, `Inbound`, `Framer`, `ErrorReply`), `parameters` which of a req
 parameters reach the provider, and `translations` what a door keeps of a conversation
 between its requests.
 """
+
+__all__ = [
+    "anthropic",
+    "base",
+    "chat",
+    "parameters",
+    "responses",
+    "translations",
+]  # its modules, each with its own `__all__`

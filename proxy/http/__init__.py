@@ -7,3 +7,17 @@ that maps domain errors to HTTP and the app's exception handlers (`errors`), hea
 (`telemetry`). Only this layer knows status codes; it may import every package but
 `proxy.cli`.
 """
+
+__all__ = [
+    "app",
+    "auth",
+    "bodies",
+    "browser",
+    "errors",
+    "headers",
+    "heap",
+    "sessions",
+    "sse",
+    "telemetry",
+    "viewer",
+]  # its modules, each with its own `__all__`

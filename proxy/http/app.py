@@ -58,6 +58,8 @@ from proxy.sessions.store import SessionStore
 from proxy.sessions.stores import open_store, tenant_secret
 from proxy.upstream.client import Upstream
 
+__all__ = ["Proxy", "create_app"]
+
 logger = logging.getLogger("context_proxy.doors")
 # The dropped fields an `X-Context-Dropped` header names (more are counted, not named).
 _NAMED = 16

@@ -10,6 +10,21 @@ from proxy.config.settings import MemorySettings
 from proxy.conversation.validation import header_session_id
 from proxy.engine import Turn
 
+__all__ = [
+    "BUDGET_RATIO",
+    "COMPRESSION",
+    "DROPPED",
+    "FALLBACKS_REFUSED",
+    "REQUEST_ID",
+    "SESSION_MODE",
+    "SESSION_TURN",
+    "SUMMARY_AGE",
+    "TOKENS_ORIGINAL",
+    "TOKENS_SENT",
+    "memory_id",
+    "turn_headers",
+]
+
 # Request headers (the session header's name is configurable: `session.header`).
 SESSION_MODE = "X-Session-Mode"
 BUDGET_RATIO = "X-Context-Budget-Ratio"

@@ -19,6 +19,8 @@ from proxy.costs.usage import usage_of
 from proxy.engine import Turn
 from proxy.observability import metrics
 
+__all__ = ["RequestTelemetry", "access_log"]
+
 access_log = logging.getLogger("context_proxy.access")
 
 

@@ -286,3 +286,43 @@ def test_the_engine_parts_import_only_what_they_stand_on() -> None:
         and engine_part(found) not in ENGINE_MAY_IMPORT[engine_part(name) or ""]
     )
     assert crossing == []
+
+
+def declared(path: Path) -> list[str] | None:
+    """The names a module's `__all__` lists (None: it has none)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    return None
+
+
+def test_every_module_and_package_names_what_it_offers() -> None:
+    """Each module says what is its public surface (`__all__`), and each package's names
+    are there: a submodule, or a name its `__init__` binds (ruff checks modules')."""
+    unnamed = sorted(name for name, path in MODULES.items() if declared(path) is None)
+    assert unnamed == ["proxy.cli.__main__"] or unnamed == []
+    missing = []
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        body = ast.parse(path.read_text()).body
+        bound = (
+            {
+                alias.asname or alias.name
+                for node in body
+                if isinstance(node, ast.ImportFrom)
+                for alias in node.names
+            }
+            | {
+                node.name
+                for node in body
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            | {"__version__"}
+        )
+        for offered in declared(path) or []:
+            if offered not in bound and f"{name}.{offered}" not in MODULES:
+                missing.append(f"{name}: {offered}")
+    assert missing == []
