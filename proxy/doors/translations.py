@@ -133,7 +133,7 @@ class Rendering:
     json: bytes  # what the door's API says of them
     repaired: bool  # LiteLLM's route would change it
 
-    def of(self, sources: tuple[dict[str, Any], ...], kind: str) -> bool:
+    def renders(self, sources: tuple[dict[str, Any], ...], kind: str) -> bool:
         """Whether this is the rendering of these very messages, made this way."""
         mine = self.sources
         return (

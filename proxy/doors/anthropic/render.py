@@ -35,7 +35,7 @@ def rendered_turns(
     """The window's messages (after its leading system messages) as Anthropic turns,
     those of the `previous` rendering taken where the window keeps them; `mid_system`:
     whether the model takes a system message mid-conversation where it stands."""
-    return _Turns(mid_system).of(messages, previous)
+    return _Turns(mid_system).rendered(messages, previous)
 
 
 def system_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ class _Turns:
         self._read: list[int] = []
         self._at = 0  # the messages read so far
 
-    def of(self, messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
+    def rendered(self, messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
         start = 0
         if previous is not None:
             kept, start = previous.reused(messages)
@@ -111,7 +111,7 @@ class _Turns:
         make: Callable[[tuple[dict[str, Any], ...]], dict[str, Any]],
     ) -> None:
         rendering = self._known.get(id(sources[0]))
-        if rendering is None or not rendering.of(sources, kind):
+        if rendering is None or not rendering.renders(sources, kind):
             native = make(sources)
             data = compact(orjson.dumps(native))
             repaired = not lean_covers("anthropic_messages", data)

@@ -38,7 +38,7 @@ def rendered_items(messages: list[dict[str, Any]], previous: Rendered | None) ->
         known = {id(turn.sources[0]): turn for turn in previous.turns[kept:]}
     for at, message in enumerate(messages[start:], start + 1):
         rendering = known.get(id(message))
-        if rendering is None or not rendering.of((message,), "item"):
+        if rendering is None or not rendering.renders((message,), "item"):
             items = _items(message)
             if not items:
                 continue
