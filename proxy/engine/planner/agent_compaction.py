@@ -1,13 +1,5 @@
-"""Agents that compact their own history, as their requests show it (pure).
-
-Claude Code (`/compact`, and on its own near its window) and Codex send the conversation
-with a last user message asking for a summary of it, then go on with a new, short
-conversation that opens with that summary. The proxy keeps the session through both: the
-request for a summary is answered as a turn of the session and not stored, and the new
-conversation becomes a chapter after the old one (`reconcile`), which stays. Where the
-session's own summary already covers the conversation, the request is answered from it
-(`answer`), without a model call.
-"""
+"""Agents' own compactions (Claude Code's `/compact`, Codex) as their requests show them,
+pure: a request for a summary, then a new conversation that opens with it."""
 
 from __future__ import annotations
 
@@ -63,11 +55,9 @@ def resumes(messages: Sequence[Any]) -> bool:
 
 
 def restarts(conversation: Sequence[Any]) -> bool:
-    """`conversation`, which shares no first message with its session's, replaces the
-    history with a summary of it: an agent's own opening (`resumes`), or any client's
-    summary in its first message, with more after it. A client that sends only its new
-    turn (one message) does not."""
-    if len(conversation) < 2:
+    """Whether `conversation`, which shares no first message with its session's, replaces the
+    history with a summary of it (an agent's opening, or any summary in its first message)."""
+    if len(conversation) < 2:  # only its new turn: a client that sends no history
         return False
     return resumes(conversation[:3]) or _says(conversation[0], _SUMMARY, head=_HEAD)
 
@@ -79,9 +69,8 @@ class _Counter(Protocol):
 def answer(
     summary: str, recent: Sequence[Message], model: str, counter: _Counter
 ) -> dict[str, Any]:
-    """The reply to a request for a summary, made of the session's summary and the
-    messages after the span it covers (`recent`, as they were): a chat completion whose
-    usage counts no prompt tokens (no model read anything)."""
+    """The reply to a request for a summary, made of the session's summary and the messages
+    after what it covers (`recent`), whose usage counts no prompt tokens: no model read any."""
     text = summary
     if recent:
         text += "\n\nThe latest messages, as they were:\n\n" + render_transcript(list(recent))

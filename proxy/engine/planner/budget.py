@@ -1,7 +1,5 @@
-"""The token budget of one request: floor(ratio × input limit), room for the requested
-output, and the session's calibration (`proxy.engine.planner.calibration`), which keeps an
-approximate tokenizer inside the limit. Pure given the model's limits: it writes no
-metric, so a preview or a count computes it as a turn does."""
+"""The token budget of one request, pure given the model's limits, so a preview or a count
+computes it exactly as a turn does."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ def budget(
     ratio: float,
     calibrated: float | None = None,
 ) -> int:
-    """floor(ratio × input limit), and room left for the requested output, in our
-    tokenizer's units: divided by the calibration factor where we undercount."""
+    """floor(ratio × input limit), less room for the requested output, in our tokenizer's
+    units (divided by the calibration factor where we undercount)."""
     tokens = math.floor(ratio * max_input_tokens)
     requested = body.get("max_completion_tokens") or body.get("max_tokens")
     if isinstance(requested, int) and requested > 0:

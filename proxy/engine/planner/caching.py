@@ -1,23 +1,5 @@
-"""What a turn adds so the provider's prompt cache keeps what did not change: pure.
-
-Between folds the head of the prompt (tools, system messages, the summary, the window's
-oldest messages) is byte-stable, and the window grows at its end. Anthropic caches a
-prefix only where a request marks it (`cache_control`, four marks at most, reads found
-up to 20 blocks back): a turn whose client set no marks of its own is marked at the end
-of its leading system messages (tools, system, summary and remembered facts: stable
-until the next fold) and on its last message (the next turn reads all of this one from
-there). Recalled history inserted ahead of the user's latest message changes every turn (and
-stays through the tool loop that answers it), so the window's stable end before it is
-marked too, for every client, where the four leave room
-(Claude Code marks its own system prompt and last message); the summary's mark comes
-after that, where room is left (`proxy.doors.anthropic.native`).
-OpenAI caches every prefix by itself and routes a request by its `prompt_cache_key`: a
-session's turns share one, derived from the session, when the client sets none. A
-provider's cache is shared by everyone on the deployment's account, and reports the
-tokens it read: so every key that reaches it is made with the deployment's secret, the
-session's and a client's own alike (`cache_key`, `namespaced`), and no caller can name,
-and so probe, another tenant's cached prefixes.
-"""
+"""What a turn adds so the provider's prompt cache keeps what did not change (Anthropic's
+cache marks, OpenAI's `prompt_cache_key`): pure."""
 
 from __future__ import annotations
 
@@ -41,18 +23,16 @@ _ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 
 
 def cache_key(secret: bytes, tenant: str, name: str, own: bool = False) -> str:
-    """The `prompt_cache_key` sent for a session named `name` (or, `own`, for a client's
-    own key `name`): stable, keyed with the deployment's `secret`, and naming neither
-    the session, the client's key nor the tenant."""
+    """The `prompt_cache_key` for a session (`own`: a client's own key), keyed with the
+    deployment's `secret` so no caller can name, and so probe, another tenant's prefixes."""
     kind = "client" if own else "session"
     message = f"prompt-cache\0{kind}\0{tenant}\0{name}".encode()
     return "ctx-" + hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
 
 
 def namespaced(body: dict[str, Any], secret: bytes, tenant: str) -> dict[str, Any]:
-    """The body with a client's own `prompt_cache_key` made its tenant's (`cache_key`):
-    the same for the same key, so a client's turns still share the provider's cache;
-    the same body when it sets none."""
+    """The body with a client's own `prompt_cache_key` made its tenant's, the same for the
+    same key so its turns still share the provider's cache."""
     own = body.get("prompt_cache_key")
     if not isinstance(own, str) or not own:
         return body
@@ -60,26 +40,22 @@ def namespaced(body: dict[str, Any], secret: bytes, tenant: str) -> dict[str, An
 
 
 def marked(messages: list[Message], taken: int) -> list[Message]:
-    """`messages` with the turn's cache marks, beside the `taken` ones the client set:
-
-    - the end of the window's stable part, where blocks the proxy inserts ahead of the
-      user's latest message (recalled history) follow it: they change every turn, so
-      the mark the client puts on the last message never reads back past them;
-    - for a client that sets none of its own, the end of the leading system messages and
-      the last message as well;
-    - the end of the turn before the previous user message, where the previous turn's
-      block began and its requests wrote the prefix this one reads (Anthropic looks
-      only 20 blocks back from a mark, and an agent's tool loop is longer).
-
-    Anthropic's four marks are never exceeded. Only the marked messages are copied."""
+    """`messages` with the turn's cache marks beside the `taken` ones the client set, never
+    more than Anthropic's four, copying only the messages it marks."""
     lead = 0
     while lead < len(messages) and messages[lead].get("role") == "system":
         lead += 1
     asking = _user_before(messages, len(messages), lead)
     end = _stable_end(messages, asking, lead)
+    # The window's stable end, before the recalled history inserted ahead of the user's
+    # latest message: that changes every turn, so a mark on the last message never reads
+    # back past it.
     wanted = [end]
+    # A client that sets no marks of its own: the end of the leading system messages (stable
+    # until the next fold) and the last message (the next turn reads all of this one).
     if taken == 0:
         wanted += [lead - 1, len(messages) - 1]
+    # Anthropic looks only 20 blocks back from a mark, and an agent's tool loop is longer.
     if end is not None:  # where the previous turn's block began: its write is read there
         wanted.append(_before_systems(messages, _user_before(messages, asking, lead), lead))
     out = list(messages)
@@ -94,8 +70,8 @@ def marked(messages: list[Message], taken: int) -> list[Message]:
 
 
 def _user_before(messages: list[Message], at: int, lead: int) -> int:
-    """The last user message before position `at` (`lead` when there is none): only the
-    turn after it is walked over, never the whole window."""
+    """The last user message before position `at` (`lead` when there is none), found by
+    walking over one turn only."""
     at -= 1
     while at > lead and messages[at].get("role") != "user":
         at -= 1
@@ -111,18 +87,15 @@ def _before_systems(messages: list[Message], at: int, lead: int) -> int | None:
 
 
 def _stable_end(messages: list[Message], asking: int, lead: int) -> int | None:
-    """The last message before the system messages inserted ahead of the user's latest
-    message (`asking`: recalled history), if any are: they stay through the tool loop
-    that answers it."""
+    """The last message before the recalled history inserted ahead of the user's latest
+    message (`asking`), where there is any."""
     end = _before_systems(messages, asking, lead)
     return end if end is not None and end < asking - 1 else None
 
 
 def marks_in(body: bytes) -> int:
-    """The cache marks a request's body sets, at most: its `cache_control` keys, as its
-    parser reads them. Counted in its bytes at C speed, where no escape could spell the
-    key otherwise (`"cache\\u005fcontrol"` is the same key to a JSON parser), else on
-    the parsed body."""
+    """The cache marks a request's body sets, at most, as its parser reads them: counted in
+    its bytes at C speed unless an escape could spell `cache_control` otherwise."""
     if _ASCII_ESCAPE.search(body) is None:
         return body.count(b'"cache_control"')
     found, pending = 0, [orjson.loads(body)]
@@ -137,9 +110,8 @@ def marks_in(body: bytes) -> int:
 
 
 def unmarked(message: Message) -> Message:
-    """A stored message without the cache marks its request set: a mark says where that
-    request's prompt ended, and a later request marks its own (Anthropic takes four
-    at most). The same message when it has none (a few key lookups: no copy)."""
+    """A stored message without the cache marks its request set, since a later request marks
+    its own (the same message, not copied, when it has none)."""
     out = message
     if out.get("cache_control") is not None:
         out = {k: v for k, v in out.items() if k != "cache_control"}
@@ -160,9 +132,7 @@ def unmarked(message: Message) -> Message:
 
 def _mark(message: Message) -> Message:
     """The message with a cache mark on its last content block, where LiteLLM and the
-    Messages door both read it: a text content becomes that one block (the same prompt to
-    the provider); a tool result is marked as a whole; an assistant message on its
-    provider's own blocks, or on its last tool call."""
+    Messages door both read it."""
     content = message.get("content")
     native = message.get(ANTHROPIC_CONTENT)
     if isinstance(native, list) and native and isinstance(native[-1], dict):
@@ -173,6 +143,8 @@ def _mark(message: Message) -> Message:
         return message | {"tool_calls": [*calls[:-1], calls[-1] | {"cache_control": EPHEMERAL}]}
     if isinstance(content, list) and content and isinstance(content[-1], dict):
         return message | {"content": [*content[:-1], content[-1] | {"cache_control": EPHEMERAL}]}
+    # A text content becomes one text block (the same prompt to the provider); a tool result
+    # is marked as a whole.
     if isinstance(content, str) and content and message.get("role") != "tool":
         return message | {
             "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]

@@ -1,18 +1,5 @@
-"""When a fold pays for the prompt-cache rewrite it causes: pure arithmetic, no I/O.
-
-A provider's prompt cache bills the unchanged head of a prompt at a fraction of the
-input price. A fold (a new summary segment) changes the prompt after the part it leaves
-byte-identical, so the next request writes everything after that part again, and the
-summarizer writes a summary. Every message is folded once whatever the schedule, so
-what the summarizer reads is no reason to wait; what a fold costs on its own is the
-rewrite and the summary written. Not folding costs a little more each turn: the part of
-the window grown since the last fold is read again from the cache. The rule is the
-rent-or-buy one: fold once what the turns since the last fold paid to read that grown
-part again reaches what a fold costs (a window growing `g` tokens a turn has paid
-`W * W / (2 * g)` reads by the time it grew `W`). While the cache is cold (the session
-was idle longer than its time to live) the next request writes the whole prompt anyway,
-so a fold then costs no rewrite: any real shrink pays.
-"""
+"""When a fold pays for the prompt-cache rewrite it causes, by the rent-or-buy rule: pure
+arithmetic, no I/O."""
 
 from __future__ import annotations
 
@@ -25,9 +12,8 @@ __all__ = ["CacheRates", "Prompt", "fold_due", "fold_pays", "rates"]
 
 @dataclass(frozen=True, slots=True)
 class CacheRates:
-    """What a token costs, relative to one uncached input token: a prompt token read from
-    the cache, one written to it (Anthropic bills a write 1.25x; OpenAI's writes cost
-    what input does), and an output token (the summary the summarizer writes)."""
+    """What a cache read, a cache write and an output token cost relative to one uncached
+    input token (Anthropic bills a write 1.25x; OpenAI's cost what input does)."""
 
     read: float = 0.25
     write: float = 1.0
@@ -52,14 +38,21 @@ class Prompt:
 
 
 def fold_pays(prompt: Prompt, rates: CacheRates, *, cold: bool) -> bool:
-    """Whether a fold now costs less than the reads it saves (see the module's text)."""
+    """Whether a fold now costs less than the cache reads it saves: fold once the turns
+    since the last fold have paid a fold's cost to reread what the window grew."""
     grown = prompt.now - prompt.folded
     if grown <= 0:
         return False
+    # A cold cache (idle past its time to live) is written whole by the next request anyway:
+    # the fold costs no rewrite, so any real shrink pays.
     if cold:
         return True
+    # A fold rewrites what follows the head it leaves byte-identical, and the summarizer
+    # writes a summary; what it reads is no reason to wait (every message is folded once).
     rewrite = max(0, prompt.folded - prompt.stable) * max(0.0, rates.write - rates.read)
     fold = rewrite + prompt.summary * rates.output
+    # Rent or buy: a window growing g tokens a turn has paid W * W / (2 * g) rereads by the
+    # time it grew W.
     return grown * grown * rates.read >= 2 * max(prompt.growth, 1) * fold
 
 

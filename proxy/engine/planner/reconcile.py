@@ -1,12 +1,5 @@
-"""Reconcile: what did the client send, relative to the stored transcript?
-
-Pure. A full-resend client (the SDK default) is recognised by its fingerprint: the bytes
-of what it sent last time are a prefix of what it sends now, checked with one digest over
-the serialized body (C speed), so only the messages after that prefix are hashed in
-Python. Without a usable fingerprint the messages are hashed one by one and compared with
-the stored hash chain; telling an edit from a new turn may then need the stored hashes,
-which `reconcile` asks for by returning `NEED_STORED_HASHES`.
-"""
+"""What the client sent relative to the stored transcript, pure: a full-resend client is
+recognised by one digest of its body, and only its new messages are hashed."""
 
 from __future__ import annotations
 
@@ -30,11 +23,8 @@ _COMMA, _CLOSE = ord(","), ord("]")
 
 
 class Serialized:
-    """A request's messages serialized once by orjson: the array as sent upstream when
-    nothing is cut (`whole`), and, within it, the conversation after the leading system
-    messages, whose prefixes are digested without copying (hashing a prefix and then
-    the rest reads each byte once). SHA-256: with the CPU's SHA extensions it hashes
-    1.5 GB/s here, BLAKE2b 0.6."""
+    """A request's messages serialized once by orjson, the conversation's prefixes digested
+    without copying, so each byte is hashed once."""
 
     __slots__ = ("_conversation", "_hasher", "_position", "whole")
 
@@ -43,6 +33,7 @@ class Serialized:
         # The conversation's own array is "[" + the bytes after the system items.
         skip = len(orjson.dumps(messages[:system])) if system else 1
         self._conversation = memoryview(self.whole)[skip:]
+        # SHA-256: with the CPU's SHA extensions it hashes 1.5 GB/s here, BLAKE2b 0.6.
         self._hasher = hashlib.sha256(b"[")
         self._position = 1
 
@@ -67,9 +58,8 @@ class Serialized:
         return Fingerprint(count, len(self), self.digest(len(self) - 1), head)
 
     def starts_with(self, fingerprint: Fingerprint) -> bool:
-        """Whether the first `fingerprint.count` messages are byte-identical to those the
-        fingerprint was taken of. JSON values are self-delimiting, so equal bytes up to a
-        `,` or `]` mean equal messages."""
+        """Whether the first `fingerprint.count` messages are the bytes it was taken of (JSON
+        values delimit themselves: equal bytes up to a `,` or `]` are equal messages)."""
         end = fingerprint.length - 1
         if end < 1 or len(self) <= end or self._conversation[end - 1] not in (_COMMA, _CLOSE):
             return False
@@ -119,33 +109,8 @@ def reconcile(
     stored_hashes: list[str] | None = None,
     frame: str = "",
 ) -> Match | str:
-    """Merge the conversation (system messages already split off) into the session.
-
-    auto:   the stored transcript T is a prefix of C: append the tail; C shares a
-            non-empty prefix k with T then differs or ends: fork at k; no shared first
-            message: C is only the new turn, append all of it.
-    append: always append all of C.
-    full:   C is the whole conversation: append the tail if T is a prefix of C, else
-            fork at the common prefix (which may be empty).
-    side:   (auto and full) C does not go on from T, comes with other system messages
-            or tools than T's latest turn (`frame`), and T is known to be a full-resend
-            conversation: an agent's side request (a title, a quota check)
-            under the same session id. It is answered and never stored, unless the
-            session holds only a one-shot (one exchange that asked for nothing more,
-            `settled` false) and C is longer: the conversation that continues replaces it,
-            whichever arrived first.
-    chapter: (auto) C shares no first message with T, comes in T's frame, T's client
-            resent its earlier messages last time (`resent`), and C opens with a summary
-            (`agent_compaction.restarts`): the client compacted its own history (Claude
-            Code's /compact) and goes on from its own summary. C is stored after T, which
-            stays; from then on C is the conversation (`SessionMeta.origin`). Also C
-            that keeps T's first messages but then opens with an agent's own summary
-            (Codex: `agent_compaction.resumes`), which would otherwise fork T away, or
-            be beside T (Codex reorders its context when it compacts: another frame).
-    An empty C never changes the session. `stored_hashes` (T's hashes from its origin, up
-    to len(C)) is needed only to tell an edit from a new turn; without it that case
-    returns `NEED_STORED_HASHES`.
-    """
+    """Merge the conversation (its system messages split off) into the session as `mode` says;
+    `NEED_STORED_HASHES` where only `stored_hashes` can tell an edit from a new turn."""
     if meta is None or meta.length == 0:
         return Match("new", 0, 0, [message_hash(m) for m in conversation], GENESIS)
     if not conversation:  # nothing to add: the stored transcript stands as it is
@@ -169,8 +134,11 @@ def reconcile(
     origin = meta.origin
     running = chain(hashes, start=meta.origin_head)
     known = meta.length - origin  # the client's conversation, as stored
+    # The stored conversation is a prefix of this one: append the tail.
     if len(hashes) >= known and running[known - 1] == meta.head:
         return Match("full", meta.length, known, hashes[known:], meta.head)
+    # It does not go on, and comes in another frame from a client that resends: an agent's
+    # side request (a title, a quota check), answered and never stored.
     if _other_frame(meta, mode, frame):
         if mode == "auto" and meta.resent and resumes(conversation[1:]):
             # Codex compacted: its first messages kept, then its summary, and its
@@ -178,10 +146,13 @@ def reconcile(
             return Match("chapter", meta.length, 0, hashes, meta.head)
         return _beside(meta, conversation, hashes)
     same_frame = bool(meta.frame) and frame == meta.frame
+    # No shared first message, in the same frame, from a client that resent its history:
+    # its new turn, or, opening with a summary (Claude Code's /compact), a new chapter.
     if hashes[0] != meta.first and mode == "auto" and meta.resent and same_frame:
         if not restarts(conversation):
             return Match("append", meta.length, 0, hashes, meta.head)
         return Match("chapter", meta.length, 0, hashes, meta.head)
+    # No shared first message: only the new turn was sent (but in full mode, everything).
     if mode != "full" and hashes[0] != meta.first:
         return Match("append", meta.length, 0, hashes, meta.head)
     if stored_hashes is None:
@@ -192,6 +163,7 @@ def reconcile(
     if mode == "auto" and meta.resent and resumes(conversation[k:]):
         # Codex keeps its first messages when it compacts: not an edit, a new chapter.
         return Match("chapter", meta.length, 0, hashes, meta.head)
+    # An edit of history: fork at the common prefix (in full mode, even an empty one).
     return Match("fork", origin + k, k, hashes[k:], running[k - 1] if k else meta.origin_head)
 
 
@@ -202,10 +174,8 @@ def _other_frame(meta: SessionMeta, mode: Mode, frame: str) -> bool:
 
 
 def _beside(meta: SessionMeta, conversation: list[Message], hashes: list[str]) -> Match:
-    """A request in another frame that does not go on from the conversation: beside it,
-    even when it opens with the same words (a title of the first message must not fork
-    the session), unless the session holds only a one-shot and this conversation is
-    longer: then the one-shot yields."""
+    """A request in another frame that does not go on from the conversation goes beside it, even
+    if it opens with the same words, unless the session holds only a shorter one-shot."""
     if not meta.settled and len(conversation) > meta.length - meta.origin:
         return Match("fork", meta.origin, 0, hashes, meta.origin_head)
     return Match("side", meta.length, len(conversation), [], meta.head)

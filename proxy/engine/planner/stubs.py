@@ -1,11 +1,5 @@
-"""Stubs of large tool results: what a file read, a command's output or a log said, in a
-few lines, sent in its place once a summary is made (`Checkpoint.stubbed`).
-
-Pure and deterministic from the result and the call it answers, with no tokenizer: every
-replica, and every later request, sends the same bytes, so the prompt prefix a provider
-caches stays the same until the next summary. The full output stays stored, and recall
-brings it back when a later message asks about it (`proxy.engine.archive`).
-"""
+"""Stubs of large tool results, sent in their place once a summary is made: deterministic from
+the result and its call, so every replica sends the same bytes until the next summary."""
 
 from __future__ import annotations
 
@@ -68,8 +62,8 @@ _ERROR_WORDS = (
 
 
 def stubbable(result: Message) -> bool:
-    """A tool result whose content is text (a string, or text parts only): an image or a
-    file part cannot be described in a few lines, so it is never stubbed."""
+    """Whether a tool result's content is text only: an image or a file part cannot be
+    described in a few lines."""
     if result.get("role") != "tool":
         return False
     content = result.get("content")
@@ -87,13 +81,8 @@ def stub(
     matched: Sequence[str] = (),
     recalled: bool = True,
 ) -> Message:
-    """`result` with its content replaced by a description of it: the tool's name and
-    arguments (from `call`, the tool call it answers), its size in characters and lines,
-    its first and last lines, and the lines between that report an error (or hold one of
-    the words `matched`, for a recalled output), each kept line numbered. Every other
-    field of the message but a cache breakpoint stays as it was. It says a question
-    brings the output back only where recall is on (`recalled`). Work is a few C-speed
-    passes over the output: no list of its lines is made."""
+    """`result` with its content replaced by a description of it (its call, its size, its first,
+    last and error lines, or those holding `matched`), in a few C-speed passes over it."""
     text = _text(result.get("content"))
     count = text.count("\n") + 1
     head = _head(text, min(_HEAD, count))
@@ -133,19 +122,15 @@ def with_frozen_stubs(
     counters: Mapping[str, TokenCounter],
     make: Stubber = stub,
 ) -> Checkpoint:
-    """`made`, a new summary of transcript[:start], with the stubs it freezes in the
-    window after it (`after`: transcript[start:], counted by each of `counters`): those
-    its predecessor froze that are still in the window, and each tool result before the
-    window's last user message that has over `over` tokens (by `name`) and whose stub
-    takes at most half of them. With what the stubs save per tokenizer and their recall
-    index. The last user turn is never stubbed: it is what the model answers now."""
+    """`made` with the stubs it freezes in the window after it: its predecessor's still there,
+    and each large result before the last user message that a stub at least halves."""
     start = made.covers_until
     messages = [stored.message for stored in after]
     last = last_user(messages)
     carried = {at - start for at in (previous.stubbed if previous else ()) if at >= start}
     counter = counters[name]
     chosen: dict[int, Message] = {}
-    for j in range(last):
+    for j in range(last):  # never the last user turn: what the model answers now
         message = messages[j]
         if j not in carried and (
             message.get("role") != "tool"
@@ -203,8 +188,8 @@ def last_user(messages: Sequence[Message]) -> int:
 
 
 def call_for(messages: Sequence[Message], at: int) -> dict[str, Any] | None:
-    """The tool call `messages[at]` (a tool result) answers: in the assistant message
-    before the results that follow it, found by its id; None when it is not there."""
+    """The tool call `messages[at]` (a tool result) answers, found by its id in the
+    assistant message before the results; None when it is not there."""
     wanted = messages[at].get("tool_call_id")
     before = at - 1
     while before >= 0 and messages[before].get("role") == "tool":
@@ -220,9 +205,8 @@ def call_for(messages: Sequence[Message], at: int) -> dict[str, Any] | None:
 def with_stubs(
     messages: list[Message], offset: int, stubbed: Iterable[int], make: Stubber = stub
 ) -> list[Message]:
-    """`messages` (transcript[offset:]) with the results at the transcript positions
-    `stubbed` sent as their stubs (by `make`): a new list when any is there, the same
-    one else."""
+    """`messages` (transcript[offset:]) with the results at the positions `stubbed` as their
+    stubs: a new list when any is there, the same one else."""
     found = [at - offset for at in stubbed if 0 <= at - offset < len(messages)]
     if not found:
         return messages
@@ -233,10 +217,8 @@ def with_stubs(
 
 
 def briefed(messages: list[Message], matched: Sequence[str], over: int) -> list[Message]:
-    """A recalled unit (`messages`) with each text tool result over about `over` tokens
-    (four characters a token: no tokenizer runs) as its stub, with the lines that hold
-    the words `matched`: a recall block shows what an output was and the lines the
-    question is about; a question about the output itself brings it back whole."""
+    """A recalled unit with each large text tool result as its stub showing the lines that
+    hold `matched`, sized by characters (four a token) so no tokenizer runs."""
     briefed = messages
     for at, message in enumerate(messages):
         if message.get("role") != "tool" or not stubbable(message):
@@ -252,17 +234,14 @@ def briefed(messages: list[Message], matched: Sequence[str], over: int) -> list[
 
 
 class Stubs:
-    """A process's stubs: which a summary freezes (`with_frozen_stubs`), and the window as sent
-    (`sent`, `counted`), as `context.cache_aware` and `context.stub_tool_results_over`
-    say. Each stub made is remembered by what it was made of: every request of a session
-    sends its stubs again, and finding a long output's error lines takes about 10 ms a
-    megabyte, where hashing it (the key) takes 0.3. A cache: a stub is a function of its
-    result and call, so what it holds changes nothing sent."""
+    """A process's stubs as the settings make them, each kept by what it was made of:
+    finding a long output's error lines takes about 10 ms a megabyte, hashing it 0.3."""
 
     def __init__(self, context: ContextSettings, counts: CountCache, size: int = 4096) -> None:
         self._context = context
         self._counts = counts
         self._size = size
+        # A cache: a stub is a function of its result and call, so it changes nothing sent.
         self._made: OrderedDict[tuple[Any, ...], Message] = OrderedDict()
 
     def made(self, result: Message, call: dict[str, Any] | None) -> Message:
@@ -301,8 +280,8 @@ class Stubs:
     def counted(
         self, entries: list[StoredMessage], checkpoint: Checkpoint | None, counter: TokenCounter
     ) -> list[StoredMessage]:
-        """`entries`, the window after `checkpoint`, as sent: each stubbed result
-        replaced by its stub, counted by `counter` (once per process)."""
+        """`entries`, the window after `checkpoint`, as sent: each stubbed result its stub,
+        counted by `counter` once per process."""
         stubbed = self.stubbed(checkpoint)
         if checkpoint is None or not stubbed:
             return entries
@@ -323,8 +302,8 @@ class Stubs:
         after: Sequence[StoredMessage],
         counter: TokenCounter,
     ) -> Checkpoint:
-        """`made` with the stubs it freezes (`with_frozen_stubs`), by `counter`'s counts and every
-        tokenizer's that counted the summary's prefix; as it is when off."""
+        """`made` with the stubs it freezes (`with_frozen_stubs`), counted by every
+        tokenizer that counted the summary's prefix; as it is when stubs are off."""
         over = self._context.stub_tool_results_over
         if not self._context.cache_aware or not over:
             return made
@@ -366,10 +345,8 @@ def _tail(text: str, count: int) -> list[str]:
 
 
 def _error_lines(text: str, start: int, end: int) -> list[tuple[int, str]]:
-    """The first `_ERRORS` lines in [start, end) that report an error, numbered. Each
-    word is looked for with `str.find` (C speed: a regular expression of many words is
-    ten times slower), from line `start` on, and again only once the search has passed
-    where it was found: each word's search passes over the text about once."""
+    """The first `_ERRORS` lines in [start, end) that report an error, numbered, found by one
+    `str.find` pass per word (a regular expression of many words is ten times slower)."""
     lowered = text.lower()
     if len(lowered) != len(text):  # a character whose lower case is longer: positions differ
         lowered = "".join(c if len(c.lower()) > 1 else c.lower() for c in text)

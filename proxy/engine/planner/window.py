@@ -1,16 +1,5 @@
-"""The context planner: which messages to send upstream, within a token budget.
-
-A pure function, so it can be property-tested and called as often as needed:
-no I/O, no logging, inputs never mutated (a message that must be cut is copied;
-the others are passed on as they are, never copied).  The caller owns summarization; the
-planner only says which span of the transcript to fold into the summary.
-
-Units are atomic: an assistant message with `tool_calls` travels with the
-`tool` results that follow it, so every non-tool message starts a unit.  A
-tool result that follows no tool call (a client bug) therefore sticks to the
-unit before it; at the very start of the window it has nothing to stick to and
-is dropped like any other omitted message (counted, with a marker).
-"""
+"""The context planner: which messages to send upstream within a token budget, pure (its
+inputs are never mutated) and keeping each tool call with its results."""
 
 from __future__ import annotations
 
@@ -54,9 +43,8 @@ class Plan:
     def with_message(
         self, at: int, message: Message, tokens: int, kind: str, units: Iterable[int] = ()
     ) -> Plan:
-        """The plan with `message` (of `tokens` tokens) inserted before `messages[at]`:
-        a block of remembered facts or recalled history (`kind`), showing the units that
-        start at the transcript positions `units`."""
+        """The plan with a block (`kind`: remembered facts or recalled history, showing the
+        units that start at `units`) inserted before `messages[at]`."""
         messages = [*self.messages[:at], message, *self.messages[at:]]
         inserted = (*self.inserted, Inserted(kind, tokens, tuple(units)))
         return replace(self, messages=messages, tokens=self.tokens + tokens, inserted=inserted)
@@ -102,18 +90,9 @@ def plan_context(
     system_tokens: int | None = None,
     kept: Sequence[str] = (),
 ) -> Plan:
-    """Plan system + summary + recent transcript within `budget` tokens.
-
-    `transcript_tokens[i]` is `counter.count_message(transcript[i])`, computed
-    once when the message arrived; only messages that must be cut are
-    tokenized here.  In order of preference: send everything; ask to
-    summarize up to a split that leaves the verbatim suffix at most
-    `keep_recent_ratio` of what system and tools leave of the budget (big steps
-    keep the prefix stable for prompt caches); drop the oldest units after the
-    summary; cut the largest messages of the last user turn in the middle.  The
-    last user turn is always sent.  With `summary=None`, `summary_covers` and
-    `kept` (agent context sent with the summary) are ignored.
-    """
+    """Plan system + summary + recent transcript within `budget`, preferring, in order:
+    everything, a fold, dropping the oldest units, cutting the last turn's largest messages."""
+    # Counted once, when each message arrived: only messages that must be cut are counted here.
     if len(transcript_tokens) != len(transcript):
         raise ValueError("transcript_tokens needs one count per transcript message")
     if system_tokens is None:  # callers planning repeatedly pass count_messages(system) once
@@ -126,9 +105,11 @@ def plan_context(
     head_tokens = [counter.count_message(message) for message in head]
     head_total = sum(head_tokens)
 
+    # Units are atomic: every non-tool message starts one, so a tool call travels with its
+    # results; an orphan result at the window's start is dropped like any omitted message.
     starts = [i for i in range(covers, len(transcript)) if transcript[i].get("role") != "tool"]
     users = [i for i in starts if transcript[i].get("role") == "user"]
-    keep_from = (users or starts or [len(transcript)])[-1]
+    keep_from = (users or starts or [len(transcript)])[-1]  # the last user turn: always sent
     candidates = [i for i in starts if i <= keep_from] or [keep_from]
     suffix = [0] * (len(transcript) + 1)  # suffix[i]: tokens of transcript[i:]
     for i in range(len(transcript) - 1, -1, -1):
@@ -140,6 +121,7 @@ def plan_context(
     def total(start: int) -> int:
         return base + head_total + marker_tokens(start) + suffix[start]
 
+    # A fold leaves at most this verbatim: big steps keep the prefix stable for prompt caches.
     recent_limit = keep_recent_ratio * (budget - base)  # of what can be compressed
     if (
         total(candidates[0]) > budget
@@ -202,8 +184,7 @@ def _fit(
 
 def _cut(message: Message, room: int, counter: TokenCounter, texts: int | None = None) -> Message:
     """Copy of `message` whose cuttable texts (content, tool arguments) total <= room
-    tokens. `texts`, what they count (a message's count less its count without them),
-    spares counting a message of one such text: only what is kept of it is counted."""
+    tokens; `texts`, what they count, spares counting a message of one such text."""
     result = copy.deepcopy(message)
     fields = _text_fields(result)
     if room <= 0:
