@@ -1,10 +1,5 @@
-"""Summaries made ahead: after a reply, the session's next fold is made in the
-background when it is due, so the request that needs it finds it ready.
-
-When a fold is due is the prompt cache's question (`proxy.engine.planner.payoff`): past
-`summarize_at`, once the budget would force one within two turns, or earlier where it
-pays for the rewrite it causes; with `context.cache_aware: false`, at `summarize_at`.
-"""
+"""Summaries made ahead: after a reply, the session's next fold is made in the background once
+it is due (`proxy.engine.planner.payoff`), so the request that needs it finds it ready."""
 
 from __future__ import annotations
 
@@ -45,16 +40,8 @@ class SummariesAhead:
         self._folding = folding
 
     def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
-        """After a reply (the turn added `growth` tokens): make the next summary in the
-        background when it is due, so the next request finds it ready.
-
-        Only what can be compressed counts: the trigger is `summarize_at` of what system
-        messages and tools leave of the budget. The plan is made as if the budget ended
-        at the trigger: the fold leaves `keep_recent_ratio` of that smaller room, so the
-        summary plus what stays verbatim lands well under the trigger and the next fold
-        is several turns away. Past the trigger a fold is due once the budget would force
-        one within two turns, or earlier where it pays for the prompt-cache rewrite it
-        causes (`proxy.engine.planner.payoff`); with `cache_aware: false`, at the trigger."""
+        """After a reply that added `growth` tokens, schedule the next fold in the
+        background once the prompt is past the fold trigger and the fold is due."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         if name not in meta.totals or name == BOUND.name:
@@ -74,12 +61,14 @@ class SummariesAhead:
             shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
             if not fold_due(shape, rates(request.prices)):
                 return
+        # Planned as if the budget ended at the trigger: the fold leaves `keep_recent_ratio`
+        # of that smaller room, so the next fold is several turns away.
         job = functools.partial(self._made, request, trigger)
         self._summaries.schedule(request.key, job, request.secrets)
 
     async def _made(self, request: Request, budget: int) -> None:
-        """The fold planned as if the budget ended at `budget`, made and stored, with the
-        stubs it freezes; its summarizer calls owed by the session's next turn."""
+        """The fold planned as if the budget ended at `budget`, made and stored with the
+        stubs it freezes, its summarizer calls owed by the session's next turn."""
         assert request.key is not None
         meta = await self._store.load(*request.key)
         name = request.counter.name

@@ -1,13 +1,5 @@
-"""A circuit breaker for the summarizer: a model that keeps failing is left alone for a
-while, rather than called (and paid, and waited for) on every turn.
-
-After `failures` failures in a row the breaker opens for `backoff` seconds; then one call
-may try (half-open): a success closes it, a failure opens it again for twice as long, up
-to `MAX_BACKOFF_SECONDS`. While it is open, a turn that needs a summary truncates
-instead (within its budget, as after any failed summary) and no background summary is
-started. One breaker per summary model, per process. Its time is `clock`'s (monotonic
-seconds; a test passes its own).
-"""
+"""A circuit breaker for the summarizer, so a model that keeps failing is left alone for a
+while rather than called, paid and waited for on every turn."""
 
 from __future__ import annotations
 
@@ -31,7 +23,7 @@ class Breaker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._label = label
-        self._clock = clock
+        self._clock = clock  # monotonic seconds; a test passes its own
         self._threshold = failures
         self._first_backoff = backoff
         self._backoff = backoff

@@ -1,7 +1,5 @@
-"""Agents that compact their own history, served from the session (the requests are told
-apart in `agent_compaction`, pure): a client that goes on from its own summary starts a
-chapter, and an agent's request for a summary is answered from the session's own.
-"""
+"""Agents that compact their own history, served from the session: a client going on from its
+own summary starts a chapter, and an agent asking for one is answered from the session's."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ class Chapters:
         self._ledger = ledger
 
     async def chapter(self, request: Request, state: SessionView) -> SessionView:
-        """A client that compacted its own history goes on from its own summary: the
-        transcript so far is covered by a checkpoint with no text (archived for recall,
+        """The transcript so far covered by a checkpoint with no text (archived for recall,
         stored with the turn), so the window starts at the client's new conversation."""
         assert request.key is not None and state.base is not None
         previous = state.checkpoint
@@ -52,11 +49,8 @@ class Chapters:
         )
 
     async def answer(self, request: Request, state: SessionView) -> dict[str, Any] | None:
-        """The reply to an agent's request for a summary of its conversation (the
-        request's last message), made from the session's summary with no model call:
-        where that summary covers all of the conversation but its latest messages, at
-        most `max_summary_tokens` of them, which follow it as they were. None: the
-        model must write it."""
+        """The reply to an agent's request for a summary, made from the session's summary
+        and at most `max_summary_tokens` of messages after it; None: the model writes it."""
         context, checkpoint = self._settings.context, state.checkpoint
         if not context.answer_compaction or checkpoint is None or not checkpoint.text:
             return None  # no summary, or a client's own (a chapter's): nothing to answer from

@@ -1,7 +1,5 @@
-"""A fold the turn waits for: its plan asked for a summary it must send now. A background
-summary on its way is waited for, and one that landed since the session was read is used,
-never made again; a fold that fails or runs out of time leaves the turn to truncation.
-"""
+"""A fold the turn waits for, which never makes a summary twice (one on its way is waited
+for, one that landed is used) and leaves the turn to truncation when it fails."""
 
 from __future__ import annotations
 
@@ -48,10 +46,8 @@ class InlineFold:
     async def fold_and_plan(
         self, request: Request, state: SessionView, span: tuple[int, int], bill: Bill
     ) -> tuple[SessionView, Plan]:
-        """Fold `span` into the summary, then plan again; truncation if that fails. A
-        background summary on its way is waited for, and one that landed since the state
-        was read is used, never made again. The summarizer's calls go on `bill`, which
-        the turn is charged, whether the summary is used or not."""
+        """Fold `span` into the summary and plan again (truncating where that fails),
+        charging the turn for the summarizer's calls on `bill`, used or not."""
         assert request.key is not None
         if self._summaries.running(request.key) is not None:  # one is on its way: wait for it
             await self._summaries.wait(request.key)
@@ -86,8 +82,8 @@ class InlineFold:
         return state, await self._planning.plan(request, state, allow_summary=False)
 
     async def _changed(self, key: SessionKey, state: SessionView) -> bool:
-        """The stored session changed since `state` was read: under the turn lock, only a
-        background summary (here or in another replica) can have been stored."""
+        """Whether the stored session changed since `state` was read, which under the turn
+        lock only a background summary can have done."""
         meta = await self._store.load(*key)
         return (meta.version if meta is not None else 0) != state.expected_version
 

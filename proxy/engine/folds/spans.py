@@ -1,7 +1,5 @@
-"""A span of the session folded into its next summary, with the stubs that summary
-freezes in the window after it. One routine, used by the turn that needs a summary now
-and by the summary made ahead in the background, so the two never differ.
-"""
+"""A span folded into the session's next summary with the stubs it freezes: one routine for
+the turn that waits and the summary made ahead, so the two never differ."""
 
 from __future__ import annotations
 
@@ -41,10 +39,8 @@ class Folding:
         mode: Literal["sync", "background"],
         bill: Bill,
     ) -> Checkpoint:
-        """`span` (the transcript up to position `end`, where `after` begins) folded into
-        the summary that follows `previous` (the session's `summaries`-th), its pinned
-        facts ranked for `recent`, with the stubs it freezes in `after`. The summarizer's
-        calls go on `bill`, made or failed."""
+        """`span` (the transcript up to `end`, where `after` begins) folded into the summary
+        after `previous` with the stubs it freezes, its calls on `bill`, made or failed."""
         assert request.key is not None
         ledger = await self._ledger(request.key, summaries, previous)
         made = await self._summaries.make(

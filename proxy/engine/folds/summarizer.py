@@ -1,6 +1,5 @@
-"""Summary checkpoints: making one (a model call, measured), storing it, and running the
-background ones (one per session at a time in a process, and across processes under the
-store's lock with expiry, so replicas never make the same summary twice)."""
+"""Summary checkpoints made (a model call, measured) and stored, the background ones one per
+session at a time across processes, so replicas never make one twice."""
 
 from __future__ import annotations
 
@@ -55,9 +54,8 @@ the model as standing instructions, like the system prompt."""
 
 @dataclass
 class Bill:
-    """What a summary's model calls used and cost, as the provider reported them: filled
-    call by call, so a summary that failed half way is paid for too. `usd` is None while
-    any call's price is unknown (no figure rather than a wrong one)."""
+    """What a summary's model calls used and cost, filled call by call so a summary that
+    failed half way is paid for too; `usd` is None while any call's price is unknown."""
 
     usage: Usage | None = None
     usd: float | None = 0.0
@@ -126,17 +124,8 @@ class Summaries:
         query: str = "",
         bill: Bill | None = None,
     ) -> Checkpoint:
-        """Fold `span` (transcript[previous.covers_until:end]) into the summary.
-
-        `room` is what system messages and tools leave of the budget: the summary may
-        take at most half of what it leaves beside the verbatim recent messages (and
-        `max_summary_tokens`), so it always fits. The agent context in the first user
-        message is kept beside the summary (`Checkpoint.kept`). The checkpoint
-        carries the span's recall index and the facts ledger (`ledger`, the previous
-        checkpoint's, with the span's facts merged in); the facts pinned after the
-        summary come from that ledger, ranked by relevance to `query`. Each model call's
-        usage and price go on `bill` (the caller charges it to the session), and the
-        checkpoint keeps its calls' usage."""
+        """Fold `span` (transcript[previous.covers_until:end]) into the next summary checkpoint,
+        with its recall index and facts ledger, each model call's usage and price on `bill`."""
         context = self._settings.context
         messages = [stored.message for stored in span]
         follows = previous.chain_hash if previous else GENESIS
@@ -146,6 +135,8 @@ class Summaries:
         counter = counter_for_model(
             self._upstream.models.provider_model(summary_model), context.token_counting
         )
+        # At most half of what `room` (the budget less system and tools) leaves beside the
+        # verbatim messages, and `max_summary_tokens`: the summary always fits.
         share = math.floor(room * (1 - context.keep_recent_ratio) / 2)
         max_summary = max(32, min(context.max_summary_tokens, share))
         limit = self._upstream.models.limits(summary_model).max_input_tokens
@@ -235,8 +226,7 @@ class Summaries:
         ledger: Sequence[Fact] = (),
     ) -> Checkpoint:
         """A checkpoint with no summary that covers transcript[:end], the conversation a
-        client replaced with its own summary (`span`, what the previous checkpoint left):
-        its messages are archived for recall, as a fold's are, and no model is called."""
+        client replaced with its own summary, archived for recall as a fold's span is."""
         messages = [stored.message for stored in span]
         follows = previous.chain_hash if previous else GENESIS
         work = functools.partial(_archived, messages, end - len(span), follows, ledger)
@@ -261,11 +251,8 @@ class Summaries:
     async def store(
         self, key: SessionKey, checkpoint: Checkpoint | None, owed: float = 0.0
     ) -> SessionMeta | None:
-        """Add `checkpoint` if it still summarizes a prefix of the stored transcript and
-        is newer than the latest; the stored meta, or None if it no longer applies. With
-        `owed` (dollars a summary made in the background cost), the session's receipt
-        owes them to its next turn, whether the checkpoint applies or not (none: a
-        summary that failed): its calls were paid for."""
+        """Add `checkpoint` if it still summarizes a prefix of the stored transcript and is the
+        newest (the stored meta, else None); `owed` dollars go to the next turn either way."""
         for _ in range(CAS_ATTEMPTS):
             meta = await self._store.load(*key)
             if meta is None:
@@ -314,9 +301,8 @@ class Summaries:
     def schedule(
         self, key: SessionKey, job: Callable[[], Awaitable[None]], secrets: Sequence[str] = ()
     ) -> None:
-        """Run `job` in the background unless one already runs for this session, here or
-        (under the store's lock) in another process. A failure is logged without
-        `secrets` (or anything credential-shaped)."""
+        """Run `job` in the background unless one already runs for this session, here or (under
+        the store's lock) in another process; a failure is logged without `secrets`."""
         if key in self._running:
             return
 
