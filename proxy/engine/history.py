@@ -1,11 +1,5 @@
-"""A session's history as a request leaves it: loaded, reconciled, counted.
-
-The stored transcript is read only where something needs it (an edit of history, a
-tokenizer new to the session, a window), never in full per request: a full-resend
-client's prefix is recognised by its fingerprint, and only the messages after it are
-validated, hashed and counted. Large new portions (a long conversation's first request)
-are worked on in a thread, so the event loop stays free for other requests.
-"""
+"""A session's history as a request leaves it (loaded, reconciled, counted), the stored
+transcript read only where something needs it, never in full per request."""
 
 from __future__ import annotations
 
@@ -51,8 +45,8 @@ class History:
         )
 
     async def state(self, request: Request) -> SessionView:
-        """Load the meta, reconcile, validate and count the new messages; recount from the
-        stored messages only after an edit of history or for a tokenizer new to it."""
+        """The session as this request leaves it, recounted from the stored messages only
+        after an edit of history or for a tokenizer new to it."""
         assert request.key is not None
         conversation = request.conversation
         meta = await self._store.load(*request.key)
@@ -60,6 +54,8 @@ class History:
         if conversation and request.mode != "append" and meta is not None and meta.length:
             serialized = Serialized(request.messages, len(request.system))
             await pause(len(serialized))
+        # A full-resend client's prefix is known by its fingerprint: only what follows it is
+        # validated, hashed and counted.
         trusted = 0
         fingerprint = meta.fingerprint if meta is not None else None
         if (
@@ -140,8 +136,8 @@ class History:
         return known[1]
 
     async def _check_results(self, request: Request, keep: int, new: list[Message]) -> None:
-        """Tool results that open an appended turn answer calls of the stored assistant
-        message they follow (read back at most `_RESULTS_BACK` messages), each once."""
+        """Refuse tool results that open an appended turn unless each answers, once, a call
+        of the stored assistant message they follow."""
         assert request.key is not None
         start = max(0, keep - _RESULTS_BACK)
         stored = [s.message for s in await self._store.messages(*request.key, start, keep)]
@@ -171,11 +167,8 @@ class History:
         return await self._totals.counted(entries, names, counter)
 
     async def window(self, request: Request, state: SessionView, start: int) -> list[StoredMessage]:
-        """transcript[start:] as this request leaves it: stored messages, then new ones.
-        The stored part is read from where the session's last window read here ended,
-        when the store still holds that window (the chain value at its end says so): a
-        client that sends only its new turn costs the reading of that turn, not of the
-        whole window."""
+        """transcript[start:] as this request leaves it, the stored part read on from the
+        last window read here, so one new turn costs the reading of that turn."""
         assert request.key is not None
         stored: list[StoredMessage] = []
         if start < state.kept:
@@ -185,8 +178,8 @@ class History:
     async def counted_window(
         self, request: Request, state: SessionView, start: int, names: set[str]
     ) -> list[StoredMessage]:
-        """`window`, each message counted by every tokenizer in `names` (`counted`): what
-        a plan or a fold reads, in one call."""
+        """`window`, each message counted by every tokenizer in `names`: what a plan or a
+        fold reads, in one call."""
         return await self.counted(await self.window(request, state, start), names, request.counter)
 
     async def _stored_window(self, key: SessionKey, start: int, end: int) -> list[StoredMessage]:

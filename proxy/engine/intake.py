@@ -1,7 +1,5 @@
-"""A request's facts, worked out once (`Request`): its model, counter and budget, its
-system messages and conversation, their tokens, its session; the session's calibration
-applied once the session is read; and a request of no session fitted on its own.
-"""
+"""A request's facts, worked out once (`Request`), its session's calibration applied once
+the session is read, and a request of no session fitted on its own."""
 
 from __future__ import annotations
 
@@ -50,8 +48,8 @@ class Intake:
         self._secret = secret  # the deployment's: keys what reaches a provider's cache
 
     async def request(self, body: dict[str, Any], context: RequestContext) -> Request:
-        """The request's facts, worked out in a worker thread for a large body: its system
-        prompt and tools are validated and counted (seconds, for megabytes of tools)."""
+        """The request's facts, worked out in a worker thread for a large body: validating
+        and counting megabytes of tools takes seconds."""
         size = len(context.body) if context.body else 0
         return await sized(size, functools.partial(self._request, body, context))
 
@@ -106,9 +104,8 @@ class Intake:
 
     @staticmethod
     def bounded(request: Request) -> Request:
-        """The request as a turn plans it while its session is known only by its bound
-        (`SessionView.counted`): every count by `BOUND`, so nothing is tokenized, and the plan
-        (within budget by construction) sends the history whole."""
+        """The request as planned while its session is known only by its bound: every count
+        by `BOUND`, so nothing is tokenized and the history goes whole."""
         system_tokens, tools_tokens = request.system_and_tools_bound
         return replace(
             request, counter=BOUND, system_tokens=system_tokens, tools_tokens=tools_tokens
@@ -117,10 +114,8 @@ class Intake:
     def _caching(
         self, model: str, body: dict[str, Any], context: RequestContext, prices: Prices | None
     ) -> dict[str, Any]:
-        """What a session's turn adds for the provider's prompt cache (`cache_aware`):
-        Anthropic's cache marks beside the client's own (`caching.marked`), or OpenAI's
-        `prompt_cache_key` for the session, where the client set none. A request with
-        more marks than Anthropic takes is a 400 here, before anything is paid."""
+        """What a session's turn adds for the provider's prompt cache, and a 400, before
+        anything is paid, for more cache marks than Anthropic takes."""
         if prices is None:
             return {}
         marks = None
@@ -147,9 +142,8 @@ class Intake:
     async def stateless(
         self, body: dict[str, Any], request: Request, context: RequestContext
     ) -> Turn:
-        """No session: nothing stored, the request fitted by truncation. One that fits by
-        its size in bytes (a bound on its tokens) is not even tokenized. Its messages are
-        validated, counted and fitted off the event loop when its body is large."""
+        """No session: nothing stored, the request fitted by truncation, and not even
+        tokenized where its size in bytes bounds its tokens within the budget."""
         await self.validated(request)
         base = request.system_tokens + request.tools_tokens
         if context.body and base + token_bound(context.body) <= request.budget:
@@ -175,17 +169,16 @@ class Intake:
 
     @staticmethod
     async def validated(request: Request) -> None:
-        """A conversation of no session validated: all of it is the request's (its body's
-        size decides where, as measuring its messages would be a pass over them)."""
+        """A conversation of no session validated, off the loop where its body is large (its
+        size decides: measuring its messages would be a pass over them)."""
         check = functools.partial(
             validate_messages, request.conversation, offset=len(request.system)
         )
         await sized(request.size or 0, check)
 
     async def truncated(self, request: Request) -> tuple[list[int], Plan]:
-        """A conversation of no session counted (each message's count) and fitted by
-        truncation: work on a request's whole body, kept off the event loop when large
-        (by the body's size, where known)."""
+        """A conversation of no session counted, message by message, and fitted by
+        truncation, off the event loop where it is large."""
         conversation = request.conversation
 
         def counted_and_cut() -> tuple[list[int], Plan]:

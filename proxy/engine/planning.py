@@ -1,11 +1,5 @@
-"""Planning a request's window around the pure planner (`proxy.engine.planner.window`).
-
-Within budget, known from the session's token totals, the plan is everything after the
-summary, with no message read or counted. Over it, the window's counts go to the pure
-planner, which may ask for a fold (made by `proxy.engine.folds`), or one is asked for now
-while the prompt cache is cold (`Planning._early`). The stubs a summary froze are sent in
-place of the large tool results they stand for (`proxy.engine.planner.stubs`).
-"""
+"""A request's window planned around the pure planner, reading and counting no message while
+the session's totals show it within budget."""
 
 from __future__ import annotations
 
@@ -50,10 +44,8 @@ class Planning:
     async def plan(
         self, request: Request, state: SessionView, *, allow_summary: bool, rewrite: bool = False
     ) -> Plan:
-        """The messages to send. Within budget (known from the totals) that is everything
-        after the summary; over it, the pure planner decides on the window's counts.
-        `rewrite`: the client is about to rewrite its prompt (an agent compacting it), so
-        a fold past the trigger costs no cache rewrite, as when the cache is cold."""
+        """The messages to send; `rewrite` says the client is about to rewrite its prompt
+        (an agent compacting), so a fold past the trigger costs no cache rewrite."""
         checkpoint = state.checkpoint
         covers = checkpoint.covers_until if checkpoint else 0
         name = request.counter.name
@@ -109,8 +101,8 @@ class Planning:
         allow_summary: bool,
         budget: int | None = None,
     ) -> Plan:
-        """`fit` for stored entries (counted by the request's tokenizer), off the loop
-        when they are long: cutting a long paste is seconds of counting."""
+        """`plan_counted` for stored entries, off the loop when they are long: cutting a
+        long paste is seconds of counting."""
         messages = [s.message for s in entries]
         counts = [s.tokens[request.counter.name] for s in entries]
         fit = functools.partial(
@@ -155,10 +147,8 @@ class Planning:
             ) from None
 
     def _early(self, request: Request, state: SessionView, total: int, rewrite: bool) -> bool:
-        """Fold now, ahead of the budget (`cache_aware`): the prompt is past the fold
-        trigger, and its cache is cold (the session was idle longer than it lives) or the
-        client is about to rewrite it: the next request writes its whole prompt anyway,
-        so the fold costs no rewrite."""
+        """Whether to fold now, ahead of the budget: past the fold trigger with a cold cache
+        or a client about to rewrite its prompt, a fold costs no cache rewrite."""
         context, base, prices = self._settings.context, state.base, request.prices
         if not context.cache_aware or base is None or request.own_budget:
             return False

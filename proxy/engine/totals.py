@@ -1,9 +1,5 @@
-"""A session's token totals as a request leaves it (`History.state`): carried from the
-meta, recounted from the stored messages after an edit of history or for a tokenizer new
-to the session (a cut tail alone: what is cut is read), or only bounded (`BOUND`) while
-a session that opened with a long conversation stays far from its budget, so that it
-is never tokenized before anything needs its count.
-"""
+"""A session's token totals as a request leaves it: carried from the meta, recounted after
+an edit or for a new tokenizer, or only bounded (`BOUND`) far from its budget."""
 
 from __future__ import annotations
 
@@ -41,9 +37,8 @@ class Totals:
         serialized: Serialized | None,
         stored: list[StoredMessage] | None,
     ) -> Counted:
-        """The totals of the transcript with the new messages, the new messages as
-        stored (counted by each tokenizer in the totals), the summary in effect and how
-        many there are. `stored`: stored messages the reconcile read already."""
+        """The totals with the new messages, the new messages as stored, the summary in
+        effect and how many there are; `stored` is what the reconcile read already."""
         bounded = await self._bounded(request, meta, match, serialized)
         if bounded is not None:
             totals, new = bounded
@@ -71,12 +66,8 @@ class Totals:
         match: Match,
         serialized: Serialized | None,
     ) -> tuple[dict[str, int], tuple[StoredMessage, ...]] | None:
-        """The totals (by `BOUND` alone) and the new messages, uncounted, where the turn
-        may send its history whole without tokenizing it: a session that began with a
-        long conversation far from its budget (`_COUNT_NOW_BYTES`) and has stayed there,
-        unsummarized. Its bound is the serialized conversation's for a first request,
-        then grows by each new message's (and a retry or an edit takes the cut messages'
-        away); None where counting is due."""
+        """The totals by `BOUND` alone and the new messages, uncounted, while a session that
+        opened long stays far from its budget and unsummarized; None where counting is due."""
         assert request.key is not None
         new_messages = request.conversation[match.start :]
         if match.kind not in ("new", "full", "append", "fork"):
@@ -84,6 +75,8 @@ class Totals:
         if meta is None or match.kept == 0:
             if serialized is None or len(serialized) <= _COUNT_NOW_BYTES:
                 return None
+            # A first request's bound is its serialized conversation's; each new message's
+            # adds to it later.
             bound = serialized.token_bound()
             if bound > request.sendable_uncounted:
                 return None
@@ -130,9 +123,8 @@ class Totals:
         names: set[str],
         stored: list[StoredMessage] | None,
     ) -> tuple[dict[str, int], Checkpoint | None, int]:
-        """Totals and the summary in effect after an edit of history (the transcript cut
-        to `match.kept`) or for a tokenizer new to the session: the slow path, which reads
-        the kept messages once."""
+        """Totals and the summary in effect after an edit of history or for a tokenizer new
+        to the session: the slow path, which reads the kept messages once."""
         assert request.key is not None
         keep = match.kept
         if _tail_cut(meta, keep, names):  # a retry, a regenerated reply: read what is cut
@@ -168,8 +160,8 @@ class Totals:
     async def counted(
         self, entries: list[StoredMessage], names: set[str], counter: TokenCounter
     ) -> list[StoredMessage]:
-        """`entries`, each with a count by every tokenizer in `names`: one stored before a
-        tokenizer was used on it is counted now (as a copy: what was read stays as read)."""
+        """`entries`, each counted by every tokenizer in `names`, one stored before a
+        tokenizer was used on it counted now, as a copy."""
         missing = [i for i, s in enumerate(entries) if not names <= s.tokens.keys()]
         if not missing:
             return entries
@@ -190,10 +182,8 @@ class Totals:
 
 
 def _tail_cut(meta: SessionMeta, keep: int, names: set[str]) -> bool:
-    """Whether cutting the transcript to `keep` leaves every count known but the cut
-    part's: the session is counted by every tokenizer in `names`, and its summary (if
-    any, with no stubs) covers no message that is cut. Then the totals are the meta's
-    less the cut messages', and the summaries in effect stay."""
+    """Whether cutting the transcript to `keep` leaves every count known but the cut part's,
+    so the totals are the meta's less the cut messages' and the summary stays."""
     checkpoint = meta.checkpoint
     return (
         keep < meta.length

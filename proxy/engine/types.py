@@ -1,6 +1,5 @@
-"""One request's data as it passes through the engine: what the HTTP layer knows about
-it, the facts worked out once, the session as the request leaves it, and the result
-handed back to the door. All frozen: each step builds the next from the last."""
+"""One request's data as it passes through the engine, all frozen, so each step builds the
+next from the last."""
 
 from __future__ import annotations
 
@@ -186,7 +185,7 @@ def planned_turn(
     lease: Lease | None = None,
 ) -> Turn:
     """The turn a plan makes of a request: pure, so a preview shows exactly what a turn
-    would send. An unchanged conversation keeps its serialized form, sent as it is."""
+    sends, and an unchanged conversation goes in its serialized form."""
     checkpoint = state.checkpoint
     summarized = checkpoint is not None and plan.compression == "summary"
     history = state.totals[request.counter.name] - state.before_origin(request.counter.name)
