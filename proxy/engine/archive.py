@@ -1,7 +1,5 @@
-"""The part of a session its summary covers, kept searchable: the merged recall index and
-the facts ledger, read from the checkpoints' own entries (never from the meta record
-every request reads), cached per session in this process and extended fold by fold (a
-new fold reads only the checkpoints after the cached ones)."""
+"""The part of a session its summary covers, kept searchable: its recall index and facts ledger,
+read from the checkpoints (never the meta every request reads) and cached per session."""
 
 from __future__ import annotations
 
@@ -67,9 +65,8 @@ _FILLED = 0.75
 
 @dataclass(frozen=True, slots=True)
 class Archived:
-    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`:
-    read from the store's checkpoints and kept while they are the session's (a cache: it
-    changes no plan)."""
+    """A session's archive as of its `count`-th checkpoint, whose chain value is `head`: a
+    cache of the store's checkpoints, which changes no plan."""
 
     count: int = 0
     head: str = GENESIS
@@ -104,9 +101,8 @@ class Archived:
     def found(
         self, asked: str, earlier: str, stubbed: set[int], context: ContextSettings
     ) -> tuple[list[Hit], set[int]]:
-        """The units a recall block offers for the newest message `asked` (the turns
-        before it: `earlier`), best first, and the stubbed outputs (of `stubbed`) it asks
-        about, which come back whole."""
+        """The units a recall block offers for the newest message `asked`, best first, and
+        the stubbed outputs it asks about, which come back whole."""
         weights = (context.recall_relevance_weight, context.recall_recency_weight)
         hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
         whole: set[int] = set()
@@ -121,9 +117,8 @@ class Archived:
         return self.index.filled(hits, asked, len(hits) + _FILL), whole
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
-        """`hits` after the units where the facts `query` names were stated (the ledger
-        knows where): "what is the payments lead?" wants where the payments lead was
-        said, which plain ranking can place below a question that named it too."""
+        """`hits` after the units where the facts `query` names were stated, which plain
+        ranking can place below a question that named them too."""
         wanted = set(asked_terms(query))
         first: dict[int, Hit] = {}
         for words, source in self.stated:
@@ -163,8 +158,8 @@ class Archive:
     async def ledger(
         self, key: SessionKey, count: int, latest: Checkpoint | None
     ) -> tuple[Fact, ...]:
-        """The facts ledger as of the `count`-th checkpoint (`of`): what a fold merges its
-        span's facts into."""
+        """The facts ledger as of the `count`-th checkpoint, which a fold merges its span's
+        facts into."""
         return (await self.as_of(key, count, latest)).ledger
 
     async def _stored(self, key: SessionKey, count: int, head: str) -> Archived:
@@ -190,16 +185,8 @@ class Archive:
     async def recalled(
         self, request: Request, state: SessionView, plan: Plan, inserts: Inserts
     ) -> tuple[Plan, Inserts]:
-        """`plan` with a recall block: the summarized units most relevant to the user's
-        latest message, in what the plan leaves of the budget (at most
-        `context.recall_ratio` of it and `recall_max_tokens`). A new block goes just
-        before that message, so everything before it (system, summary, the verbatim
-        turns before) keeps the last request's bytes. The session's last block
-        (`inserts`, as its latest request left them) stays where it was, bytes and all,
-        while it shows the best hits and nothing else, and through an agent's tool loop
-        (the requests that answer that message's tool calls) without a search: each of
-        those requests then only adds to the prompt the provider has cached. With the
-        inserts as this plan leaves them."""
+        """`plan` with a block of the summarized units that best match the user's latest
+        message, just before it and kept there, byte for byte, while it serves."""
         context = self._settings.context
         checkpoint = state.checkpoint
         room = min(
@@ -261,6 +248,8 @@ class Archive:
             return plan.with_message(
                 at, shown.message, inserts.recall_tokens, "recall", shown.shown
             ), inserts
+        # Only a request that offers no tools yields its window's older part: an agent's tool
+        # loop keeps its window and block byte for byte.
         if not request.tools_tokens and not plan.dropped and plan.compression == "summary":
             read = dict((hit.start, unit) for hit, unit in found)
             key = request.key
@@ -295,6 +284,8 @@ class Archive:
             },
             recall_archive=(archived.count, archived.head),
         )
+        # Just before the user's latest message: everything before it keeps the last request's
+        # bytes.
         return plan.with_message(asking, block.message, tokens, "recall", block.shown), chosen
 
     async def _block(
@@ -306,9 +297,8 @@ class Archive:
         found: list[tuple[Hit, list[Message]]],
         room: int,
     ) -> Recalled | None:
-        """The block of `found` in `room` tokens: tool outputs as stubs where the settings
-        stub them (but those the newest message asked about, `whole`), each value the
-        ledger knows was replaced since noted."""
+        """The block of `found` in `room` tokens, tool outputs as stubs (but those asked
+        about, `whole`), and each value the ledger knows was replaced since noted."""
         context = self._settings.context
         if context.cache_aware and context.stub_tool_results_over:
             over = context.stub_tool_results_over
@@ -322,10 +312,8 @@ class Archive:
         return recall_message(found, ledger, counter, room)
 
     async def hits(self, key: SessionKey, meta: SessionMeta, query: str, limit: int) -> list[Hit]:
-        """The units of the whole session that best match `query`: the summarized part
-        through its index, the part after the summary (at most a window) indexed as it is
-        read, and kept while the session stays as it is (memory recall asks an idle
-        session again and again)."""
+        """The units of the whole session that best match `query`, its unsummarized part
+        indexed once and kept while the session is unchanged (memory recall asks often)."""
         checkpoint = meta.checkpoint
         archived = await self.as_of(key, meta.checkpoints, checkpoint)
         known = self._whole.get(key)
@@ -401,9 +389,8 @@ def _shown(inserts: Inserts, archived: Archived) -> Recalled | None:
 def _with_later_values(
     ledger: tuple[Fact, ...], found: list[tuple[Hit, list[Message]]], window: list[Message]
 ) -> list[Fact]:
-    """The ledger (which holds the recalled units' facts: it covers all that is
-    summarized) with the values the window gives later to their subjects: only window
-    messages that name such a subject (C-speed substring tests) are read for facts."""
+    """The recalled subjects' facts from the ledger, with the values the window gives them
+    later (only window messages that name such a subject are read for facts)."""
     recalled = {
         fact.key: fact
         for _, messages in found
@@ -428,9 +415,8 @@ def _with_later_values(
 
 
 def _stated(text: str) -> tuple[Fact, ...]:
-    """`facts_in` a recalled unit's text: the same units come back turn after turn (and
-    twice in a turn whose window may yield), and reading one for facts costs more than
-    the rest of its recall, so a short text's are kept."""
+    """`facts_in` a recalled unit's text, a short text's kept: the same units come back turn
+    after turn, and reading one for facts costs more than the rest of its recall."""
     if len(text) > _STATED_CHARS:
         return tuple(facts_in(text, 0, 0.0))
     return _stated_short(text)

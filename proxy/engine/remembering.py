@@ -1,16 +1,5 @@
-"""Memories across sessions, read and written around a turn (the pure part is
-`proxy.memory.facts`): what a session says is learned once its turn is stored, and the
-memory's most relevant facts are injected right after the system prompt.
-
-The injected block is chosen again only when the facts it could offer change (another
-session said something new, or a value was replaced), not every turn, so it breaks the
-prompt-cache prefix no more often than the memory changes: the block and what it was
-chosen from are kept with the session (`Inserts`), so any process sends it the same.
-
-A memory also knows its sessions (the `_SESSIONS_KEPT` that said the most), so a user
-message is searched for in their recall indexes too (`memory.recall`): what extraction
-missed is still found, verbatim, and goes just before the newest message, where it
-leaves the prompt before it as it was."""
+"""Memories across sessions around a turn: what a session says learned once stored, the
+memory's facts injected after the system prompt, its other sessions' units recalled."""
 
 from __future__ import annotations
 
@@ -52,9 +41,8 @@ _CHARS_PER_TOKEN = 6  # more than any text has: units read past this many fill a
 
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """A memory's record: its facts, and the sessions that share it with how many
-    messages each has said (in its first turn and the turns that stated facts), most
-    first: a session that asked one question does not push out one that said a lot."""
+    """A memory's record: its facts, and its sessions by how many messages each has said, so
+    one that asked a single question does not push out one that said a lot."""
 
     facts: list[Remembered] = field(default_factory=list)
     sessions: dict[str, int] = field(default_factory=dict)
@@ -114,9 +102,8 @@ class Memories:
     async def injected(
         self, request: Request, memory_id: str | None, plan: Plan, inserts: Inserts
     ) -> tuple[Plan, Inserts]:
-        """`plan` with the memory's block after the client's system messages: the one the
-        session's latest turn sent (`inserts`), while the facts and room it was chosen
-        from are as they were. With the inserts as this plan leaves them."""
+        """`plan` with the memory's block after the system messages, chosen anew only when the
+        facts and room it came from change, so the cached prefix breaks no more often."""
         if memory_id is None or request.key is None or not plan.messages:
             return plan, inserts
         tenant, session = request.key
@@ -234,9 +221,8 @@ def _said(messages: list[Message]) -> list[tuple[Fact, str]]:
 async def with_memory_and_recall(
     memories: Memories, archive: Archive, request: Request, state: SessionView, plan: Plan
 ) -> tuple[Plan, Inserts]:
-    """The plan with what the window alone lacks: remembered facts after the system
-    prompt, then recalled history in what the budget leaves: the session's own, then the
-    memory's other sessions'; with the session's inserts as this plan leaves them."""
+    """The plan with what the window alone lacks: remembered facts after the system prompt, then
+    recalled history (the session's own, then the memory's other sessions') in what is left."""
     inserts = state.inserts or Inserts()
     plan, inserts = await memories.injected(request, request.memory_id, plan, inserts)
     plan, inserts = await archive.recalled(request, state, plan, inserts)

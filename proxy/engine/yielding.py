@@ -1,17 +1,5 @@
-"""The verbatim window's older part yields its room to recall when the newest message is
-served better by what recall finds: a question about the third week wants the turns of
-the third week, not the last fifty. On LoCoMo's conversations (docs/performance.md,
-`locomo`) the newest fifty messages held a sixth of what questions need.
-
-Whether it yields is decided by one ranking of both: the archive's units and the older
-part's (indexed as they are read: at most what a block could use) ranked together for
-the newest message; the older part yields when the units a block would add in its room rank well
-above the older units that block would leave out. A follow-up on what was just said
-ranks the older part first, and it stays. The newest turns (`TAIL` of the budget) always
-stay. Only a request that offers no tools, with no tool call in the part that would
-yield, yields: an agent's tool loop keeps its window and block byte for byte. The
-archive reads the units and makes the blocks.
-"""
+"""The window's older part yields to recall that serves the newest message better: on LoCoMo
+(docs/performance.md) the last fifty messages held a sixth of what questions need."""
 
 from __future__ import annotations
 
@@ -36,26 +24,23 @@ MARGIN = 1.25
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """A plan, where its verbatim window begins (`start`, an index of its messages), what
-    to add to an index of its messages for a transcript position (`offset`), the
-    request's budget, the client's system messages (`system`) and their tokens with the
-    tools' (`fixed`), the room the plan left a recall block, and the most a block may
-    take (`cap`)."""
+    """A plan as yielding sees it: where its verbatim window begins, and the room a recall
+    block has in it."""
 
     plan: Plan
-    start: int
-    offset: int
+    start: int  # where its verbatim window begins, an index of its messages
+    offset: int  # what to add to an index of its messages for a transcript position
     budget: int
-    system: int
-    fixed: int
-    room: int
-    cap: int
+    system: int  # the client's system messages
+    fixed: int  # their tokens with the tools'
+    room: int  # what the plan left a recall block
+    cap: int  # the most a block may take
 
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """The newest message, the archive's hits for it, the block they made in the room the
-    window leaves (`kept`), and the archive's chain value (`head`)."""
+    """The newest message and what recall made of it: its hits, the block they made in the
+    window's room (`kept`) and the archive's chain value (`head`)."""
 
     text: str
     hits: list[Hit]
@@ -70,9 +55,8 @@ async def yielded_plan(
     unit: Callable[[Hit], Awaitable[list[Message]]],
     block_of: Callable[[list[tuple[Hit, list[Message]]], int], Awaitable[Recalled | None]],
 ) -> Plan | None:
-    """The plan with its window's older part left out for a block, in its room, that
-    serves the newest message better; None where it does not. `unit` reads an archived
-    unit, `block_of` makes a block of units in a room of tokens."""
+    """The plan with its window's older part left out for a block, in its room, that serves
+    the newest message better; None where none does."""
     plan, start, offset = window.plan, window.start, window.offset
     asking = last_user(plan.messages)
     tail, older_tokens = older_part(window, asking, counter)
@@ -113,13 +97,8 @@ async def yielded_plan(
 
 
 def older_part(window: Window, asking: int, counter: TokenCounter) -> tuple[int | None, int]:
-    """Where the older part of the window ends (an index of the plan's messages, where a
-    user message begins) and its tokens: as much of the window's oldest messages as a
-    block could use beyond the room it has (up to `cap`), leaving at least `TAIL` of the
-    budget after it. (None, 0) when nothing would yield, or when it holds a tool call or
-    result: an agent's window keeps its stubs and blocks byte for byte, even from a
-    client that does not resend its tools. Work follows what is counted: at most what
-    the block could use, not the window."""
+    """Where the window's older part ends (a user message's index in the plan) and its tokens: at
+    most what a block could use, leaving `TAIL` of the budget; (None, 0) where nothing yields."""
     plan, start = window.plan, window.start
     extra = window.cap - window.room  # what a block could take beyond its room
     between = sum(counter.count_message(m) for m in plan.messages[window.system : start])
@@ -127,6 +106,7 @@ def older_part(window: Window, asking: int, counter: TokenCounter) -> tuple[int 
     end, older, tokens = None, 0, 0
     for at in range(start, asking):
         message = plan.messages[at]
+        # Even from a client that does not resend its tools.
         if message.get("role") == "tool" or message.get("tool_calls"):
             return None, 0  # an agent's window: its stubs and blocks stay byte for byte
         if at > start and message.get("role") == "user":
@@ -142,10 +122,8 @@ def older_part(window: Window, asking: int, counter: TokenCounter) -> tuple[int 
 def serves_better(
     order: Sequence[Hit], shown: Iterable[int], kept: Iterable[int], older: Iterable[int]
 ) -> bool:
-    """Whether a block that shows the units starting at `shown` in the older part's room
-    serves the newest message better than the window with the block beside it that
-    shows `kept`: the units it adds rank, on average, `MARGIN` times higher in `order`
-    than the older part's units it leaves out (a unit not in `order` ranks last)."""
+    """Whether the units a block adds in the older part's room rank, on average, `MARGIN` times
+    higher in `order` than the older units it leaves out (one not in `order` ranks last)."""
     rank = {hit.start: at for at, hit in enumerate(order)}
     older = set(older)
     added = [rank[start] for start in set(shown) - set(kept) - older if start in rank]
