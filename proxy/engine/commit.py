@@ -1,10 +1,5 @@
-"""Storing a turn: the client's new messages and the reply are appended, the meta record
-replaced, under compare-and-set on the session's version while the turn holds the
-session's lock; with the turn's plan record (its usage and money added), the session's
-inserts where they changed, its calibration as the provider's count of the turn taught
-it, and its receipt (`proxy.costs.receipts`). What follows a stored turn is the turn's to
-run (`proxy.engine.hooks`): the commit returns what it stored.
-"""
+"""Storing a turn under compare-and-set while it holds the session's lock: its new messages
+and reply appended, its meta replaced, and what was stored returned."""
 
 from __future__ import annotations
 
@@ -49,9 +44,8 @@ READ_BACK_SECONDS = 2.0  # to learn whether a commit whose answer was lost appli
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """What a turn's commit stored: the session's meta as it now is, the messages it
-    appended (the client's new ones and the reply), the tokens they added by the
-    request's tokenizer, and the turn's money as charged to the session's receipt."""
+    """What a turn's commit stored: the session's meta as it now is, the messages appended,
+    the tokens they added (by the request's tokenizer) and the turn's money."""
 
     meta: SessionMeta
     messages: tuple[StoredMessage, ...]
@@ -84,10 +78,8 @@ class Commits:
         usage: dict[str, Any] | None,
         used: Usage | None,
     ) -> Stored | None:
-        """Store the client's new messages and the reply. Under the turn lock only a
-        background summary can have changed the session, and the turn is replayed onto
-        it (compare-and-set); a transcript changed under the turn (its lease lapsed) is
-        a conflict, never undone. None: not a stored turn (no session, a side request)."""
+        """Store the turn's new messages and reply (None: not a stored turn), replayed onto
+        a background summary's write but never over a transcript changed under it."""
         request, state = turn.request, turn.state
         if request is None or state is None or request.key is None or reply is None:
             return None
@@ -166,13 +158,13 @@ class Commits:
         raise concurrent_turn_error()
 
     async def _applied(self, key: SessionKey, meta: SessionMeta) -> bool:
-        """Whether a commit whose answer was lost applied after all: the session is at
-        its version with its head, the chain value that names the turn's content (its
-        turn id). Asked once, briefly: a store still away is a failed turn."""
+        """Whether a commit whose answer was lost applied after all, asked once and briefly:
+        a store still away fails the turn."""
         try:
             found = await asyncio.wait_for(self.store.load(*key), READ_BACK_SECONDS)
         except (ProxyError, TimeoutError):
             return False
+        # At its version with its head: the chain value that names the turn's content.
         return found is not None and (found.version, found.head) == (meta.version, meta.head)
 
 
@@ -226,10 +218,8 @@ async def reply_entry(
     totals: dict[str, int],
     limit: int,
 ) -> StoredMessage:
-    """The reply as stored, after the message whose chain value is `previous` (a
-    long reply is hashed and counted off the loop). One longer than `limit` bytes is
-    stored as a marked cut (`stored_reply`) under the whole reply's hash and count: the
-    client that resends its whole copy is still recognised, and budgeted for it."""
+    """The reply as stored after `previous`, one over `limit` bytes cut but under the whole
+    reply's hash and count, so a client that resends it whole is still recognised."""
 
     def count() -> tuple[str, Message, dict[str, int]]:
         counts = {name: counter_by_name(name, counter).count_message(reply) for name in totals}
@@ -248,9 +238,7 @@ def stored_meta(
     now: float,
     receipt: Receipt | None = None,
 ) -> tuple[SessionMeta, tuple[Checkpoint, ...]]:
-    """The meta once the turn is stored (with the session's `calibration`, the digest of
-    its `inserts` and its `receipt`, else the stored one), and the checkpoint stored
-    with it (if any)."""
+    """The meta once the turn is stored, and the checkpoint stored with it (if any)."""
     assert request.key is not None
     base, match = state.base, state.match
     fingerprint = None

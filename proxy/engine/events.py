@@ -1,7 +1,5 @@
-"""A streamed turn's events as the door reads them: relayed as they come, the reply's end
-held back until the turn is stored (`TurnEvents`); and a reply made here, with no model
-call, as one batch of events.
-"""
+"""A streamed turn's events as the door reads them, and a reply made here, with no model
+call, as one batch."""
 
 from __future__ import annotations
 
@@ -24,9 +22,8 @@ async def made(answer: dict[str, Any]) -> AsyncIterator[Events]:
 
 
 class TurnEvents:
-    """A streamed turn: the upstream's events as they come. The reply is stored only once
-    the stream is complete; `aclose` ends the turn however the stream ended (done,
-    failed, or cut off by the client before or after it began)."""
+    """A streamed turn whose reply is stored only once the stream is complete; `aclose` ends
+    the turn however the stream ended."""
 
     def __init__(
         self,
@@ -47,10 +44,8 @@ class TurnEvents:
         self._stored = False  # answered: the reply was whole, and stored (or made here)
 
     async def __aiter__(self) -> AsyncIterator[Events]:
-        """The events as they come, but from the reply's finish on (its finish reason,
-        usage, a native stream's own end event) only once it is stored: a client that
-        hangs up when it has the end (Codex, at `response.completed`) has a stored turn,
-        and one that hears of a failed store was never told the reply was done."""
+        """The events as they come, the reply's end only once stored: a client that hangs up at
+        the end (Codex) has a stored turn, and one told of a failed store never heard it end."""
         reply = StreamedReply()
         usage: dict[str, Any] | None = None
         held: list[Events] = []

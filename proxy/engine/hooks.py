@@ -1,7 +1,5 @@
-"""What follows a stored turn, run by the turn in this order: the calibration gauge the
-operator sees, the session's next summary made ahead when one is due, and what was said
-remembered. The turn stands whatever happens here: none of it may fail it.
-"""
+"""What follows a stored turn, in this order: the calibration gauge, the next summary made
+ahead, and what was said remembered; none of it may fail the turn."""
 
 from __future__ import annotations
 
@@ -52,7 +50,7 @@ class AfterCommit:
             metrics.TOKEN_ESTIMATE_RATIO.labels(label).set(estimate)
 
     async def stored(self, request: Request, stored: Stored) -> None:
-        """After a stored turn: the next summary made ahead when due; what it said
+        """After a stored turn: the next summary made ahead when due, and what it said
         remembered under the request's memory id."""
         if not request.own_budget:
             self._ahead.maybe_summarize(request, stored.meta, stored.growth)

@@ -1,6 +1,5 @@
-"""What a turn would send, computed as the turn computes it but calling no model and
-storing nothing: the sessions API's preview, and a count of a request's tokens.
-"""
+"""What a turn would send, computed as the turn computes it but calling no model and storing
+nothing: the sessions API's preview, and a count of a request's tokens."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ class Previews:
         self._parts = parts
 
     async def preview(self, body: dict[str, Any], context: RequestContext) -> dict[str, Any]:
-        """What a turn would send, without calling any model: where a summary is due,
-        the span is reported and the messages shown are the truncation fallback."""
+        """What a turn would send, calling no model: where a summary is due, the span is
+        reported and the messages shown are the truncation fallback."""
         # Counted, whatever the session's bound: a preview shows the proxy's own count.
         request = replace(await self._parts.intake.request(body, context), sendable_uncounted=0)
         state = await self._parts.history.state(request)

@@ -1,11 +1,5 @@
-"""Plan records: what each turn of a session sent, kept beside the session.
-
-A record names what was sent by reference (transcript ranges, the summary by its number
-and what it covers, recalled units by where they start) with each part's tokens and
-what the turn saved, never a copy of a message: a few hundred bytes a turn. A store
-keeps a session's newest `PLANS_KEPT` (`proxy.sessions.records`); the session viewer (`/ui`)
-and `GET /v1/sessions/{id}/plans` show them.
-"""
+"""Plan records: what each turn of a session sent, by reference and with each part's tokens,
+never a copy of a message, so a few hundred bytes a turn."""
 
 from __future__ import annotations
 
@@ -26,10 +20,8 @@ def plan_record(
     pinned_tokens: int,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    """The record of a turn planned by `plan`: pure but for its time stamp (`clock`'s,
-    epoch seconds), and small whatever the session's length. `summary_tokens` is the
-    whole summary message's count, `pinned_tokens` the part of it that is pinned facts.
-    The session version is added when it is stored."""
+    """The record of a turn planned by `plan`, pure but for its `clock` time stamp (epoch
+    seconds), where `pinned_tokens` is the part of `summary_tokens` that is pinned facts."""
     request, state = turn.request, turn.state
     assert request is not None and state is not None, "a turn of a session"
     # The summary sent, if any: a chapter's checkpoint has none, and a summary that would
@@ -75,6 +67,7 @@ def plan_record(
             "dropped": plan.dropped,
         }
     )
+    # Its session version is added when it is stored (`Commits.stored`).
     record = {
         "at": round(clock(), 3),
         "model": request.model,

@@ -1,15 +1,5 @@
-"""The session engine: one turn's I/O around the pure parts (docs/architecture.md).
-
-A door calls one operation, `complete` or `stream`: the turn is planned (`_prepare`:
-reconcile with the stored session and count what is new in `History`, plan the window
-and summarize if the plan says so in `Planning`), sent upstream, its reply stored
-(`Commits`), what follows a stored turn run (`AfterCommit`), and the session's turn lock
-given back (`_finish`), whatever happens. Per
-request the work is one pass over the serialized conversation (C speed), Python work on
-the new messages only, and a bounded window: the stored transcript is read only where a
-plan needs it (a window over the budget, a client that sends only its new turn, an edit
-of history), never in full.
-"""
+"""The turn: the one operation a door calls (`Engine.complete`, `Engine.stream`), its I/O
+around the pure parts in an order only it knows (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -68,11 +58,8 @@ logger = logging.getLogger("context_proxy.engine")
 
 
 class Engine:
-    """The turns of one process. `clock` (epoch seconds) is every "now" that decides
-    money or a cache's warmth: plan records' and metas' times, summaries' creation,
-    receipts; `monotonic` times what waits: the summarizer's back-off and a turn's wait
-    for its session's lock. A test (or the cost benchmark, on a virtual clock) passes
-    its own."""
+    """The turns of one process: `clock` (epoch seconds) is every "now" that decides money
+    or a cache's warmth, `monotonic` times what waits, and a test passes its own."""
 
     def __init__(
         self,
@@ -104,9 +91,8 @@ class Engine:
         await self.summaries.close()
 
     def warm_up(self) -> None:
-        """Load the configured models' tokenizers (LiteLLM's own too) and recall's model
-        of meaning now (a BPE file takes ~0.4 s to load, the meanings ~0.5 s) rather than
-        in the first request that needs one."""
+        """Load the tokenizers and recall's model of meaning now rather than in the first
+        request that needs one (a BPE file takes ~0.4 s to load, the meanings ~0.5 s)."""
         mode = self.settings.context.token_counting
         for name in self.settings.model_names():
             counter_for_model(self.upstream.models.provider_model(name), mode).count_text("warm up")
@@ -122,8 +108,8 @@ class Engine:
         observer: Observer,
         native: Native | None = None,
     ) -> tuple[Turn, Completion]:
-        """One turn answered whole: planned, sent, its reply stored, its session freed.
-        With `native`, the turn goes in the door's own API (`proxy.upstream.native`)."""
+        """One turn answered whole (planned, sent, its reply stored, its session freed), in
+        the door's own API where `native` is given."""
         turn = await self._prepare(body, context)
         try:
             observer.planned(turn)
@@ -159,8 +145,8 @@ class Engine:
         observer: Observer,
         native: Native | None = None,
     ) -> TurnEvents:
-        """One turn answered as a stream: planned and opened here; the reply is stored
-        once the stream is complete, and the caller ends the turn (`TurnEvents.aclose`)."""
+        """One turn answered as a stream, its reply stored once the stream is complete; the
+        caller ends the turn (`TurnEvents.aclose`)."""
         turn = await self._prepare(body, context)
         key = context.provider_key
         if turn.answer is not None:  # made here, with no model call
@@ -246,9 +232,8 @@ class Engine:
         return replace(await self.parts.intake.stateless(body, request, context), side_request=True)
 
     async def _folded_ahead(self, request: Request, state: SessionView) -> SessionView:
-        """An agent compacting its conversation rewrites its prompt (and so its cache):
-        past the fold trigger the proxy folds now, which may answer the request from its
-        own summary. The summarizer's calls are owed by the session."""
+        """An agent compacting rewrites its prompt, and so its cache, anyway: past the fold
+        trigger the proxy folds now, which may answer it from the session's own summary."""
         plan = await self.parts.planning.plan(
             request, state, allow_summary=not request.own_budget, rewrite=True
         )
@@ -289,9 +274,8 @@ class Engine:
     async def _answered(
         self, turn: Turn, reply: Message | None, usage: dict[str, Any] | None
     ) -> TurnCost | None:
-        """The upstream finished its reply: the turn stored, then what follows a stored
-        turn (`AfterCommit`). The turn's money (None: no price or no usage known, or no
-        model call)."""
+        """The turn stored once the upstream finished its reply, and what follows a stored
+        turn run; the turn's money, or None where it is unknown or no model was called."""
         used = usage_of(usage)
         self.parts.after.gauge(turn, used)
         if turn.answer is not None:
@@ -309,9 +293,8 @@ class Engine:
         return TurnCost(spent, 0.0, spent)
 
     async def _finish(self, turn: Turn, answered: bool = True) -> None:
-        """The turn is over, stored or not: the session's next turn may start. One that
-        was not answered (the provider failed it, the stream was cut) stored nothing,
-        but the summarizer's calls it made were paid for: the session owes them."""
+        """The turn is over, stored or not, so the session's next turn may start; the
+        session still owes what an unanswered turn's summarizer calls cost."""
         try:
             key = turn.request.key if turn.request is not None else None
             if not answered and turn.summaries and key is not None:
@@ -332,8 +315,8 @@ class Engine:
 
 
 def _as_chat(native: Native, reply: dict[str, Any]) -> dict[str, Any]:
-    """A provider's reply in its own API as a chat completion; a 502 for one that is not
-    of that API's shape (a 200 of anything else), which is no fault of the client's."""
+    """A provider's reply in its own API as a chat completion, or a 502 for one not of that
+    API's shape, which is no fault of the client's."""
     try:
         return native.completion(reply)
     except (TypeError, KeyError, AttributeError, ValueError, IndexError):
@@ -379,9 +362,8 @@ def _length(meta: SessionMeta | None) -> int:
 
 
 def _not_latest(meta: SessionMeta | None, continues: int) -> ProxyError:
-    """A response that is not stored (its turn failed, or its session was deleted), or
-    one a later turn continued already: only the latest response of a conversation
-    can be continued."""
+    """The error for continuing a response that is not the latest of its conversation (never
+    stored, deleted, or continued already)."""
     if _length(meta) < continues:
         return previous_response_not_found()
     return SessionConflict(

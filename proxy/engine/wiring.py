@@ -1,7 +1,5 @@
-"""The engine's parts, built once per process and handed to each other: the one place
-that says which part stands on which, for the turn (`proxy.engine.turn`) to run them in
-its order and for a preview to read them the same way.
-"""
+"""The engine's parts, built once per process and handed to each other: the one place that
+says which part stands on which."""
 
 from __future__ import annotations
 
@@ -34,8 +32,8 @@ __all__ = ["Parts", "wired"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Parts:
-    """One process's engine parts. `clock` (epoch seconds) is every "now" that decides
-    money or a cache's warmth; `secret` keys what the proxy sends a provider's cache."""
+    """One process's engine parts: `clock` (epoch seconds) is every "now" that decides money
+    or a cache's warmth, and `secret` keys what reaches a provider's cache."""
 
     settings: Settings
     upstream: Upstream
