@@ -160,8 +160,8 @@ class Totals:
     async def counted(
         self, entries: list[StoredMessage], names: set[str], counter: TokenCounter
     ) -> list[StoredMessage]:
-        """`entries`, each counted by every tokenizer in `names`, one stored before a
-        tokenizer was used on it counted now, as a copy."""
+        """`entries`, each counted by every tokenizer in `names`: one stored before a
+        tokenizer was used on it is counted now, as a copy."""
         missing = [i for i, s in enumerate(entries) if not names <= s.tokens.keys()]
         if not missing:
             return entries
