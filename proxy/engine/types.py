@@ -168,7 +168,7 @@ class Turn:
     # The reply made here, with no model call: an agent's request for a summary answered
     # from the session's own (`proxy.engine.planner.agent_compaction.answer`).
     answer: dict[str, Any] | None = None
-    # The session's inserts as this turn leaves them (`proxy.engine.turn._extended`):
+    # The session's inserts as this turn leaves them (`with_memory_and_recall`):
     # stored with it where they changed.
     inserts: Inserts | None = None
     # The stored transcript the reply will follow (None: the turn has no session view):

@@ -105,3 +105,14 @@ def test_no_prose_names_another_modules_private_code() -> None:
         if token not in defined[path]
     )
     assert elsewhere == []
+
+
+def test_no_prose_names_a_private_function_of_another_module() -> None:
+    """`proxy.x.y._name` in prose must be a private name of the module it sits in."""
+    elsewhere = []
+    for path in TREES:
+        here = "proxy." + ".".join(path.relative_to(PROXY).with_suffix("").parts)
+        for module, _ in re.findall(r"`(proxy(?:\.\w+)+)\.(_\w+)`", path.read_text()):
+            if module != here:
+                elsewhere.append(f"{path.relative_to(PROXY)}: {module}")
+    assert sorted(elsewhere) == []
