@@ -93,7 +93,7 @@ class Commits:
                 raise concurrent_turn_error()
             entry = await reply_entry(
                 reply,
-                state.new[-1].chain if state.new else state.match.head,
+                state.head,
                 request.counter,
                 state.totals,
                 request.reply_limit,
@@ -243,7 +243,7 @@ def stored_meta(
     base, match = state.base, state.match
     fingerprint = None
     if match.whole and request.conversation and state.serialized is not None:
-        head = state.new[-1].chain if state.new else match.head
+        head = state.head
         fingerprint = state.serialized.fingerprint(len(request.conversation), head)
     origin = state.origin
     if base is not None and match.kept > origin:

@@ -353,7 +353,7 @@ def _answer_turn(
         prices=request.prices,
         answer=answer,
         transcript_length=state.length,
-        transcript_head=state.new[-1].chain if state.new else state.match.head,
+        transcript_head=state.head,
     )
 
 

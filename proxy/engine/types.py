@@ -120,6 +120,11 @@ class SessionView:
         return self.match.kept
 
     @property
+    def head(self) -> str:
+        """The chain value of the transcript's last message, which names what follows it."""
+        return self.new[-1].chain if self.new else self.match.head
+
+    @property
     def length(self) -> int:
         return self.match.kept + len(self.new)
 
@@ -217,7 +222,7 @@ def planned_turn(
         lease=lease,
         prices=request.prices,
         transcript_length=state.length,
-        transcript_head=state.new[-1].chain if state.new else state.match.head,
+        transcript_head=state.head,
     )
 
 
