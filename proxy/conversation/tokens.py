@@ -34,6 +34,7 @@ __all__ = [
     "counter_for_model",
     "estimate_tokens",
     "token_bound",
+    "within_token_bound",
 ]
 
 CountingMode = Literal["auto", "tiktoken", "char"]
@@ -397,6 +398,15 @@ def token_bound(data: bytes, start: int = 0) -> int:
         + data.count(b":", start)
         + IMAGE_TOKENS * data.count(b'"image_url"', start)
     )
+
+
+def within_token_bound(data: bytes, limit: int) -> bool:
+    """Whether `token_bound(data)` is at most `limit`, without counting separators where the
+    length decides: each `,` and `:` is one of the bytes, so they at most double it."""
+    images = IMAGE_TOKENS * data.count(b'"image_url"')
+    if 2 * len(data) + images <= limit:
+        return True
+    return len(data) + data.count(b",") + data.count(b":") + images <= limit
 
 
 def _dumps(value: Any) -> str:

@@ -251,50 +251,61 @@ def validate_messages(
     call of the assistant message before them. `offset` is the position of `messages` in
     the request's own list (for `param`); `continues`: the list may continue a stored
     conversation, so tool results at its very start may answer calls stored earlier."""
+    # The common message (a known role, string content, no name) costs a few type checks:
+    # a resent conversation of thousands is checked on every request without a session.
+    roles, content_types = ROLES, _CONTENT_TYPES
     for index in range(start, len(messages)):
         message = messages[index]
-        where = f"messages[{index + offset}]"
-        if (
-            type(message) is not dict
-            or type(message.get("role")) is not str
-            or message["role"] not in ROLES
-            or type(message.get("content")) not in _CONTENT_TYPES
-        ):
-            _reject(message, where)
-        if type(message.get("content")) is list:
-            _check_parts(message["content"], where)
-        elif message.get("content") is None and message["role"] != "assistant":
+        if type(message) is not dict:
+            _reject(message, index + offset)
+        role = message.get("role")
+        content = message.get("content")
+        kind = type(content)
+        if type(role) is not str or role not in roles or kind not in content_types:
+            _reject(message, index + offset)
+        if kind is list:
+            _check_parts(content, index + offset)
+        elif content is None and role != "assistant":
+            where = _where(index + offset)
             raise invalid(f"{where}.content", f"`{where}.content` is required.")
-        if type(message.get("name", "")) not in _NAME_TYPES:
+        if "name" in message and type(message["name"]) not in _NAME_TYPES:
+            where = _where(index + offset)
             raise invalid(f"{where}.name", f"`{where}.name` must be a string.")
-        role = message["role"]
-        if role == "assistant" and message.get("tool_calls") is not None:
-            _check_calls(message["tool_calls"], where)
+        if role == "assistant":
+            if message.get("tool_calls") is not None:
+                _check_calls(message["tool_calls"], index + offset)
         elif role == "tool":
-            _check_result(messages, index, where, continues)
+            _check_result(messages, index, index + offset, continues)
 
 
 _CONTENT_TYPES = frozenset({str, list, type(None)})
 _NAME_TYPES = frozenset({str, type(None)})
 
 
-def _check_parts(parts: list[Any], where: str) -> None:
+def _where(position: int) -> str:
+    """A message's `param` (made only for an error: a message's checks make no string)."""
+    return f"messages[{position}]"
+
+
+def _check_parts(parts: list[Any], position: int) -> None:
     for number, part in enumerate(parts):
         if type(part) is not dict or type(part.get("type")) is not str:
+            where = _where(position)
             raise invalid(
                 f"{where}.content[{number}]",
                 f"`{where}.content[{number}]` must be an object with a string `type`.",
             )
         if part["type"] == "text" and type(part.get("text")) is not str:
+            where = _where(position)
             raise invalid(f"{where}.content[{number}].text", "A text part needs a string `text`.")
 
 
-def _check_calls(calls: Any, where: str) -> None:
+def _check_calls(calls: Any, position: int) -> None:
     if type(calls) is not list:
+        where = _where(position)
         raise invalid(f"{where}.tool_calls", f"`{where}.tool_calls` must be an array.")
     seen: set[str] = set()
     for number, call in enumerate(calls):
-        here = f"{where}.tool_calls[{number}]"
         function = call.get("function") if type(call) is dict else None
         if (
             type(call) is not dict
@@ -303,17 +314,20 @@ def _check_calls(calls: Any, where: str) -> None:
             or type(function.get("name")) is not str
             or type(function.get("arguments", "")) is not str
         ):
+            here = f"{_where(position)}.tool_calls[{number}]"
             raise invalid(
                 here, f"`{here}` needs a string `id` and a `function` with a string `name`."
             )
         if call["id"] in seen:
+            here = f"{_where(position)}.tool_calls[{number}]"
             raise invalid(f"{here}.id", f"Duplicate tool call id `{call['id']}`.")
         seen.add(call["id"])
 
 
-def _check_result(messages: list[Any], index: int, where: str, continues: bool) -> None:
+def _check_result(messages: list[Any], index: int, position: int, continues: bool) -> None:
     """A tool result answers a call of the nearest assistant message before it, once."""
     call_id = messages[index].get("tool_call_id")
+    where = _where(position)
     if type(call_id) is not str:
         raise invalid(f"{where}.tool_call_id", f"`{where}.tool_call_id` must be a string.")
     earlier = index - 1
@@ -334,7 +348,8 @@ def _check_result(messages: list[Any], index: int, where: str, continues: bool) 
         )
 
 
-def _reject(message: Any, where: str) -> None:
+def _reject(message: Any, position: int) -> None:
+    where = _where(position)
     if not isinstance(message, dict):
         raise invalid(where, f"`{where}` must be an object.")
     role = message.get("role")

@@ -12,7 +12,13 @@ from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.engine.planner.caching import unmarked
-from proxy.engine.planner.reconcile import NEED_STORED_HASHES, Match, Serialized, reconcile
+from proxy.engine.planner.reconcile import (
+    NEED_STORED_HASHES,
+    Digests,
+    Match,
+    Serialized,
+    reconcile,
+)
 from proxy.engine.planner.stubs import Stubber, stub
 from proxy.engine.totals import Totals
 from proxy.engine.types import Request, SessionView
@@ -35,6 +41,7 @@ class History:
     def __init__(self, store: MessageLog, counts: CountCache, make: Stubber = stub) -> None:
         self._store = store
         self._totals = Totals(store, counts, make)
+        self._digests = Digests()  # conversations' bytes as last fingerprinted
         # Sessions' inserts as last read, by the digest their meta names them by: a cache
         # of what the store holds, which the digest says is current (it changes no plan).
         self._inserts: OrderedDict[SessionKey, tuple[str, Inserts]] = OrderedDict()
@@ -52,7 +59,7 @@ class History:
         meta = await self._store.load(*request.key)
         serialized = None
         if conversation and request.mode != "append" and meta is not None and meta.length:
-            serialized = Serialized(request.messages, len(request.system))
+            serialized = Serialized(request.messages, len(request.system), self._digests)
             await pause(len(serialized))
         # A full-resend client's prefix is known by its fingerprint: only what follows it is
         # validated, hashed and counted.
@@ -96,7 +103,7 @@ class History:
                 serialized=serialized,
             )
         if match.kind != "append" and serialized is None and conversation:
-            serialized = Serialized(request.messages, len(request.system))
+            serialized = Serialized(request.messages, len(request.system), self._digests)
             await pause(len(serialized))
         new_messages = conversation[match.start :]
         if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":

@@ -13,7 +13,12 @@ from proxy.concurrency import off_loop, sized
 from proxy.config.settings import Settings
 from proxy.conversation.identity import split_system
 from proxy.conversation.replies import BYTES_PER_OUTPUT_TOKEN, MIN_REPLY_BYTES
-from proxy.conversation.tokens import BOUND, CountCache, counter_for_model, token_bound
+from proxy.conversation.tokens import (
+    BOUND,
+    CountCache,
+    counter_for_model,
+    within_token_bound,
+)
 from proxy.conversation.validation import invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.planner.budget import budget
@@ -146,7 +151,7 @@ class Intake:
         tokenized where its size in bytes bounds its tokens within the budget."""
         await self.validated(request)
         base = request.system_tokens + request.tools_tokens
-        if context.body and base + token_bound(context.body) <= request.budget:
+        if context.body and within_token_bound(context.body, request.budget - base):
             return Turn(
                 body,
                 request.model,

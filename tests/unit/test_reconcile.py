@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proxy.conversation.identity import GENESIS, chain, message_hash
 from proxy.engine.planner.reconcile import (
     NEED_STORED_HASHES,
+    Digests,
     Match,
     Serialized,
     frame_of,
@@ -410,3 +411,37 @@ def test_auto_mode_never_guesses_a_fork_or_loses_history(stored: list, incoming:
         assert match.kind == "fork" and 0 < k < len(stored)
         assert result == incoming and stored[:k] == incoming[:k]
         assert incoming[: len(stored)] != stored
+
+
+@given(st.lists(st.sampled_from(["u1", "a1", "u2", "é", '"q"']), min_size=1, max_size=8), st.data())
+def test_a_fingerprint_known_to_the_process_recognises_exactly_what_hashing_would(
+    texts: list[str], data: st.DataObject
+) -> None:
+    """Digests change no answer: a resent conversation is recognised by memcmp against the
+    bytes its fingerprint was taken of, an edited one is not, and the next fingerprint is
+    the one hashing every byte gives."""
+    digests = Digests()
+    sent = [user(text) for text in texts]
+    fingerprint = Serialized(sent, 0, digests).fingerprint(len(sent), "h")
+    edited = list(sent)
+    at = data.draw(st.integers(min_value=0, max_value=len(sent) - 1))
+    edited[at] = user(texts[at].swapcase())  # the same length, other bytes
+    for later in ([*sent, bot("r"), user("n")], [*edited, bot("r"), user("n")]):
+        known, plain = Serialized(later, 0, digests), Serialized(later)
+        assert known.starts_with(fingerprint) == plain.starts_with(fingerprint)
+        assert known.fingerprint(len(later), "h") == plain.fingerprint(len(later), "h")
+    resent = Serialized([*sent, bot("r")], 0, digests)
+    assert digests.taken(fingerprint.digest, resent.whole, 1, fingerprint.length - 2) is not None
+
+
+def test_digests_keep_their_bytes_bound_and_the_latest_whatever_its_size() -> None:
+    digests = Digests(kept_bytes=150)  # two of these
+    prints = [Serialized([user(str(n) * 40)], 0, digests).fingerprint(1, "h") for n in range(5)]
+    whole = [orjson.dumps([user(str(n) * 40)]) for n in range(5)]
+    held = [
+        digests.taken(p.digest, w, 1, p.length - 2) is not None
+        for p, w in zip(prints, whole, strict=True)
+    ]
+    assert held == [False, False, False, True, True]
+    huge = Serialized([user("x" * 500)], 0, digests).fingerprint(1, "h")
+    assert digests.taken(huge.digest, orjson.dumps([user("x" * 500)]), 1, huge.length - 2)

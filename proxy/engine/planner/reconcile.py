@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -15,20 +16,57 @@ from proxy.conversation.tokens import token_bound
 from proxy.engine.planner.agent_compaction import restarts, resumes
 from proxy.sessions.records import Fingerprint, Mode, SessionMeta
 
-__all__ = ["NEED_STORED_HASHES", "Match", "Serialized", "frame_of", "reconcile"]
+__all__ = ["NEED_STORED_HASHES", "Digests", "Match", "Serialized", "frame_of", "reconcile"]
 
 Kind = Literal["new", "full", "append", "fork", "side", "chapter"]
 NEED_STORED_HASHES: Final = "need stored hashes"
 _COMMA, _CLOSE = ord(","), ord("]")
+# Conversations' bytes a process keeps, in all, with their digests: a resent conversation
+# is then compared with them at memcmp's speed and only its new bytes are hashed.
+KEPT_DIGESTED_BYTES = 16 << 20
+
+
+class Digests:
+    """Fingerprints this process took lately, each with the bytes it digests and the hash's
+    state after them, the latest `kept_bytes` of them (a cache of a pure function, checked
+    byte for byte on every use)."""
+
+    def __init__(self, kept_bytes: int = KEPT_DIGESTED_BYTES) -> None:
+        self._kept_bytes = kept_bytes
+        self._bytes = 0
+        self._known: OrderedDict[str, tuple[memoryview, Any]] = OrderedDict()
+
+    def taken(self, digest: str, data: bytes, start: int, length: int) -> Any | None:
+        """A copy of the hash's state after data[start:start + length], if those are the
+        bytes `digest` was taken of here lately (compared at memcmp's speed)."""
+        known = self._known.get(digest)
+        if known is None or len(known[0]) != length or not data.startswith(known[0], start):
+            return None
+        self._known.move_to_end(digest)
+        return known[1].copy()
+
+    def keep(self, digest: str, data: memoryview, hasher: Any) -> None:
+        if digest in self._known:
+            self._known.move_to_end(digest)
+            return
+        self._known[digest] = data, hasher.copy()
+        self._bytes += len(data)
+        while self._bytes > self._kept_bytes and len(self._known) > 1:
+            _, (dropped, _) = self._known.popitem(last=False)
+            self._bytes -= len(dropped)
 
 
 class Serialized:
     """A request's messages serialized once by orjson, the conversation's prefixes digested
-    without copying, so each byte is hashed once."""
+    without copying, so each byte is hashed once (and a prefix `digests` knows, not even
+    once)."""
 
-    __slots__ = ("_conversation", "_hasher", "_position", "whole")
+    __slots__ = ("_conversation", "_digests", "_hasher", "_position", "whole")
 
-    def __init__(self, messages: list[Any], system: int = 0) -> None:
+    def __init__(
+        self, messages: list[Any], system: int = 0, digests: Digests | None = None
+    ) -> None:
+        self._digests = digests
         self.whole = orjson.dumps(messages)
         # The conversation's own array is "[" + the bytes after the system items.
         skip = len(orjson.dumps(messages[:system])) if system else 1
@@ -55,7 +93,11 @@ class Serialized:
 
     def fingerprint(self, count: int, head: str) -> Fingerprint:
         """The fingerprint of this whole conversation of `count` messages."""
-        return Fingerprint(count, len(self), self.digest(len(self) - 1), head)
+        end = len(self) - 1
+        digest = self.digest(end)
+        if self._digests is not None:
+            self._digests.keep(digest, self._conversation[: end - 1], self._hasher)
+        return Fingerprint(count, len(self), digest, head)
 
     def starts_with(self, fingerprint: Fingerprint) -> bool:
         """Whether the first `fingerprint.count` messages are the bytes it was taken of (JSON
@@ -63,6 +105,12 @@ class Serialized:
         end = fingerprint.length - 1
         if end < 1 or len(self) <= end or self._conversation[end - 1] not in (_COMMA, _CLOSE):
             return False
+        if self._digests is not None and self._position == 1:
+            skip = len(self.whole) - len(self._conversation)
+            known = self._digests.taken(fingerprint.digest, self.whole, skip, end - 1)
+            if known is not None:
+                self._hasher, self._position = known, end
+                return True
         return self.digest(end) == fingerprint.digest
 
 

@@ -1,0 +1,81 @@
+"""Messages validated as OpenAI validates them, each error naming the field, and the
+byte bound a conversation without a session is planned by."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.conversation.tokens import token_bound, within_token_bound
+from proxy.conversation.validation import validate_messages
+from proxy.errors import InvalidRequest
+
+pytestmark = pytest.mark.unit
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+GOOD: list[Any] = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ann"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    {"role": "assistant", "content": "done", "name": None},
+]
+
+
+def test_a_well_formed_conversation_passes() -> None:
+    validate_messages(GOOD)
+
+
+@pytest.mark.parametrize(
+    ("bad", "param"),
+    [
+        ("hello", "messages[5]"),
+        ({"role": "wizard", "content": "x"}, "messages[5].role"),
+        ({"role": ["user"], "content": "x"}, "messages[5].role"),
+        ({"role": "user", "content": 7}, "messages[5].content"),
+        ({"role": "user"}, "messages[5].content"),
+        ({"role": "user", "content": "x", "name": 3}, "messages[5].name"),
+        ({"role": "user", "content": [{"text": "x"}]}, "messages[5].content[0]"),
+        ({"role": "user", "content": [{"type": "text"}]}, "messages[5].content[0].text"),
+        ({"role": "assistant", "content": None, "tool_calls": {}}, "messages[5].tool_calls"),
+        ({"role": "assistant", "content": None, "tool_calls": [{}]}, "messages[5].tool_calls[0]"),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [CALL, CALL]},
+            "messages[5].tool_calls[1].id",
+        ),
+        ({"role": "tool", "content": "x"}, "messages[5].tool_call_id"),
+        ({"role": "tool", "tool_call_id": "c9", "content": "x"}, "messages[5].tool_call_id"),
+    ],
+)
+def test_each_malformed_message_is_a_400_naming_its_field(bad: Any, param: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        validate_messages([*GOOD, bad])
+    assert raised.value.param == param
+    assert raised.value.code == "invalid_value"
+
+
+def test_the_param_counts_from_the_requests_own_list() -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        validate_messages([{"role": "user", "content": 1}], offset=3)
+    assert raised.value.param == "messages[3].content"
+
+
+def test_a_result_at_the_start_of_a_continuation_may_answer_a_stored_call() -> None:
+    result = {"role": "tool", "tool_call_id": "stored", "content": "x"}
+    validate_messages([result], continues=True)
+    with pytest.raises(InvalidRequest):
+        validate_messages([result])
+
+
+_PIECES = st.sampled_from(["a", "b", ",", ":", '"', "{", "]", " ", "é", '"image_url"'])
+_TEXT = st.lists(_PIECES, max_size=100).map("".join)
+
+
+@given(_TEXT, st.integers(min_value=0, max_value=40_000))
+def test_the_bound_is_checked_as_the_exact_bound_would_check_it(text: str, limit: int) -> None:
+    data = orjson.dumps([{"role": "user", "content": text}]) + text.encode()
+    assert within_token_bound(data, limit) == (token_bound(data) <= limit)
