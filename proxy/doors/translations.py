@@ -7,10 +7,10 @@ that speaks another API would translate every message of it, in Python, each tim
 render the window back into that API, message by message, again. So each door keeps,
 for the conversations it served lately, what it made of them:
 
-- `Translations`: the client's messages (or input items) as it sent them, and their
-  chat form. A request whose messages begin with the kept ones (compared as parsed
-  values, at C speed) is translated from there on only; the chat messages of the kept
-  part are the same objects as before.
+- `Translations`: the client's messages (or input items) as orjson writes them, and
+  their chat form. A request whose messages begin with the kept ones (their JSON
+  compared at memcmp's speed) is translated from there on only; the chat messages of
+  the kept part are the same objects as before.
 - `Renderings`: the latest window rendered in the door's API, turn by turn, each with
   its JSON. The engine's window holds the same chat objects from turn to turn (those of
   a kept translation, or of the stored window `proxy.engine.history` keeps), so the
@@ -52,7 +52,7 @@ __all__ = [
 # rendered (a window is rendered per session, and without one, per conversation); and
 # their bytes as JSON (the client's messages, the turns rendered), which bind only
 # where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB, and two
-# such conversations served in turn are each kept. Parsed, what is kept weighs four to
+# such conversations served in turn are each kept. Parsed, a chat form weighs four to
 # five times its JSON (58 MB in the doors' caches after the fuzz's megabyte bodies; at
 # 2 MiB each the fuzz's memory after its run was no lower). The latest conversation is
 # kept whatever its size.
@@ -75,10 +75,18 @@ def conversation_key(tenant: str, first: Any) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Translation:
-    native: list[Any]  # the messages (items) as the client sent them
+    json: bytes  # the messages (items) as the client sent them, as orjson writes them
+    ends: list[int]  # where each message's JSON ends in `json`
     chat: list[dict[str, Any]]  # their chat form
     resume: tuple[int, int]  # where a longer conversation's translation may go on
-    sizes: list[int]  # each message's bytes as JSON
+
+    def begins(self, data: bytes, count: int) -> bool:
+        """Whether the JSON array `data` begins with this one's first `count` messages
+        (JSON values delimit themselves: equal bytes up to a `,` or `]` are equal values)."""
+        if count == 0:
+            return True
+        end = self.ends[count - 1]
+        return data[end : end + 1] in (b",", b"]") and data.startswith(memoryview(self.json)[:end])
 
 
 class Translations:
@@ -95,31 +103,37 @@ class Translations:
 
     def chat(self, key: bytes, native: list[Any], convert: Convert) -> list[dict[str, Any]]:
         """`native` in chat form: the kept translation's, where `native` begins with its
-        messages, and `convert`'s for the rest."""
+        messages (compared as orjson writes them, at memcmp's speed), and `convert`'s for
+        the rest."""
         known = self._known.pop(key, None)
-        start, made, kept, sizes = 0, 0, native, []
         if known is not None:
-            self._held -= len(known.native)
-            self._bytes -= sum(known.sizes)
+            self._held -= len(known.ends)
+            self._bytes -= len(known.json)
+        try:
+            data = orjson.dumps(native)
+        except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
+            chat: list[dict[str, Any]] = []
+            convert(native, 0, chat)
+            return chat
+        start, made = 0, 0
+        if known is not None:
             at, length = known.resume
-            if at <= len(native) and native[:at] == known.native[:at]:
-                # The kept messages, not this request's equal copies: one copy of their
-                # texts stays, the one their chat form holds.
-                start, made, kept = at, length, known.native[:at] + native[at:]
-                sizes = known.sizes[:at]
+            if at <= len(native) and known.begins(data, at):
+                start, made = at, length
         chat = known.chat[:made] if known is not None else []
         resume = convert(native, start, chat)
-        try:  # the new messages only, at C speed
-            sizes += map(len, map(orjson.dumps, native[start:]))
-        except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
-            return chat
-        self._known[key] = Translation(kept, chat, resume, sizes)
+        ends = known.ends[:start] if known is not None else []
+        end = ends[-1] if ends else 0
+        for message in native[start:]:  # the new messages only, at C speed each
+            end += 1 + len(orjson.dumps(message))  # a `[` or `,`, then the message
+            ends.append(end)
+        self._known[key] = Translation(data, ends, chat, resume)
         self._held += len(native)
-        self._bytes += sum(sizes)
+        self._bytes += len(data)
         while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
             _, dropped = self._known.popitem(last=False)
-            self._held -= len(dropped.native)
-            self._bytes -= sum(dropped.sizes)
+            self._held -= len(dropped.ends)
+            self._bytes -= len(dropped.json)
         return chat
 
 

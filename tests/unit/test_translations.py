@@ -180,7 +180,7 @@ def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None
         )
         assert again[0]["messages"][1] is first[1]  # resumed, not translated afresh
         known = translations._known.values()
-        assert translations._bytes == sum(_json_bytes(t.native) for t in known)
+        assert translations._bytes == sum(len(t.json) for t in known)
         assert translations._bytes <= (4 << 20) + _json_bytes(conversation)
     assert 2 <= len(translations._known) < 8
 
