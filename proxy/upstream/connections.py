@@ -37,6 +37,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.payload import BytesPayload
 
 from proxy.upstream import reading
+from proxy.upstream.pieces import Pieces
 
 __all__ = ["session"]
 
@@ -225,4 +226,4 @@ def _resendable(request: aiohttp.ClientRequest) -> bool:
     """Whether the request's body can be sent again as it was (bytes, not a stream
     already read)."""
     body = request.body
-    return body == b"" or isinstance(body, BytesPayload)
+    return body == b"" or isinstance(body, BytesPayload | Pieces)

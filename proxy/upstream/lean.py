@@ -26,6 +26,7 @@ import orjson
 from proxy.errors import ProxyError
 from proxy.upstream import adapter, connections, reading
 from proxy.upstream.failures import provider_words
+from proxy.upstream.pieces import Pieces
 
 __all__ = [
     "Completion",
@@ -212,7 +213,7 @@ class DirectClient:
         self,
         params: dict[str, Any],
         url: str,
-        body: bytes,
+        body: bytes | Pieces,
         headers: dict[str, str],
         *,
         stream: bool,
@@ -293,14 +294,14 @@ async def _checked(
         yield response
 
 
-def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes:
+def _body(payload: dict[str, Any], model: str, messages: bytes | None) -> bytes | Pieces:
     """The request body for the deployment's model; `messages`, when given, is the
-    messages array already serialized (spliced in rather than serialized again)."""
+    messages array already serialized (sent as it is rather than serialized again)."""
     if messages is None:
         return orjson.dumps({**payload, "model": model})
     rest = {key: value for key, value in payload.items() if key != "messages"}
     head = orjson.dumps({**rest, "model": model})[:-1]
-    return b"".join((head, b',"messages":', messages, b"}"))  # one copy of the messages
+    return Pieces((head + b',"messages":', messages, b"}"))  # the messages not copied
 
 
 def parsed_reply(raw: bytes, params: dict[str, Any]) -> dict[str, Any]:

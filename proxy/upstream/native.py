@@ -37,6 +37,7 @@ from proxy.conversation.identity import compact
 from proxy.errors import UpstreamFailure
 from proxy.upstream import adapter, reading
 from proxy.upstream.lean import DirectClient, Events, chained, parsed_reply, unfinished
+from proxy.upstream.pieces import Pieces
 
 __all__ = [
     "ITEMS",
@@ -260,7 +261,7 @@ class NativeClient(DirectClient):
         if extra_body:
             body = orjson.dumps(orjson.loads(body) | extra_body)
         field = b',"' + ITEMS[api].encode() + b'":'
-        data = b"".join((body[:-1], field, params["native_items"], b"}"))  # one copy
+        data = Pieces((body[:-1] + field, params["native_items"], b"}"))  # the items not copied
         return self._send(params, url, data, headers, stream=stream)
 
 
