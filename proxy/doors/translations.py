@@ -209,8 +209,10 @@ class Renderings:
         self._bytes -= known[1]
         return known[0]
 
-    def kept(self, key: Hashable, rendered: Rendered) -> None:
-        size = sum(map(len, map(_JSON, rendered.turns)))
+    def kept(self, key: Hashable, rendered: Rendered, size: int | None = None) -> None:
+        """Keep `rendered`, whose window is `size` bytes as JSON (`joined`'s length, where
+        the caller has it: counting its turns again is a pass over them)."""
+        size = len(joined(rendered.turns)) if size is None else size
         self._known[key] = rendered, size
         self._held += len(rendered.window)
         self._bytes += size

@@ -16,7 +16,7 @@ from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
-from proxy.doors.translations import Renderings, Translations
+from proxy.doors.translations import Renderings, Translations, joined
 from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT, sent_of
 
 
@@ -212,7 +212,7 @@ def test_what_a_door_renders_of_large_messages_is_bounded_by_their_bytes() -> No
         native = MessagesNative(body, renderings, f"conversation {number}".encode())
         native.request(chat, summarized=False, mid_system=False)
         assert native.serialized is not None
-        kept = [sum(len(turn.json) for turn in r.turns) for r, _ in renderings._known.values()]
+        kept = [len(joined(r.turns)) for r, _ in renderings._known.values()]
         assert renderings._bytes == sum(kept)
         assert renderings._bytes <= (4 << 20) + len(native.serialized[0])
     assert 2 <= len(renderings._known) < 8

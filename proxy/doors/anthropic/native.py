@@ -87,8 +87,8 @@ class MessagesNative:
         # By conversation, and by what the model takes: a turn is rendered for both.
         key = (session if session is not None else self._conversation, mid_system)
         rendered = rendered_turns(messages[lead:], self._renderings.taken(key), mid_system)
-        self._renderings.kept(key, rendered)
         window = joined(rendered.turns)
+        self._renderings.kept(key, rendered, len(window))
         self.serialized = window, not any(map(_REPAIRED, rendered.turns))
         # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.
         out: dict[str, Any] = {"model": chat["model"], "messages": orjson.Fragment(window)}

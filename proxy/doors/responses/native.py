@@ -90,8 +90,8 @@ class ResponsesNative:
             messages = messages[1:]
         key = session if session is not None else self._conversation
         rendered = rendered_items(messages, self._renderings.taken(key))
-        self._renderings.kept(key, rendered)
         window = joined(rendered.turns)
+        self._renderings.kept(key, rendered, len(window))
         self.serialized = window, not any(map(_REPAIRED, rendered.turns))
         out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
