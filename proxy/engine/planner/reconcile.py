@@ -34,7 +34,7 @@ class Digests:
     def __init__(self, kept_bytes: int = KEPT_DIGESTED_BYTES) -> None:
         self._kept_bytes = kept_bytes
         self._bytes = 0
-        self._known: OrderedDict[str, tuple[memoryview, Any]] = OrderedDict()
+        self._known: OrderedDict[str, tuple[memoryview, Any, int]] = OrderedDict()
 
     def taken(self, digest: str, data: bytes, start: int, length: int) -> Any | None:
         """A copy of the hash's state after data[start:start + length], if those are the
@@ -49,11 +49,12 @@ class Digests:
         if digest in self._known:
             self._known.move_to_end(digest)
             return
-        self._known[digest] = data, hasher.copy()
-        self._bytes += len(data)
+        held = memoryview(data.obj).nbytes  # the whole buffer `data` views stays alive
+        self._known[digest] = data, hasher.copy(), held
+        self._bytes += held
         while self._bytes > self._kept_bytes and len(self._known) > 1:
-            _, (dropped, _) = self._known.popitem(last=False)
-            self._bytes -= len(dropped)
+            _, (_, _, dropped) = self._known.popitem(last=False)
+            self._bytes -= dropped
 
 
 class Serialized:
