@@ -59,7 +59,9 @@ class History:
         meta = await self._store.load(*request.key)
         serialized = None
         if conversation and request.mode != "append" and meta is not None and meta.length:
-            serialized = Serialized(request.messages, len(request.system), self._digests)
+            serialized = Serialized(
+                request.messages, len(request.system), self._digests, request.messages_json
+            )
             await pause(len(serialized))
         # A full-resend client's prefix is known by its fingerprint: only what follows it is
         # validated, hashed and counted.
@@ -103,7 +105,9 @@ class History:
                 serialized=serialized,
             )
         if match.kind != "append" and serialized is None and conversation:
-            serialized = Serialized(request.messages, len(request.system), self._digests)
+            serialized = Serialized(
+                request.messages, len(request.system), self._digests, request.messages_json
+            )
             await pause(len(serialized))
         new_messages = conversation[match.start :]
         if match.start == 0 and new_messages and new_messages[0].get("role") == "tool":

@@ -92,6 +92,7 @@ class Intake:
             continues=context.continues,
             memory_id=context.memory_id,
             frame=frame_of(system_json, tools_json) if key is not None else "",
+            messages_json=context.messages_json,
             reply_limit=reply_limit,
             prices=limits.prices,
             **self._caching(model, body, context, limits.prices),
@@ -152,12 +153,14 @@ class Intake:
         await self.validated(request)
         base = request.system_tokens + request.tools_tokens
         if context.body and within_token_bound(context.body, request.budget - base):
+            written = request.messages_json
             return Turn(
                 body,
                 request.model,
                 managed=True,
                 input_limit=request.input_limit,
                 prices=request.prices,
+                messages_json=bytes(written) if written is not None else None,
             )
         counts, plan = await self.truncated(request)
         original = base + sum(counts)

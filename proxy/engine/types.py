@@ -52,6 +52,9 @@ class RequestContext:
     # `previous_response_id`): the session must be exactly that long.
     continues: int | None = None
     memory_id: str | None = None  # the memory shared across sessions (`memory.enabled`)
+    # The body's messages as orjson writes them, where the client wrote them so (a view of
+    # `body`): the engine need not write them again.
+    messages_json: memoryview | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class Request:
     continues: int | None = None  # see `RequestContext.continues`
     memory_id: str | None = None
     frame: str = ""  # `proxy.engine.planner.reconcile.frame_of` its system messages and tools
+    messages_json: memoryview | None = None  # `RequestContext.messages_json`
     reply_limit: int = 1 << 20  # bytes of the reply the session keeps (`session.max_reply_bytes`)
     prices: Prices | None = None  # the model's (`proxy.upstream.limits.model_prices`)
     # For the provider's prompt cache (`proxy.engine.planner.caching`): the cache marks the client

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,8 +34,10 @@ from proxy.errors import InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
 from proxy.http.bodies import (
+    CONVERSATION,
     ClientDisconnected,
     parse_json,
+    parse_resent,
     principal,
     read_body,
     unless_disconnected,
@@ -49,6 +52,7 @@ from proxy.http.errors import (
     too_deep_error,
     unexpected_error,
 )
+from proxy.http.resends import Resends
 from proxy.http.sessions import SessionApi, model_not_allowed
 from proxy.http.sse import TurnStream, framed_events
 from proxy.http.telemetry import RequestTelemetry
@@ -115,9 +119,16 @@ class Proxy:
             settings=settings, upstream=upstream, store=store, clock=clock, secret=secret
         )
         self.messages = MessagesDoor(settings.session.id_fields)
+        # The suite's servers check every resent body against a whole parse (`Resends`).
+        self.resends = Resends(check=os.environ.get("CONTEXT_PROXY_CHECK_RESENDS") == "1")
 
     def _request_context(
-        self, request: Request, caller: Principal, body: bytes, inbound: Inbound
+        self,
+        request: Request,
+        caller: Principal,
+        body: bytes,
+        inbound: Inbound,
+        messages_json: memoryview | None = None,
     ) -> RequestContext:
         header = self.settings.session.header
         name = request.headers.get(header)
@@ -137,6 +148,7 @@ class Proxy:
             body=body,
             continues=inbound.continues,
             memory_id=headers.memory_id(request.headers, self.settings.memory) if named else None,
+            messages_json=messages_json,
         )
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
@@ -164,16 +176,24 @@ class Proxy:
     async def _turn(self, door: Door, request: Request, telemetry: RequestTelemetry) -> Response:
         """Translate the request, run the engine's one turn, translate the reply back."""
         raw = await read_body(request, self.settings.server)
-        body = parse_json(raw)
-        await pause(len(raw))
         caller = principal(request)
+        # A conversation resent by the same caller, in the same session, through the same
+        # door is parsed from where it is new.
+        key = (caller.tenant, request.headers.get(self.settings.session.header), door.api)
+        parsed = parse_resent(raw, self.resends, key, CONVERSATION[door.api])
+        body = parsed.data
+        await pause(len(raw))
+        messages = body.get("messages")
         inbound = await door.inbound(body, caller.tenant)
         model = inbound.body["model"]
         telemetry.model = self.engine.label(model)
         if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
         self.upstream.models.check(model)
-        context = self._request_context(request, caller, raw, inbound)
+        # The client's messages, as orjson writes them, where the engine takes them as sent.
+        same = inbound.body.get("messages") is messages and messages is not None
+        written = parsed.messages_json if same else None
+        context = self._request_context(request, caller, raw, inbound, written)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 import orjson
@@ -20,10 +20,13 @@ from proxy.errors import (
 )
 from proxy.http.auth import Principal
 from proxy.http.browser import require_json
+from proxy.http.resends import Parsed, Resends
 
 __all__ = [
+    "CONVERSATION",
     "ClientDisconnected",
     "parse_json",
+    "parse_resent",
     "principal",
     "read_body",
     "too_deep",
@@ -71,16 +74,32 @@ async def read_body(request: Request, server: ServerSettings) -> bytes:
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or an OpenAI-shaped 400: also one that nests deeper
-    than orjson writes (255 levels; it reads 1,024), which could be neither stored nor
-    sent on, nor echoed in a reply, and would fail only once the provider was paid (a
-    Responses stream, after its headers). Checked by writing the parameters, a C pass
-    over a few kilobytes; the conversation is written before any call anyway (its
-    messages are hashed, or serialized for the provider), which refuses it as deep."""
+    """The body as a JSON object, or an OpenAI-shaped 400 (`checked`)."""
+    return _checked(_loaded(orjson.loads, body))
+
+
+def parse_resent(body: bytes, resends: Resends, key: Hashable, conversation: str) -> Parsed:
+    """`parse_json`, a conversation resent under `key` parsed from where it is new
+    (`proxy.http.resends`)."""
+    parsed = _loaded(lambda raw: resends.parse(raw, key, conversation), body)
+    _checked(parsed.data)
+    return parsed
+
+
+def _loaded(loads: Callable[[bytes], T], body: bytes) -> T:
     try:
-        data = orjson.loads(body)
+        return loads(body)
     except orjson.JSONDecodeError:
         raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    """`data` if it is a JSON object, else a 400: also one that nests deeper than orjson
+    writes (255 levels; it reads 1,024), which could be neither stored nor sent on, nor
+    echoed in a reply, and would fail only once the provider was paid (a Responses
+    stream, after its headers). Checked by writing the parameters, a C pass over a few
+    kilobytes; the conversation is written before any call anyway (its messages are
+    hashed, or serialized for the provider), which refuses it as deep."""
     if not isinstance(data, dict):
         raise InvalidRequest("Request body must be a JSON object.", code="invalid_json")
     try:
@@ -98,7 +117,8 @@ def too_deep() -> InvalidRequest:
 
 # Where each door's request holds its conversation: `messages` (chat, Messages), `input`
 # (Responses).
-_CONVERSATION = frozenset({"messages", "input"})
+CONVERSATION = {"chat": "messages", "messages": "messages", "responses": "input"}
+_CONVERSATION = frozenset(CONVERSATION.values())
 
 
 def _too_large(limit: int) -> ProxyError:

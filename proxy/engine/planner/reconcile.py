@@ -65,10 +65,15 @@ class Serialized:
     __slots__ = ("_conversation", "_digests", "_hasher", "_position", "whole")
 
     def __init__(
-        self, messages: list[Any], system: int = 0, digests: Digests | None = None
+        self,
+        messages: list[Any],
+        system: int = 0,
+        digests: Digests | None = None,
+        written: memoryview | None = None,
     ) -> None:
         self._digests = digests
-        self.whole = orjson.dumps(messages)
+        # `written`: the messages as the client sent them, where that is orjson's JSON.
+        self.whole = bytes(written) if written is not None else orjson.dumps(messages)
         # The conversation's own array is "[" + the bytes after the system items.
         skip = len(orjson.dumps(messages[:system])) if system else 1
         self._conversation = memoryview(self.whole)[skip:]

@@ -1,0 +1,179 @@
+"""A resent conversation parsed from where it is new.
+
+A client resends its whole conversation every turn: 5,000 messages are 1.4 MB of JSON,
+and parsing them (and freeing what the parse made) was the largest part of a long
+request's cost. So the proxy keeps, for the bodies it parsed lately, by caller and
+conversation, where each one's conversation array opens and where its last message
+ends, and those messages parsed. A body that begins with those bytes (compared at
+memcmp's speed) is the same request up to there: it is parsed with the kept messages
+stood in for by one `0`, and the kept messages are put back in its place, the same
+objects as before.
+
+The bytes kept are checked to be orjson's own serialization of the messages kept (what
+nearly every client writes: compact, UTF-8), so a kept prefix is exactly those messages,
+and the result is exactly `orjson.loads(body)`. Anything else (another spacing, a
+duplicate key, a message too deep to write) is parsed whole, as before. It is a cache of
+a pure function of the body, keyed by its caller, so it changes no answer and shows one
+tenant nothing of another's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["Parsed", "Resends"]
+
+# Bodies a process keeps parsed, what they weigh in all (their bytes and their messages
+# parsed: `weight`), and the fewest messages a body has for keeping it to be worth it (a
+# short conversation costs little to parse whole).
+KEPT_RESENT_WEIGHT = 32 << 20
+KEPT_PER_KEY = 4
+FEWEST_KEPT_MESSAGES = 16
+# What a message weighs parsed, beyond its JSON's bytes: its dict and its values.
+_MESSAGE_WEIGHT = 512
+# Where each door's conversation is: `messages` (chat, Messages), `input` (Responses).
+_OPENS = {
+    name: re.compile(rb'"' + name.encode() + rb'"[ \t\r\n]*:[ \t\r\n]*\[')
+    for name in ("messages", "input")
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A body parsed; `messages_json`, where known, the bytes of its conversation array as
+    orjson writes it (a view of the body: no copy)."""
+
+    data: dict[str, Any]
+    messages_json: memoryview | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Kept:
+    body: bytes  # the body, of which [:end] is compared
+    opens: int  # just after its conversation array's `[`
+    end: int  # just after its last message
+    messages: list[Any]  # parsed (a list of its own: the caller's may change)
+
+    @property
+    def weight(self) -> int:
+        """What it holds: the body, and its messages parsed (their text, and more)."""
+        return len(self.body) + self.end + _MESSAGE_WEIGHT * len(self.messages)
+
+
+class Resends:
+    """Bodies parsed lately, by key (caller, session, door), each kept as `_Kept`."""
+
+    def __init__(self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False) -> None:
+        self._kept_weight = kept_weight
+        # The test suite's servers parse each resent body whole too, and compare: a kept
+        # message changed in place by anything after the parse would show there.
+        self._check = check
+        self._weight = 0
+        self._known: OrderedDict[Hashable, list[_Kept]] = OrderedDict()
+
+    def parse(self, body: bytes, key: Hashable, name: str) -> Parsed:
+        """`orjson.loads(body)`, its conversation (`name`) parsed only after what a body
+        kept under `key` holds; raises orjson's error for a body that is not JSON."""
+        for kept in self._known.get(key, ()):
+            if len(body) > kept.end and body.startswith(memoryview(kept.body)[: kept.end]):
+                parsed = self._resent(body, kept, key, name)
+                if parsed is not None:
+                    if self._check and parsed.data != orjson.loads(body):
+                        raise AssertionError("a kept message was changed after its parse")
+                    return parsed
+                break
+        data = orjson.loads(body)
+        return Parsed(data, self._keep_new(body, data, key, name))
+
+    def _resent(self, body: bytes, kept: _Kept, key: Hashable, name: str) -> Parsed | None:
+        """`body`, which begins with `kept`'s messages, parsed from where they end; None
+        where it cannot be (its key again after them, or a body that is not JSON)."""
+        tail = body[kept.end :]
+        if b'"' + name.encode() + b'"' in tail:
+            return None  # the conversation's key again: only a whole parse says which wins
+        try:
+            data = orjson.loads(body[: kept.opens] + b"0" + tail)
+        except orjson.JSONDecodeError:
+            return None  # the whole parse raises its error
+        found = data.get(name)
+        if not isinstance(found, list) or not found or type(found[0]) is not int:
+            return None
+        new = found[1:]
+        data[name] = kept.messages + new
+        end = self._written(body, kept.end, new, ",")
+        self._drop(key, kept)
+        if end is None:
+            return Parsed(data)
+        self._keep(key, _Kept(body, kept.opens, end, kept.messages + new))
+        return Parsed(data, self._array(body, kept.opens, end))
+
+    def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> memoryview | None:
+        """Keep a body parsed whole, where its conversation is long enough to be worth it
+        and written as orjson writes it; the view of its conversation array, if it is."""
+        messages = data.get(name) if isinstance(data, dict) else None
+        if not isinstance(messages, list) or len(messages) < FEWEST_KEPT_MESSAGES:
+            return None
+        found = _OPENS[name].search(body)
+        if found is None:
+            return None
+        opens = found.end()
+        end = self._written(body, opens, messages, "")
+        if end is None or not self._stands_for(body, opens, end, data, name):
+            return None
+        self._keep(key, _Kept(body, opens, end, list(messages)))
+        return self._array(body, opens, end)
+
+    @staticmethod
+    def _written(body: bytes, start: int, messages: list[Any], before: str) -> int | None:
+        """Where `messages` end in `body`, if they are written from `start` on (after
+        `before`) as orjson writes them, joined by commas; else None."""
+        if not messages:
+            return start
+        try:
+            written = before.encode() + b",".join(map(orjson.dumps, messages))
+        except orjson.JSONEncodeError:  # deeper than orjson writes: refused later
+            return None
+        return start + len(written) if body.startswith(written, start) else None
+
+    @staticmethod
+    def _stands_for(body: bytes, opens: int, end: int, data: dict[str, Any], name: str) -> bool:
+        """Whether body[opens:end] is the conversation's messages, the top level's: the body
+        with them as one `0` is the same body with `[0]` for its conversation."""
+        try:
+            again = orjson.loads(body[:opens] + b"0" + body[end:])
+        except orjson.JSONDecodeError:
+            return False
+        if again.get(name) != [0] or len(again) != len(data):
+            return False
+        return all(value == data.get(other) for other, value in again.items() if other != name)
+
+    @staticmethod
+    def _array(body: bytes, opens: int, end: int) -> memoryview | None:
+        """The conversation array's bytes, where nothing but the messages lies between its
+        brackets."""
+        if end < len(body) and body[end] == ord("]"):
+            return memoryview(body)[opens - 1 : end + 1]
+        return None
+
+    def _keep(self, key: Hashable, kept: _Kept) -> None:
+        entries = self._known.setdefault(key, [])
+        entries.insert(0, kept)
+        self._weight += kept.weight
+        while len(entries) > KEPT_PER_KEY:
+            self._weight -= entries.pop().weight
+        self._known.move_to_end(key)
+        while self._weight > self._kept_weight and len(self._known) > 1:
+            _, dropped = self._known.popitem(last=False)
+            self._weight -= sum(entry.weight for entry in dropped)
+
+    def _drop(self, key: Hashable, kept: _Kept) -> None:
+        entries = self._known.get(key)
+        if entries is not None and kept in entries:
+            entries.remove(kept)
+            self._weight -= kept.weight

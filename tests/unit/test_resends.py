@@ -1,0 +1,170 @@
+"""`Resends`: a resent conversation parsed from where it is new is the body parsed whole."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.http.resends import FEWEST_KEPT_MESSAGES, Resends
+
+pytestmark = pytest.mark.unit
+
+N = FEWEST_KEPT_MESSAGES + 4
+
+
+def conversation(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    texts = ["plain", 'quote " and \\ slash', "ünïcödé ✓", "tab\tnew\nline", "[x]", "{,:}"]
+    return [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"{n} {rng.choice(texts)}"}
+        for n in range(count)
+    ]
+
+
+def body(messages: list[Any], name: str = "messages", **params: Any) -> bytes:
+    return orjson.dumps({"model": "m", **params, name: messages, "stream": False})
+
+
+def test_a_resent_conversation_is_parsed_from_where_it_is_new() -> None:
+    resends = Resends()
+    messages = conversation(N)
+    first = resends.parse(body(messages), "k", "messages")
+    assert first.data == orjson.loads(body(messages))
+    messages += [{"role": "assistant", "content": "reply"}, {"role": "user", "content": "more"}]
+    again = resends.parse(body(messages), "k", "messages")
+    assert again.data == orjson.loads(body(messages))
+    # The kept messages are the same objects: parsed once.
+    assert again.data["messages"][0] is first.data["messages"][0]
+    assert again.data["messages"] is not first.data["messages"]
+    # The conversation array's bytes, as orjson writes them, are a view of the body.
+    assert again.messages_json is not None
+    assert bytes(again.messages_json) == orjson.dumps(messages)
+
+
+def test_a_short_conversation_or_another_caller_is_parsed_whole() -> None:
+    resends = Resends()
+    short = conversation(FEWEST_KEPT_MESSAGES - 1)
+    resends.parse(body(short), "k", "messages")
+    assert not resends._known
+    messages = conversation(N)
+    resends.parse(body(messages), "tenant a", "messages")
+    other = resends.parse(
+        body([*messages, {"role": "user", "content": "x"}]), "tenant b", "messages"
+    )
+    assert other.data["messages"][0] is not resends._known["tenant a"][0].messages[0]
+
+
+def test_an_edit_of_a_kept_message_is_parsed_whole() -> None:
+    resends = Resends()
+    messages = conversation(N)
+    first = resends.parse(body(messages), "k", "messages")
+    edited = [dict(m) for m in messages]
+    edited[3]["content"] = "edited"
+    again = resends.parse(body(edited), "k", "messages")
+    assert again.data == orjson.loads(body(edited))
+    assert again.data["messages"][0] is not first.data["messages"][0]
+
+
+def test_bodies_not_written_as_orjson_writes_them_are_parsed_whole_and_exactly() -> None:
+    resends = Resends()
+    messages = conversation(N)
+    for dumps in (json.dumps, lambda data: json.dumps(data, indent=1, ensure_ascii=False)):
+        for more in range(3):
+            text = dumps({"model": "m", "messages": messages + conversation(more, seed=more)})
+            raw = text.encode()
+            assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+    assert all(not entries for entries in resends._known.values())
+
+
+def test_the_conversations_key_again_after_the_kept_messages_is_parsed_whole() -> None:
+    """A duplicate key: the last one wins, as a whole parse has it."""
+    resends = Resends()
+    messages = conversation(N)
+    raw = body(messages)
+    resends.parse(raw, "k", "messages")
+    again = raw[:-1] + b',"messages":[0]}'
+    assert (
+        resends.parse(again, "k", "messages").data
+        == orjson.loads(again)
+        == {
+            "model": "m",
+            "messages": [0],
+            "stream": False,
+        }
+    )
+
+
+def test_a_key_named_like_the_conversation_inside_an_earlier_parameter() -> None:
+    resends = Resends()
+    messages = conversation(N)
+    raw = body(messages, metadata={"messages": messages})
+    assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+    longer = body([*messages, {"role": "user", "content": "x"}], metadata={"messages": messages})
+    assert resends.parse(longer, "k", "messages").data == orjson.loads(longer)
+
+
+def test_a_resent_body_that_is_not_json_raises_as_a_whole_parse_does() -> None:
+    resends = Resends()
+    messages = conversation(N)
+    raw = body(messages)
+    resends.parse(raw, "k", "messages")
+    broken = raw[:-1] + b',"messages_x":'
+    with pytest.raises(orjson.JSONDecodeError):
+        resends.parse(broken, "k", "messages")
+
+
+def test_responses_input_is_its_conversation() -> None:
+    resends = Resends()
+    items = conversation(N)
+    resends.parse(body(items, "input"), "k", "input")
+    more = [*items, {"role": "user", "content": "x"}]
+    again = resends.parse(body(more, "input"), "k", "input")
+    assert again.data == orjson.loads(body(more, "input"))
+    assert again.data["input"][0] is resends._known["k"][0].messages[0]
+
+
+def test_what_is_kept_is_bounded_by_its_weight() -> None:
+    resends = Resends(kept_weight=1 << 20)
+    for number in range(40):
+        resends.parse(body(conversation(N, seed=number) * 20), f"k{number}", "messages")
+    assert resends._weight == sum(k.weight for e in resends._known.values() for k in e)
+    assert resends._weight <= (1 << 20) + max(k.weight for e in resends._known.values() for k in e)
+    assert 1 <= len(resends._known) < 40
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_JSON, min_size=FEWEST_KEPT_MESSAGES, max_size=FEWEST_KEPT_MESSAGES + 6),
+    st.lists(_JSON, max_size=4),
+    st.lists(st.tuples(st.integers(0, 40), _JSON), max_size=2),
+    st.dictionaries(st.sampled_from(["model", "tools", "stream", "x"]), _JSON, max_size=3),
+)
+def test_any_resend_parses_to_what_a_whole_parse_gives(
+    messages: list[Any], more: list[Any], edits: list[tuple[int, Any]], params: dict[str, Any]
+) -> None:
+    """Any conversation resent longer, edited or with other parameters after it: the same
+    data as `orjson.loads`, every time."""
+    resends = Resends()
+    first = orjson.dumps({**params, "messages": messages})
+    assert resends.parse(first, "k", "messages").data == orjson.loads(first)
+    resent = list(messages) + more
+    for at, value in edits:
+        resent[at % len(resent)] = value
+    for after in ({}, params, {"stream": True}):
+        raw = orjson.dumps({**params, "messages": resent, **after})
+        assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
