@@ -16,6 +16,7 @@ import orjson
 from starlette.responses import JSONResponse, Response
 
 from proxy.conversation.validation import session_id
+from proxy.doors.translations import Written
 from proxy.engine import Turn
 from proxy.upstream.lean import Completion
 from proxy.upstream.native import Native
@@ -123,9 +124,12 @@ class Door(Protocol):
     # key, so they are not passed on, and are named as dropped when a client sends them.
     unsent_headers: tuple[str, ...]
 
-    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> Inbound:
         """The request in the one conversation model (it may read the store: a Responses
-        `item_reference` names a stored reply)."""
+        `item_reference` names a stored reply); `written`, its conversation's JSON where
+        the body holds it as orjson writes it."""
         ...
 
     def reply(

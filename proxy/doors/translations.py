@@ -44,6 +44,7 @@ __all__ = [
     "Renderings",
     "Translation",
     "Translations",
+    "Written",
     "conversation_key",
     "joined",
 ]
@@ -51,15 +52,22 @@ __all__ = [
 # Messages a door keeps, in all, of the conversations it served lately: translated, and
 # rendered (a window is rendered per session, and without one, per conversation); and
 # their bytes as JSON (the client's messages, the turns rendered), which bind only
-# where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB, and two
-# such conversations served in turn are each kept. Parsed, a chat form weighs four to
-# five times its JSON (58 MB in the doors' caches after the fuzz's megabyte bodies; at
-# 2 MiB each the fuzz's memory after its run was no lower). The latest conversation is
-# kept whatever its size.
+# where messages are large: the doors benchmark's 5,000 messages are 1.4 MB, and two
+# such conversations translated in turn, and three windows rendered in turn (a
+# conversation's, and two sessions'), are each kept. (At 4 MiB the three windows
+# evicted each other on every request: each was rendered whole each turn, 35 ms at
+# 5,000 messages.) Parsed, a chat form weighs four to five times its JSON (58 MB in the
+# doors' caches after the fuzz's megabyte bodies; its memory after its run grew to 1.6x
+# fresh with 8 MiB of each), so the bound is tight. The latest conversation is kept
+# whatever its size.
 KEPT_TRANSLATED = 10_000
 KEPT_RENDERED = 16_000
 KEPT_TRANSLATED_BYTES = 4 << 20
-KEPT_RENDERED_BYTES = 4 << 20
+KEPT_RENDERED_BYTES = 6 << 20
+
+# A conversation as the body was parsed, and its JSON as orjson writes it, where the
+# client wrote it so (`proxy.http.resends`): a view of the body, not written again.
+Written = tuple[list[Any], memoryview]
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -101,16 +109,18 @@ class Translations:
         self._bytes = 0  # their JSON's
         self._known: OrderedDict[bytes, Translation] = OrderedDict()
 
-    def chat(self, key: bytes, native: list[Any], convert: Convert) -> list[dict[str, Any]]:
+    def chat(
+        self, key: bytes, native: list[Any], convert: Convert, written: Written | None = None
+    ) -> list[dict[str, Any]]:
         """`native` in chat form: the kept translation's, where `native` begins with its
         messages (compared as orjson writes them, at memcmp's speed), and `convert`'s for
-        the rest."""
+        the rest; `written`, the JSON of `native` where the client's body holds it."""
         known = self._known.pop(key, None)
         if known is not None:
             self._held -= len(known.ends)
             self._bytes -= len(known.json)
         try:
-            data = orjson.dumps(native)
+            data = bytes(written[1]) if written and written[0] is native else orjson.dumps(native)
         except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
             chat: list[dict[str, Any]] = []
             convert(native, 0, chat)

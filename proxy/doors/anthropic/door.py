@@ -18,7 +18,7 @@ from proxy.doors.anthropic.request import OPTIONAL, native_dropped, to_chat
 from proxy.doors.anthropic.response import to_message
 from proxy.doors.anthropic.stream import MessagesFramer
 from proxy.doors.base import Api, Inbound, ORJSONResponse, body_session_id
-from proxy.doors.translations import Renderings, Translations, conversation_key
+from proxy.doors.translations import Renderings, Translations, Written, conversation_key
 from proxy.engine import Turn
 from proxy.upstream.lean import Completion
 
@@ -38,8 +38,10 @@ class MessagesDoor:
         self._translations = Translations()
         self._renderings = Renderings()
 
-    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
-        chat, dropped = await self._chat(body, tenant)
+    async def inbound(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> Inbound:
+        chat, dropped = await self._chat(body, tenant, written)
         named = body_session_id(body, self._id_fields)
         own = native_dropped(body)
         conversation = conversation_key(tenant, body["messages"][0])
@@ -60,13 +62,13 @@ class MessagesDoor:
         return Inbound(chat, session_id=body_session_id(body, self._id_fields))
 
     async def _chat(
-        self, body: dict[str, Any], tenant: str
+        self, body: dict[str, Any], tenant: str, written: Written | None
     ) -> tuple[dict[str, Any], tuple[str, ...]]:
         """`to_chat`, with the conversation's kept translation; one of thousands of system
         blocks or tools (an adversary's, or a mistake) in a worker thread, without it."""
         if many(body.get("system"), body.get("tools")):
             return await asyncio.to_thread(to_chat, body)
-        return to_chat(body, self._translations, tenant)
+        return to_chat(body, self._translations, tenant, written)
 
     def reply(
         self, completion: Completion, inbound: Inbound, turn: Turn, headers: dict[str, str]

@@ -31,7 +31,7 @@ from proxy.conversation.validation import (
 )
 from proxy.doors.anthropic.response import native_content
 from proxy.doors.base import unknown_fields
-from proxy.doors.translations import Translations, conversation_key
+from proxy.doors.translations import Translations, Written, conversation_key
 
 __all__ = ["OPTIONAL", "native_dropped", "to_chat"]
 
@@ -104,7 +104,10 @@ _KINDS = {
 
 
 def to_chat(
-    body: dict[str, Any], translations: Translations | None = None, tenant: str = ""
+    body: dict[str, Any],
+    translations: Translations | None = None,
+    tenant: str = "",
+    written: Written | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A Messages request as a chat-completions body and what it could not carry, or a
     400 naming the field. With `translations`, a conversation's messages translated for
@@ -128,7 +131,7 @@ def to_chat(
         _translated(messages, 0, chat)
     else:
         key = conversation_key(tenant, messages[0])
-        chat += translations.chat(key, messages, _translated)
+        chat += translations.chat(key, messages, _translated, written)
     if all(message["role"] == "system" for message in chat):
         raise invalid("messages", "messages: at least one user or assistant message.")
     out: dict[str, Any] = {"model": model, "messages": chat, "max_tokens": max_tokens}

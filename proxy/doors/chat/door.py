@@ -11,6 +11,7 @@ from starlette.responses import Response
 from proxy.concurrency import elsewhere, many
 from proxy.conversation.validation import validate_parameters
 from proxy.doors.base import Api, ErrorReply, Inbound, ORJSONResponse
+from proxy.doors.translations import Written
 from proxy.engine import Turn
 from proxy.upstream.client import PROVIDER_HINTS
 from proxy.upstream.lean import Completion
@@ -25,7 +26,9 @@ class ChatDoor:
     api: Api = "chat"
     unsent_headers: tuple[str, ...] = ()
 
-    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> Inbound:
         tools = many(body.get("tools"), body.get("functions"))  # checked in a worker thread
         await elsewhere(tools, functools.partial(validate_parameters, body))
         dropped: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from proxy.doors.base import Api, Framer, Inbound, ORJSONResponse, text_of
 from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.response import response_usage
+from proxy.doors.translations import Written
 from proxy.engine import COMPACTION_REQUEST, COMPACTION_RESUMED, Turn
 from proxy.errors import InvalidRequest
 from proxy.upstream.lean import Completion
@@ -39,7 +40,9 @@ class CompactDoor:
     def __init__(self, responses: ResponsesDoor) -> None:
         self._responses = responses
 
-    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> Inbound:
         own = {name: body[name] for name in _FIELDS if name in body}
         inbound = await self._responses.inbound(own, tenant)
         chat = inbound.body

@@ -23,7 +23,7 @@ from proxy.doors.responses.native import ResponsesNative
 from proxy.doors.responses.request import OPTIONAL, conversation_of, native_dropped, to_chat
 from proxy.doors.responses.response import ECHOED, output_items, response_object
 from proxy.doors.responses.stream import ResponsesFramer
-from proxy.doors.translations import Renderings, Translations
+from proxy.doors.translations import Renderings, Translations, Written
 from proxy.engine import Turn
 from proxy.sessions.store import SessionStore
 from proxy.upstream.lean import Completion
@@ -46,12 +46,14 @@ class ResponsesDoor:
         self._translations = Translations()
         self._renderings = Renderings()
 
-    async def inbound(self, body: dict[str, Any], tenant: str) -> Inbound:
+    async def inbound(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> Inbound:
         referenced = await self._references.resolve(body, tenant)
         if many(body.get("tools")):  # thousands (an adversary's): in a worker thread, not kept
             chat, dropped = await asyncio.to_thread(to_chat, body)
         else:
-            chat, dropped = to_chat(body, self._translations, tenant)
+            chat, dropped = to_chat(body, self._translations, tenant, written)
         echo = {name: body.get(name) for name in ECHOED}
         previous = body.get("previous_response_id")
         session_id: str | None

@@ -19,7 +19,7 @@ from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.conversation.validation import check_function, check_ranges, check_types, invalid
 from proxy.doors.base import text_of, unknown_fields
 from proxy.doors.responses.response import chat_item
-from proxy.doors.translations import Translations, conversation_key
+from proxy.doors.translations import Translations, Written, conversation_key
 from proxy.upstream.client import PROVIDER_HINTS
 
 __all__ = ["CARRIED", "OPTIONAL", "conversation_of", "native_dropped", "to_chat"]
@@ -130,7 +130,10 @@ _KINDS = {
 
 
 def to_chat(
-    body: dict[str, Any], translations: Translations | None = None, tenant: str = ""
+    body: dict[str, Any],
+    translations: Translations | None = None,
+    tenant: str = "",
+    written: Written | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A Responses request as a chat-completions body and what it could not carry, or a
     400 naming the field. With `translations`, a conversation's items translated for an
@@ -154,7 +157,7 @@ def to_chat(
         messages.append({"role": "user", "content": source})
     elif isinstance(source, list) and source and translations is not None:
         key = conversation_key(tenant, source[0])
-        messages += translations.chat(key, source, _translated)
+        messages += translations.chat(key, source, _translated, written)
     elif isinstance(source, list) and source:
         _translated(source, 0, messages)
     else:
