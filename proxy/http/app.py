@@ -183,17 +183,18 @@ class Proxy:
         parsed = parse_resent(raw, self.resends, key, CONVERSATION[door.api])
         body = parsed.data
         await pause(len(raw))
-        messages = body.get("messages")
-        inbound = await door.inbound(body, caller.tenant)
+        conversation = body.get(CONVERSATION[door.api])
+        json = parsed.messages_json
+        written = (conversation, json) if json is not None and conversation is not None else None
+        inbound = await door.inbound(body, caller.tenant, written)
         model = inbound.body["model"]
         telemetry.model = self.engine.label(model)
         if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
         self.upstream.models.check(model)
         # The client's messages, as orjson writes them, where the engine takes them as sent.
-        same = inbound.body.get("messages") is messages and messages is not None
-        written = parsed.messages_json if same else None
-        context = self._request_context(request, caller, raw, inbound, written)
+        same = written is not None and inbound.body.get("messages") is written[0]
+        context = self._request_context(request, caller, raw, inbound, json if same else None)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):
