@@ -7,7 +7,9 @@ conversation, where each one's conversation array opens and where its last messa
 ends, and those messages parsed. A body that begins with those bytes (compared at
 memcmp's speed) is the same request up to there: it is parsed with the kept messages
 stood in for by one `0`, and the kept messages are put back in its place, the same
-objects as before.
+objects as before. A body's messages are kept parsed once its caller has resent it (a
+body seen once is kept as its bytes only): a client that resends is worth the memory, a
+stream of one-off bodies (a hostile one's megabyte arrays) is not.
 
 The bytes kept are checked to be orjson's own serialization of the messages kept (what
 nearly every client writes: compact, UTF-8), so a kept prefix is exactly those messages,
@@ -35,6 +37,10 @@ __all__ = ["Parsed", "Resends"]
 KEPT_RESENT_WEIGHT = 32 << 20
 KEPT_PER_KEY = 4
 FEWEST_KEPT_MESSAGES = 16
+# Bodies seen once, kept as their bytes until resent: the latest of each key, and these
+# bytes in all (two 1.4 MB conversations opened together; a hostile client's stream of
+# megabyte one-offs holds no more).
+KEPT_SEEN_BYTES = 4 << 20
 # What a message weighs parsed, beyond its JSON's bytes: its dict and its values.
 _MESSAGE_WEIGHT = 512
 # Where each door's conversation is: `messages` (chat, Messages), `input` (Responses).
@@ -42,6 +48,15 @@ _OPENS = {
     name: re.compile(rb'"' + name.encode() + rb'"[ \t\r\n]*:[ \t\r\n]*\[')
     for name in ("messages", "input")
 }
+
+
+def _begins(body: bytes, kept: _Kept) -> bool:
+    """Whether `body` begins with `kept`'s bytes up to its last message (at memcmp's speed)."""
+    return len(body) > kept.end and body.startswith(memoryview(kept.body)[: kept.end])
+
+
+def _quoted(name: str) -> bytes:
+    return b'"' + name.encode() + b'"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +73,19 @@ class _Kept:
     body: bytes  # the body, of which [:end] is compared
     opens: int  # just after its conversation array's `[`
     end: int  # just after its last message
-    messages: list[Any]  # parsed (a list of its own: the caller's may change)
+    count: int  # its messages
+    # Parsed (a list of its own: the caller's may change), once the body was resent.
+    messages: list[Any] | None
 
     @property
     def weight(self) -> int:
         """What it holds: the body, and its messages parsed (their text, and more)."""
-        return len(self.body) + self.end + _MESSAGE_WEIGHT * len(self.messages)
+        return len(self.body) + self.end + _MESSAGE_WEIGHT * self.count
 
 
 class Resends:
-    """Bodies parsed lately, by key (caller, session, door), each kept as `_Kept`."""
+    """Bodies parsed lately, by key (caller, session, door): resent ones with their
+    messages parsed, and the latest seen once as its bytes."""
 
     def __init__(self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False) -> None:
         self._kept_weight = kept_weight
@@ -76,18 +94,23 @@ class Resends:
         self._check = check
         self._weight = 0
         self._known: OrderedDict[Hashable, list[_Kept]] = OrderedDict()
+        self._seen_bytes = 0
+        self._seen: OrderedDict[Hashable, _Kept] = OrderedDict()
 
     def parse(self, body: bytes, key: Hashable, name: str) -> Parsed:
         """`orjson.loads(body)`, its conversation (`name`) parsed only after what a body
         kept under `key` holds; raises orjson's error for a body that is not JSON."""
         for kept in self._known.get(key, ()):
-            if len(body) > kept.end and body.startswith(memoryview(kept.body)[: kept.end]):
+            if _begins(body, kept):
                 parsed = self._resent(body, kept, key, name)
                 if parsed is not None:
                     if self._check and parsed.data != orjson.loads(body):
                         raise AssertionError("a kept message was changed after its parse")
                     return parsed
                 break
+        seen = self._seen.get(key)
+        if seen is not None and _begins(body, seen):
+            return self._confirmed(body, seen, key, name)
         data = orjson.loads(body)
         return Parsed(data, self._keep_new(body, data, key, name))
 
@@ -95,7 +118,7 @@ class Resends:
         """`body`, which begins with `kept`'s messages, parsed from where they end; None
         where it cannot be (its key again after them, or a body that is not JSON)."""
         tail = body[kept.end :]
-        if b'"' + name.encode() + b'"' in tail:
+        if _quoted(name) in tail:
             return None  # the conversation's key again: only a whole parse says which wins
         try:
             data = orjson.loads(body[: kept.opens] + b"0" + tail)
@@ -105,12 +128,32 @@ class Resends:
         if not isinstance(found, list) or not found or type(found[0]) is not int:
             return None
         new = found[1:]
+        assert kept.messages is not None
         data[name] = kept.messages + new
         end = self._written(body, kept.end, new, ",")
         self._drop(key, kept)
         if end is None:
             return Parsed(data)
-        self._keep(key, _Kept(body, kept.opens, end, kept.messages + new))
+        messages = kept.messages + new
+        self._keep(key, _Kept(body, kept.opens, end, len(messages), messages))
+        return Parsed(data, self._array(body, kept.opens, end))
+
+    def _confirmed(self, body: bytes, kept: _Kept, key: Hashable, name: str) -> Parsed:
+        """`body`, which begins with the messages of one seen once: parsed whole, and kept
+        with its messages parsed (checked as orjson writes them from where those end)."""
+        data = orjson.loads(body)
+        self._unseen(key)
+        messages = data.get(name) if isinstance(data, dict) else None
+        if (
+            not isinstance(messages, list)
+            or len(messages) < kept.count
+            or body.find(_quoted(name), kept.end) != -1  # the key again: which one holds?
+        ):
+            return Parsed(data, self._keep_new(body, data, key, name))
+        end = self._written(body, kept.end, messages[kept.count :], ",")
+        if end is None:
+            return Parsed(data)
+        self._keep(key, _Kept(body, kept.opens, end, len(messages), list(messages)))
         return Parsed(data, self._array(body, kept.opens, end))
 
     def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> memoryview | None:
@@ -126,7 +169,11 @@ class Resends:
         end = self._written(body, opens, messages, "")
         if end is None or not self._stands_for(body, opens, end, data, name):
             return None
-        self._keep(key, _Kept(body, opens, end, list(messages)))
+        self._unseen(key)  # one body of each key waits to be resent
+        self._seen[key] = _Kept(body, opens, end, len(messages), None)
+        self._seen_bytes += len(body)
+        while self._seen_bytes > KEPT_SEEN_BYTES and len(self._seen) > 1:
+            self._seen_bytes -= len(self._seen.popitem(last=False)[1].body)
         return self._array(body, opens, end)
 
     @staticmethod
@@ -171,6 +218,11 @@ class Resends:
         while self._weight > self._kept_weight and len(self._known) > 1:
             _, dropped = self._known.popitem(last=False)
             self._weight -= sum(entry.weight for entry in dropped)
+
+    def _unseen(self, key: Hashable) -> None:
+        seen = self._seen.pop(key, None)
+        if seen is not None:
+            self._seen_bytes -= len(seen.body)
 
     def _drop(self, key: Hashable, kept: _Kept) -> None:
         entries = self._known.get(key)

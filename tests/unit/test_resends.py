@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.http.resends import FEWEST_KEPT_MESSAGES, Resends
+from proxy.http.resends import FEWEST_KEPT_MESSAGES, KEPT_SEEN_BYTES, Resends
 
 pytestmark = pytest.mark.unit
 
@@ -36,33 +36,42 @@ def test_a_resent_conversation_is_parsed_from_where_it_is_new() -> None:
     messages = conversation(N)
     first = resends.parse(body(messages), "k", "messages")
     assert first.data == orjson.loads(body(messages))
-    messages += [{"role": "assistant", "content": "reply"}, {"role": "user", "content": "more"}]
-    again = resends.parse(body(messages), "k", "messages")
-    assert again.data == orjson.loads(body(messages))
-    # The kept messages are the same objects: parsed once.
-    assert again.data["messages"][0] is first.data["messages"][0]
-    assert again.data["messages"] is not first.data["messages"]
-    # The conversation array's bytes, as orjson writes them, are a view of the body.
-    assert again.messages_json is not None
-    assert bytes(again.messages_json) == orjson.dumps(messages)
+    assert not resends._known and resends._seen["k"].messages is None  # its bytes only
+    previous = first
+    for turn in range(3):
+        messages += [{"role": "assistant", "content": f"reply {turn}"}]
+        messages += [{"role": "user", "content": f"more {turn}"}]
+        again = resends.parse(body(messages), "k", "messages")
+        assert again.data == orjson.loads(body(messages))
+        kept = resends._known["k"][0].messages
+        assert kept is not None and kept == messages  # resent: kept parsed
+        if turn:  # the kept messages are the same objects: parsed once
+            assert again.data["messages"][0] is previous.data["messages"][0]
+            assert again.data["messages"] is not previous.data["messages"]
+        # The conversation array's bytes, as orjson writes them, are a view of the body.
+        assert again.messages_json is not None
+        assert bytes(again.messages_json) == orjson.dumps(messages)
+        previous = again
 
 
 def test_a_short_conversation_or_another_caller_is_parsed_whole() -> None:
     resends = Resends()
     short = conversation(FEWEST_KEPT_MESSAGES - 1)
     resends.parse(body(short), "k", "messages")
-    assert not resends._known
+    assert not resends._known and not resends._seen
     messages = conversation(N)
-    resends.parse(body(messages), "tenant a", "messages")
-    other = resends.parse(
-        body([*messages, {"role": "user", "content": "x"}]), "tenant b", "messages"
-    )
-    assert other.data["messages"][0] is not resends._known["tenant a"][0].messages[0]
+    for _ in range(3):
+        resends.parse(body(messages), "tenant a", "messages")
+    longer = body([*messages, {"role": "user", "content": "x"}])
+    other = resends.parse(longer, "tenant b", "messages")
+    kept = resends._known["tenant a"][0].messages
+    assert kept is not None and other.data["messages"][0] is not kept[0]
 
 
 def test_an_edit_of_a_kept_message_is_parsed_whole() -> None:
     resends = Resends()
     messages = conversation(N)
+    resends.parse(body(messages), "k", "messages")
     first = resends.parse(body(messages), "k", "messages")
     edited = [dict(m) for m in messages]
     edited[3]["content"] = "edited"
@@ -123,16 +132,19 @@ def test_responses_input_is_its_conversation() -> None:
     resends = Resends()
     items = conversation(N)
     resends.parse(body(items, "input"), "k", "input")
+    resends.parse(body(items, "input"), "k", "input")
     more = [*items, {"role": "user", "content": "x"}]
     again = resends.parse(body(more, "input"), "k", "input")
     assert again.data == orjson.loads(body(more, "input"))
-    assert again.data["input"][0] is resends._known["k"][0].messages[0]
+    kept = resends._known["k"][0].messages
+    assert kept is not None and again.data["input"][0] is kept[0]
 
 
 def test_what_is_kept_is_bounded_by_its_weight() -> None:
     resends = Resends(kept_weight=1 << 20)
     for number in range(40):
-        resends.parse(body(conversation(N, seed=number) * 20), f"k{number}", "messages")
+        for _ in range(2):  # kept parsed once resent
+            resends.parse(body(conversation(N, seed=number) * 20), f"k{number}", "messages")
     assert resends._weight == sum(k.weight for e in resends._known.values() for k in e)
     assert resends._weight <= (1 << 20) + max(k.weight for e in resends._known.values() for k in e)
     assert 1 <= len(resends._known) < 40
@@ -161,10 +173,26 @@ def test_any_resend_parses_to_what_a_whole_parse_gives(
     data as `orjson.loads`, every time."""
     resends = Resends()
     first = orjson.dumps({**params, "messages": messages})
-    assert resends.parse(first, "k", "messages").data == orjson.loads(first)
+    for _ in range(2):  # seen once, then resent: kept parsed
+        assert resends.parse(first, "k", "messages").data == orjson.loads(first)
     resent = list(messages) + more
     for at, value in edits:
         resent[at % len(resent)] = value
     for after in ({}, params, {"stream": True}):
         raw = orjson.dumps({**params, "messages": resent, **after})
         assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+
+
+def test_a_body_seen_once_is_kept_as_its_bytes_only_the_latest_of_each_key() -> None:
+    """One-off bodies (a hostile client's megabyte arrays) hold no parsed messages: only
+    the latest of each key waits to be resent, within `KEPT_SEEN_BYTES` in all."""
+    resends = Resends()
+    for number in range(5):
+        resends.parse(body(conversation(N, seed=number) * 50), "k", "messages")
+    assert not resends._known and len(resends._seen) == 1
+    for number in range(200):
+        resends.parse(body(conversation(N, seed=number) * 50), f"k{number}", "messages")
+    assert not resends._known
+    sizes = [len(seen.body) for seen in resends._seen.values()]
+    assert resends._seen_bytes == sum(sizes) <= KEPT_SEEN_BYTES + max(sizes)
+    assert 1 < len(resends._seen) < 200

@@ -218,38 +218,6 @@ def test_what_a_door_renders_of_large_messages_is_bounded_by_their_bytes() -> No
     assert 2 <= len(renderings._known) < 8
 
 
-def test_three_long_windows_served_in_turn_are_each_rendered_only_where_new() -> None:
-    """The doors benchmark's case, and a deployment's: the windows of three 5,000-message
-    conversations (1.4 MB each as JSON) served one after another, each turn of each
-    rendered only where it is new. (At 4 MiB the three did not fit, and each request
-    evicted the one served next: every turn of every one was rendered whole.)"""
-    renderings = Renderings()
-    conversations = [
-        [
-            {"role": "user" if n % 2 == 0 else "assistant", "content": f"{c} {n} " + "w" * 240}
-            for n in range(5_001)
-        ]
-        for c in range(3)
-    ]
-    translations = [Translations() for _ in conversations]
-    for turn in range(3):
-        for number, conversation in enumerate(conversations):
-            key = f"conversation {number}".encode()
-            body = body_of(orjson.loads(orjson.dumps(conversation)))  # a fresh parse
-            chat, _ = messages.to_chat(body, translations[number], "t")
-            native = MessagesNative(body, renderings, key)
-            kept = renderings._known.get((key, False))
-            native.request(chat, summarized=False, mid_system=False)
-            assert native.serialized is not None and len(native.serialized[0]) > 1_400_000
-            if turn:  # served before: its window's rendering was kept, and is reused
-                assert kept is not None
-                assert renderings._known[(key, False)][0].turns[5] is kept[0].turns[5]
-            conversation += [
-                {"role": "assistant", "content": f"reply {turn}"},
-                {"role": "user", "content": f"question {turn}"},
-            ]
-
-
 def test_a_conversation_written_as_orjson_writes_it_is_not_written_again() -> None:
     """The client's own JSON of its messages (`Written`, from `proxy.http.resends`) is
     what the kept translation is compared with; JSON said of another list is not."""

@@ -23,7 +23,7 @@ NEED_STORED_HASHES: Final = "need stored hashes"
 _COMMA, _CLOSE = ord(","), ord("]")
 # Conversations' bytes a process keeps, in all, with their digests: a resent conversation
 # is then compared with them at memcmp's speed and only its new bytes are hashed.
-KEPT_DIGESTED_BYTES = 16 << 20
+KEPT_DIGESTED_BYTES = 8 << 20
 
 
 class Digests:
