@@ -41,6 +41,10 @@ FEWEST_KEPT_MESSAGES = 16
 # bytes in all (two 1.4 MB conversations opened together; a hostile client's stream of
 # megabyte one-offs holds no more).
 KEPT_SEEN_BYTES = 4 << 20
+# The last messages a kept body may be matched up to: a client moves its cache mark from
+# its last message to its new one each turn (Claude Code), so the message it marked last
+# differs when resent.
+_ENDS_KEPT = 3
 # What a message weighs parsed, beyond its JSON's bytes: its dict and its values.
 _MESSAGE_WEIGHT = 512
 # Where each door's conversation is: `messages` (chat, Messages), `input` (Responses).
@@ -48,11 +52,6 @@ _OPENS = {
     name: re.compile(rb'"' + name.encode() + rb'"[ \t\r\n]*:[ \t\r\n]*\[')
     for name in ("messages", "input")
 }
-
-
-def _begins(body: bytes, kept: _Kept) -> bool:
-    """Whether `body` begins with `kept`'s bytes up to its last message (at memcmp's speed)."""
-    return len(body) > kept.end and body.startswith(memoryview(kept.body)[: kept.end])
 
 
 def _quoted(name: str) -> bytes:
@@ -72,7 +71,7 @@ class Parsed:
 class _Kept:
     body: bytes  # the body, of which [:end] is compared
     opens: int  # just after its conversation array's `[`
-    end: int  # just after its last message
+    ends: tuple[int, ...]  # just after each of its last `_ENDS_KEPT` messages
     count: int  # its messages
     # Parsed (a list of its own: the caller's may change), once the body was resent.
     messages: list[Any] | None
@@ -81,6 +80,23 @@ class _Kept:
     def weight(self) -> int:
         """What it holds: the body, and its messages parsed (their text, and more)."""
         return len(self.body) + self.end + _MESSAGE_WEIGHT * self.count
+
+    @property
+    def end(self) -> int:
+        return self.ends[-1]
+
+    def matched(self, body: bytes) -> int | None:
+        """Which of `ends` `body` begins with this body's bytes up to (the last it can),
+        compared at memcmp's speed; None for none."""
+        for at in range(len(self.ends) - 1, -1, -1):
+            end = self.ends[at]
+            if len(body) > end and body.startswith(memoryview(self.body)[:end]):
+                return at
+        return None
+
+    def kept_at(self, at: int) -> int:
+        """Its messages up to `ends[at]`."""
+        return self.count - (len(self.ends) - 1 - at)
 
 
 class Resends:
@@ -101,23 +117,26 @@ class Resends:
         """`orjson.loads(body)`, its conversation (`name`) parsed only after what a body
         kept under `key` holds; raises orjson's error for a body that is not JSON."""
         for kept in self._known.get(key, ()):
-            if _begins(body, kept):
-                parsed = self._resent(body, kept, key, name)
+            at = kept.matched(body)
+            if at is not None:
+                parsed = self._resent(body, kept, at, key, name)
                 if parsed is not None:
                     if self._check and parsed.data != orjson.loads(body):
                         raise AssertionError("a kept message was changed after its parse")
                     return parsed
                 break
         seen = self._seen.get(key)
-        if seen is not None and _begins(body, seen):
-            return self._confirmed(body, seen, key, name)
+        at = seen.matched(body) if seen is not None else None
+        if seen is not None and at is not None:
+            return self._confirmed(body, seen, at, key, name)
         data = orjson.loads(body)
         return Parsed(data, self._keep_new(body, data, key, name))
 
-    def _resent(self, body: bytes, kept: _Kept, key: Hashable, name: str) -> Parsed | None:
-        """`body`, which begins with `kept`'s messages, parsed from where they end; None
-        where it cannot be (its key again after them, or a body that is not JSON)."""
-        tail = body[kept.end :]
+    def _resent(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed | None:
+        """`body`, which begins with `kept`'s messages up to `kept.ends[at]`, parsed from
+        there; None where it cannot be (its key again after them, or not JSON)."""
+        start, count = kept.ends[at], kept.kept_at(at)
+        tail = body[start:]
         if _quoted(name) in tail:
             return None  # the conversation's key again: only a whole parse says which wins
         try:
@@ -129,32 +148,36 @@ class Resends:
             return None
         new = found[1:]
         assert kept.messages is not None
-        data[name] = kept.messages + new
-        end = self._written(body, kept.end, new, ",")
+        messages = kept.messages[:count] + new
+        data[name] = list(messages)
+        ends = self._written(body, start, new, ",")
         self._drop(key, kept)
-        if end is None:
+        if ends is None:
             return Parsed(data)
-        messages = kept.messages + new
-        self._keep(key, _Kept(body, kept.opens, end, len(messages), messages))
-        return Parsed(data, self._array(body, kept.opens, end))
+        ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), messages))
+        return Parsed(data, self._array(body, kept.opens, ends[-1]))
 
-    def _confirmed(self, body: bytes, kept: _Kept, key: Hashable, name: str) -> Parsed:
-        """`body`, which begins with the messages of one seen once: parsed whole, and kept
-        with its messages parsed (checked as orjson writes them from where those end)."""
+    def _confirmed(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed:
+        """`body`, which begins with the messages of one seen once up to `kept.ends[at]`:
+        parsed whole, and kept with its messages parsed (checked as orjson writes them
+        from there)."""
         data = orjson.loads(body)
         self._unseen(key)
+        start, count = kept.ends[at], kept.kept_at(at)
         messages = data.get(name) if isinstance(data, dict) else None
         if (
             not isinstance(messages, list)
-            or len(messages) < kept.count
-            or body.find(_quoted(name), kept.end) != -1  # the key again: which one holds?
+            or len(messages) < count
+            or body.find(_quoted(name), start) != -1  # the key again: which one holds?
         ):
             return Parsed(data, self._keep_new(body, data, key, name))
-        end = self._written(body, kept.end, messages[kept.count :], ",")
-        if end is None:
+        ends = self._written(body, start, messages[count:], ",")
+        if ends is None:
             return Parsed(data)
-        self._keep(key, _Kept(body, kept.opens, end, len(messages), list(messages)))
-        return Parsed(data, self._array(body, kept.opens, end))
+        ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), list(messages)))
+        return Parsed(data, self._array(body, kept.opens, ends[-1]))
 
     def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> memoryview | None:
         """Keep a body parsed whole, where its conversation is long enough to be worth it
@@ -166,27 +189,34 @@ class Resends:
         if found is None:
             return None
         opens = found.end()
-        end = self._written(body, opens, messages, "")
-        if end is None or not self._stands_for(body, opens, end, data, name):
+        ends = self._written(body, opens, messages, "")
+        if not ends or not self._stands_for(body, opens, ends[-1], data, name):
             return None
         self._unseen(key)  # one body of each key waits to be resent
-        self._seen[key] = _Kept(body, opens, end, len(messages), None)
+        self._seen[key] = _Kept(body, opens, ends, len(messages), None)
         self._seen_bytes += len(body)
         while self._seen_bytes > KEPT_SEEN_BYTES and len(self._seen) > 1:
             self._seen_bytes -= len(self._seen.popitem(last=False)[1].body)
-        return self._array(body, opens, end)
+        return self._array(body, opens, ends[-1])
 
     @staticmethod
-    def _written(body: bytes, start: int, messages: list[Any], before: str) -> int | None:
-        """Where `messages` end in `body`, if they are written from `start` on (after
-        `before`) as orjson writes them, joined by commas; else None."""
-        if not messages:
-            return start
+    def _written(
+        body: bytes, start: int, messages: list[Any], before: str
+    ) -> tuple[int, ...] | None:
+        """Where the last `_ENDS_KEPT` of `messages` end in `body`, if they are written
+        from `start` on (after `before`) as orjson writes them, joined by commas; else
+        None."""
         try:
-            written = before.encode() + b",".join(map(orjson.dumps, messages))
+            pieces = list(map(orjson.dumps, messages))
         except orjson.JSONEncodeError:  # deeper than orjson writes: refused later
             return None
-        return start + len(written) if body.startswith(written, start) else None
+        written = before.encode() + b",".join(pieces)
+        if messages and not body.startswith(written, start):
+            return None
+        ends = [start + len(written)]
+        for piece in reversed(pieces[1 - _ENDS_KEPT :]):
+            ends.append(ends[-1] - len(piece) - 1)
+        return tuple(reversed(ends[: min(_ENDS_KEPT, len(messages))]))
 
     @staticmethod
     def _stands_for(body: bytes, opens: int, end: int, data: dict[str, Any], name: str) -> bool:

@@ -196,3 +196,26 @@ def test_a_body_seen_once_is_kept_as_its_bytes_only_the_latest_of_each_key() -> 
     sizes = [len(seen.body) for seen in resends._seen.values()]
     assert resends._seen_bytes == sum(sizes) <= KEPT_SEEN_BYTES + max(sizes)
     assert 1 < len(resends._seen) < 200
+
+
+def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_there() -> None:
+    """Claude Code marks its last message for the cache, and the next turn marks the new
+    one instead: the message marked before differs when resent, the ones before it not."""
+    resends = Resends()
+    messages = conversation(N)
+
+    def marked(conversation: list[dict[str, Any]]) -> bytes:
+        last = conversation[-1] | {"cache_control": {"type": "ephemeral"}}
+        return body([*conversation[:-1], last])
+
+    before = resends.parse(marked(messages), "k", "messages")
+    for turn in range(4):
+        messages += [{"role": "assistant", "content": f"reply {turn}"}]
+        messages += [{"role": "user", "content": f"more {turn}"}]
+        raw = marked(messages)
+        parsed = resends.parse(raw, "k", "messages")
+        assert parsed.data == orjson.loads(raw)
+        if turn:  # kept parsed since the first resend: the same objects up to the mark
+            assert parsed.data["messages"][0] is before.data["messages"][0]
+            assert parsed.data["messages"][-3] is not before.data["messages"][-1]
+        before = parsed
