@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every proxy the suite runs, in-process or served, parses each resent body whole as
     # well and compares (`proxy.http.resends`): a kept message changed in place by any
     # part of a turn fails the test that made it.
-    os.environ["CONTEXT_PROXY_CHECK_RESENDS"] = "1"
+    os.environ["PROXY_CHECK_RESENDS"] = "1"
     config.stash[_home_key] = tempfile.mkdtemp(prefix="context-proxy-tests-home-")
     os.environ["HOME"] = config.stash[_home_key]
 

@@ -120,7 +120,7 @@ class Proxy:
         )
         self.messages = MessagesDoor(settings.session.id_fields)
         # The suite's servers check every resent body against a whole parse (`Resends`).
-        self.resends = Resends(check=os.environ.get("CONTEXT_PROXY_CHECK_RESENDS") == "1")
+        self.resends = Resends(check=os.environ.get("PROXY_CHECK_RESENDS") == "1")
 
     def _request_context(
         self,
