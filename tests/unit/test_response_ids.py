@@ -33,3 +33,37 @@ def test_ids_minted_before_names_were_sealed_are_still_read() -> None:
     mac = ids._mac("team-a", SESSION, 3)
     legacy = base64.urlsafe_b64encode(SESSION.encode()).decode().rstrip("=")
     assert ids.read("team-a", f"resp_{mac}.3.{legacy}") == (SESSION, 3)
+
+
+def test_a_reference_in_a_long_input_is_found_in_the_clients_own_json() -> None:
+    """`References.resolve` looks for `item_reference` in the body's own bytes where the
+    body holds the input as orjson writes it (`Written`), and in the input's JSON
+    otherwise: found either way (here an id that names nothing: a 400), and a long input
+    without one is left as it is."""
+    import asyncio
+    from typing import Any, cast
+
+    import orjson
+
+    from proxy.doors.responses.items import References
+
+    references = References(ResponseIds(SECRET), cast(Any, None))  # no store is read
+    items: list[Any] = [{"role": "user", "content": f"message {n}"} for n in range(20)]
+    for with_reference in (False, True):
+        source = (
+            [*items, {"type": "item_reference", "id": "msg_bogus.1"}] if with_reference else items
+        )
+        body = {"model": "m", "input": source}
+        raw = orjson.dumps(body)
+        start = raw.index(b'"input":') + len(b'"input":')
+        for written in (
+            (source, memoryview(raw)[start:-1]),
+            (list(source), memoryview(b"[]")),
+            None,
+        ):
+            call = references.resolve(dict(body), "team-a", written)
+            if with_reference:
+                with pytest.raises(ProxyError):
+                    asyncio.run(call)
+            else:
+                assert asyncio.run(call) is None

@@ -49,7 +49,7 @@ class ResponsesDoor:
     async def inbound(
         self, body: dict[str, Any], tenant: str, written: Written | None = None
     ) -> Inbound:
-        referenced = await self._references.resolve(body, tenant)
+        referenced = await self._references.resolve(body, tenant, written)
         if many(body.get("tools")):  # thousands (an adversary's): in a worker thread, not kept
             chat, dropped = await asyncio.to_thread(to_chat, body)
         else:

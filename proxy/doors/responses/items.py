@@ -28,6 +28,7 @@ import orjson
 from proxy.conversation.identity import GENESIS, RESPONSES_OUTPUT, Message
 from proxy.conversation.validation import invalid
 from proxy.doors.base import text_of
+from proxy.doors.translations import Written
 from proxy.errors import InvalidRequest, previous_response_not_found
 from proxy.sessions.store import SessionStore
 
@@ -158,12 +159,21 @@ class References:
         self._ids = ids
         self._store = store
 
-    async def resolve(self, body: dict[str, Any], tenant: str) -> str | None:
+    async def resolve(
+        self, body: dict[str, Any], tenant: str, written: Written | None = None
+    ) -> str | None:
         """`body["input"]` with each reference replaced by the item it names, and the
         session the first one names; a 400 naming any id that names nothing stored."""
         source = body.get("input")
-        if not isinstance(source, list) or b'"item_reference"' not in orjson.dumps(source):
-            return None  # found at C speed: a long input has none, as a rule
+        if not isinstance(source, list):
+            return None
+        # Looked for at C speed in its JSON (the client's body, where it holds it as
+        # orjson writes it; a match elsewhere in the body only costs the loop below): a
+        # long input has none, as a rule.
+        body_json = written[1].obj if written and written[0] is source else None
+        data = body_json if isinstance(body_json, bytes) else orjson.dumps(source)
+        if b'"item_reference"' not in data:
+            return None
         wanted: dict[int, list[_Named]] = {}
         for index, item in enumerate(source):
             if not isinstance(item, dict) or item.get("type") != "item_reference":
