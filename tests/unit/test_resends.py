@@ -31,6 +31,15 @@ def body(messages: list[Any], name: str = "messages", **params: Any) -> bytes:
     return orjson.dumps({"model": "m", **params, name: messages, "stream": False})
 
 
+def kept(messages: list[Any], name: str = "messages", **params: Any) -> tuple[Resends, bytes]:
+    """A `Resends` holding the body of `messages` parsed (sent, then resent), and it."""
+    resends, raw = Resends(), body(messages, name, **params)
+    for _ in range(2):
+        resends.parse(raw, "k", name)
+    assert resends._known["k"][0].messages is not None
+    return resends, raw
+
+
 def test_a_resent_conversation_is_parsed_from_where_it_is_new() -> None:
     resends = Resends()
     messages = conversation(N)
@@ -93,10 +102,7 @@ def test_bodies_not_written_as_orjson_writes_them_are_parsed_whole_and_exactly()
 
 def test_the_conversations_key_again_after_the_kept_messages_is_parsed_whole() -> None:
     """A duplicate key: the last one wins, as a whole parse has it."""
-    resends = Resends()
-    messages = conversation(N)
-    raw = body(messages)
-    resends.parse(raw, "k", "messages")
+    resends, raw = kept(conversation(N))
     again = raw[:-1] + b',"messages":[0]}'
     assert (
         resends.parse(again, "k", "messages").data
@@ -110,19 +116,18 @@ def test_the_conversations_key_again_after_the_kept_messages_is_parsed_whole() -
 
 
 def test_a_key_named_like_the_conversation_inside_an_earlier_parameter() -> None:
-    resends = Resends()
-    messages = conversation(N)
+    """The first `"messages": [` is not the conversation's: not kept, parsed whole."""
+    resends, messages = Resends(), conversation(N)
     raw = body(messages, metadata={"messages": messages})
-    assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+    for _ in range(2):
+        assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+    assert not resends._known and not resends._seen
     longer = body([*messages, {"role": "user", "content": "x"}], metadata={"messages": messages})
     assert resends.parse(longer, "k", "messages").data == orjson.loads(longer)
 
 
 def test_a_resent_body_that_is_not_json_raises_as_a_whole_parse_does() -> None:
-    resends = Resends()
-    messages = conversation(N)
-    raw = body(messages)
-    resends.parse(raw, "k", "messages")
+    resends, raw = kept(conversation(N))
     broken = raw[:-1] + b',"messages_x":'
     with pytest.raises(orjson.JSONDecodeError):
         resends.parse(broken, "k", "messages")
