@@ -38,6 +38,8 @@ from typing import Any
 
 import orjson
 
+from proxy.upstream.native import NativeApi, rewritten_at
+
 __all__ = [
     "Rendered",
     "Rendering",
@@ -87,6 +89,20 @@ class Translation:
     ends: list[int]  # where each message's JSON ends in `json`
     chat: list[dict[str, Any]]  # their chat form
     resume: tuple[int, int]  # where a longer conversation's translation may go on
+    repaired: int  # the first message LiteLLM's route would change, or how many there are
+    system: int  # the first chat message of the system's role, or -1
+
+    def says(self, window: list[dict[str, Any]]) -> bool:
+        """Whether `window` is this translation's chat messages, the very objects, all
+        of them (compared at C speed): then `json` says it in the door's API, as the
+        client did, with nothing rendered."""
+        chat = self.chat
+        return len(window) == len(chat) and all(map(operator.is_, window, chat))
+
+    @property
+    def covered(self) -> bool:
+        """Whether the lean path sends `json` as LiteLLM's route would (`lean_covers`)."""
+        return self.repaired == len(self.ends)
 
     def begins(self, data: bytes, count: int) -> bool:
         """Whether the JSON array `data` begins with this one's first `count` messages
@@ -98,12 +114,13 @@ class Translation:
 
 
 class Translations:
-    """Conversations' translations, the latest `KEPT_TRANSLATED` messages' worth, and
-    `KEPT_TRANSLATED_BYTES` of them."""
+    """Conversations' translations from the door's API (`api`, as a native route speaks
+    it), the latest `KEPT_TRANSLATED` messages' worth, and `KEPT_TRANSLATED_BYTES` of them."""
 
     def __init__(
-        self, kept: int = KEPT_TRANSLATED, kept_bytes: int = KEPT_TRANSLATED_BYTES
+        self, api: NativeApi, kept: int = KEPT_TRANSLATED, kept_bytes: int = KEPT_TRANSLATED_BYTES
     ) -> None:
+        self._api = api
         self._kept, self._kept_bytes = kept, kept_bytes
         self._held = 0  # messages
         self._bytes = 0  # their JSON's
@@ -137,7 +154,10 @@ class Translations:
         for message in native[start:]:  # the new messages only, at C speed each
             end += 1 + len(orjson.dumps(message))  # a `[` or `,`, then the message
             ends.append(end)
-        self._known[key] = Translation(data, ends, chat, resume)
+        translation = Translation(
+            data, ends, chat, resume, *self._marks(known, (start, made), data, ends, chat)
+        )
+        self._known[key] = translation
         self._held += len(native)
         self._bytes += len(data)
         while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
@@ -145,6 +165,35 @@ class Translations:
             self._held -= len(dropped.ends)
             self._bytes -= len(dropped.json)
         return chat
+
+    def saying(self, key: bytes | None, window: list[dict[str, Any]]) -> Translation | None:
+        """The conversation's kept translation, where `window` is its chat messages, all of
+        them (`Translation.says`)."""
+        translation = self._known.get(key) if key is not None else None
+        return translation if translation is not None and translation.says(window) else None
+
+    def _marks(
+        self,
+        known: Translation | None,
+        kept: tuple[int, int],
+        data: bytes,
+        ends: list[int],
+        chat: list[dict[str, Any]],
+    ) -> tuple[int, int]:
+        """`Translation.repaired` and `.system`: the kept translation's, where they fall in
+        its part kept (`kept`: the messages and chat messages kept), else found in the
+        new ones (their JSON searched at once)."""
+        start, made = kept
+        if known is not None and known.repaired < start:
+            repaired = known.repaired
+        else:
+            offset = ends[start - 1] if start else 0
+            at = rewritten_at(self._api, memoryview(data)[offset:])
+            repaired = bisect.bisect_right(ends, offset + at) if at >= 0 else len(ends)
+        if known is not None and 0 <= known.system < made:
+            return repaired, known.system
+        system = next((i for i in range(made, len(chat)) if chat[i].get("role") == "system"), -1)
+        return repaired, system
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ __all__ = [
     "lean_covers",
     "native_events",
     "native_json",
+    "rewritten_at",
 ]
 
 NativeApi = Literal["anthropic_messages", "responses"]
@@ -173,30 +174,44 @@ async def _serialized(response: Any) -> AsyncIterator[tuple[str, dict[str, Any],
 # What LiteLLM's route would change in a request's messages or input items (see the
 # module's docstring), found in their bytes: broad on purpose, a match only means the
 # request takes that route.
-_EMPTY_TEXT = rb'"(?:text|thinking)":"(?:\s|\\[nrtbf])*"'
-_FOREIGN_ID = rb'"(?:id|tool_use_id)":"[^"]*[^A-Za-z0-9_\-"]'
+_BLANK = rb'":"(?:\s|\\[nrtbf])*"'  # an empty (or blank) string value
+_FOREIGN = rb'":"[^"]*[^A-Za-z0-9_\-"]'  # an id with a character outside Anthropic's
 _REWRITTEN = {
-    "anthropic_messages": re.compile(
-        b"|".join(
-            (
-                _EMPTY_TEXT,
-                _FOREIGN_ID,
-                b"web_search_tool_result",
-                b"advisor",
-                re.escape(adapter.encrypted_reasoning_prefix()),
-            )
-        )
+    "anthropic_messages": (
+        b'"text' + _BLANK,
+        b'"thinking' + _BLANK,
+        b'"id' + _FOREIGN,
+        b'"tool_use_id' + _FOREIGN,
+        b"web_search_tool_result",
+        b"advisor",
+        re.escape(adapter.encrypted_reasoning_prefix()),
     ),
     # A tool call's id that is not OpenAI's (LiteLLM drops it), a null, a cache mark.
-    "responses": re.compile(rb'"id":"(?!fc|ctc|rs_|msg_)|null|"cache_control"'),
+    "responses": (rb'"id":"(?!fc|ctc|rs_|msg_)', b"null", b'"cache_control"'),
 }
+# Searched for as one alternation in a message (one call), and each on its own in a
+# long run of them: each begins with a literal, which `re` scans for at memchr's pace,
+# where the alternation tries every pattern at every byte (13 ms, not 6, for the
+# overhead benchmark's 1.4 MB of messages).
+_ANY = {api: re.compile(b"|".join(patterns)).search for api, patterns in _REWRITTEN.items()}
+_EACH = {api: [re.compile(p).search for p in patterns] for api, patterns in _REWRITTEN.items()}
+_LONG = 16 << 10
 # The field of each API's request that holds the conversation.
 ITEMS = {"anthropic_messages": "messages", "responses": "input"}
 
 
 def lean_covers(api: NativeApi, items: bytes) -> bool:
     """Whether the lean path sends these messages (input items) as LiteLLM's route would."""
-    return _REWRITTEN[api].search(items) is None
+    return rewritten_at(api, items) < 0
+
+
+def rewritten_at(api: NativeApi, items: bytes | memoryview) -> int:
+    """Where the first thing LiteLLM's route would change begins in `items`, or -1."""
+    if len(items) < _LONG:
+        found = _ANY[api](items)
+        return found.start() if found else -1
+    starts = [found.start() for search in _EACH[api] if (found := search(items))]
+    return min(starts, default=-1)
 
 
 class NativeClient(DirectClient):

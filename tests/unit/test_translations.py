@@ -16,7 +16,8 @@ from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
-from proxy.doors.translations import Renderings, Translations, joined
+from proxy.doors.translations import Renderings, Translations, conversation_key, joined
+from proxy.upstream.native import lean_covers
 from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT, sent_of
 
 
@@ -57,7 +58,7 @@ def body_of(conversation: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_messages_conversation_translated_from_what_was_kept_is_translated_afresh() -> None:
-    translations = Translations()
+    translations = Translations("anthropic_messages")
     kept: list[dict[str, Any]] = []
     for conversation in messages_turns(seed=7, turns=30):
         chat, _ = messages.to_chat(body_of(conversation), translations, "t")
@@ -68,7 +69,7 @@ def test_a_messages_conversation_translated_from_what_was_kept_is_translated_afr
 
 
 def test_an_edited_conversation_or_another_tenants_is_translated_afresh() -> None:
-    translations = Translations()
+    translations = Translations("anthropic_messages")
     *_, last = messages_turns(seed=3, turns=12)
     first = messages.to_chat(body_of(last), translations, "t")[0]["messages"]
     edited = copy.deepcopy(last)
@@ -81,7 +82,7 @@ def test_an_edited_conversation_or_another_tenants_is_translated_afresh() -> Non
 
 
 def test_a_responses_conversation_translated_from_what_was_kept_is_translated_afresh() -> None:
-    translations = Translations()
+    translations = Translations("responses")
     given: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Start."}]
     for turn in range(12):
         given += copy.deepcopy(RESPONSES_INPUT[1:]) if turn % 2 else copy.deepcopy(RESPONSES_INPUT)
@@ -113,7 +114,7 @@ def native_turns(renderings: Renderings, key: bytes, mid_system: bool) -> list[A
 
 
 def test_a_messages_window_rendered_from_what_was_kept_is_rendered_afresh() -> None:
-    translations, renderings = Translations(), Renderings()
+    translations, renderings = Translations("anthropic_messages"), Renderings()
     for mid_system in (False, True):
         previous: list[Any] = []
         for turn, conversation in enumerate(messages_turns(seed=11, turns=20)):
@@ -153,7 +154,7 @@ def test_a_responses_window_rendered_from_what_was_kept_is_rendered_afresh() -> 
 
 
 def test_what_a_door_keeps_is_bounded() -> None:
-    translations = Translations(kept=100)
+    translations = Translations("anthropic_messages", kept=100)
     conversations = [messages_turns(seed=n, turns=20)[-1] for n in range(10)]
     for number, conversation in enumerate(conversations):
         messages.to_chat(body_of(conversation), translations, f"t{number}")
@@ -169,7 +170,7 @@ def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None
     """Conversations of 1 MB messages, each resent longer: the translations kept hold
     at most `kept_bytes` of them (as JSON) beside the latest, counted exactly as what
     is kept, and a longer conversation still resumes from its kept translation."""
-    translations = Translations(kept_bytes=4 << 20)
+    translations = Translations("anthropic_messages", kept_bytes=4 << 20)
     for number in range(8):
         big = {"role": "user", "content": f"{number} " + "x" * (1 << 20)}
         conversation: list[dict[str, Any]] = [big, {"role": "assistant", "content": "ok"}]
@@ -193,7 +194,7 @@ def test_a_message_too_deep_to_measure_is_translated_and_not_kept() -> None:
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": [{"type": "text", "text": "hello", "x": deep}]},
     ]
-    translations = Translations()
+    translations = Translations("anthropic_messages")
     chat, _ = messages.to_chat(body_of(conversation), translations, "t")
     assert chat == messages.to_chat(body_of(conversation))[0]
     assert not translations._known
@@ -222,7 +223,7 @@ def test_a_conversation_written_as_orjson_writes_it_is_not_written_again() -> No
     """The client's own JSON of its messages (`Written`, from `proxy.http.resends`) is
     what the kept translation is compared with; JSON said of another list is not."""
     requests = messages_turns(seed=7, turns=12)
-    with_bytes, without = Translations(), Translations()
+    with_bytes, without = Translations("anthropic_messages"), Translations("anthropic_messages")
     for conversation in requests:
         body = body_of(conversation)
         written = (conversation, memoryview(orjson.dumps(conversation)))
@@ -232,7 +233,79 @@ def test_a_conversation_written_as_orjson_writes_it_is_not_written_again() -> No
     kept = next(iter(with_bytes._known.values()))
     assert kept.json == orjson.dumps(requests[-1])
     # Bytes said of another list than the one translated are not taken for its JSON.
-    other = Translations()
+    other = Translations("anthropic_messages")
     wrong = (list(requests[-1]), memoryview(b"[]"))
     messages.to_chat(body_of(requests[-1]), other, "t", wrong)
     assert next(iter(other._known.values())).json == orjson.dumps(requests[-1])
+
+
+def test_a_window_of_all_the_clients_messages_goes_out_as_the_client_wrote_it() -> None:
+    """Where the engine's window is every message the client sent, the very objects its
+    translation made, a native route sends the client's own JSON of them (byte for byte,
+    so the provider's cache reads what a direct call would write): nothing is rendered
+    or kept for it. A window the engine changed (a marked copy, a recall block) is
+    rendered, and a system message mid-conversation is sent as the client wrote it only
+    to a model that takes one there."""
+    translations, renderings = Translations("anthropic_messages"), Renderings()
+    for turn, conversation in enumerate(messages_turns(seed=5, turns=16)):
+        body = body_of(conversation)
+        key = conversation_key("t", conversation[0])
+        chat, _ = messages.to_chat(body, translations, "t")
+        has_system = any(m["role"] == "system" for m in conversation)
+        for mid_system in (False, True):
+            before = list(renderings._known.items())
+            native = MessagesNative(body, renderings, key, translations)
+            sent = native.request(chat, summarized=False, mid_system=mid_system)
+            assert native.serialized is not None
+            own = native.serialized[0] == orjson.dumps(conversation)
+            assert own == (mid_system or not has_system), turn
+            if own:
+                assert sent_of(sent)["messages"] == conversation
+                assert list(renderings._known.items()) == before
+            changed = {**chat, "messages": claude_window(chat["messages"], turn)}
+            native = MessagesNative(body, renderings, key, translations)
+            sent = native.request(changed, summarized=False, mid_system=mid_system)
+            fresh = MessagesNative(body).request(changed, summarized=False, mid_system=mid_system)
+            assert sent_of(sent) == sent_of(fresh)
+
+
+def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrote_them() -> None:
+    translations = Translations("responses")
+    body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
+    chat, _ = responses.to_chat(body, translations, "t")
+    key = conversation_key("t", RESPONSES_INPUT[0])
+    native = ResponsesNative(body, Renderings(), key, translations)
+    sent = native.request(chat, summarized=False, mid_system=False)
+    assert native.serialized is not None
+    assert native.serialized[0] == orjson.dumps(RESPONSES_INPUT)
+    assert sent_of(sent)["input"] == RESPONSES_INPUT and sent["instructions"] == "You are Codex."
+    # Another conversation's key, or none, renders the window (and keeps its rendering).
+    for other in (conversation_key("t", RESPONSES_INPUT[1]), None):
+        renderings = Renderings()
+        native = ResponsesNative(body, renderings, other, translations)
+        assert sent_of(native.request(chat, summarized=False, mid_system=False)) == sent_of(sent)
+        assert list(renderings._known) == [other]
+
+
+def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messages() -> None:
+    """`Translation.covered` says what `lean_covers` says of the whole JSON, however the
+    conversation grew: a message LiteLLM's route would change (an empty text block) in
+    the part kept, in the new part, or edited away."""
+    blank = {"role": "assistant", "content": [{"type": "text", "text": ""}]}
+    rng = random.Random(2)
+    translations = Translations("anthropic_messages")
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for turn in range(40):
+        step = rng.random()
+        if step < 0.15:
+            conversation.append(blank)
+        elif step < 0.3 and len(conversation) > 2:
+            conversation = conversation[: rng.randrange(1, len(conversation))]
+        else:
+            conversation.append({"role": "assistant", "content": f"a{turn}"})
+        conversation.append({"role": "user", "content": f"q{turn}"})
+        sent = orjson.loads(orjson.dumps(conversation))
+        messages.to_chat(body_of(sent), translations, "t")
+        kept = translations._known[conversation_key("t", sent[0])]
+        assert kept.covered == lean_covers("anthropic_messages", kept.json), turn
+        assert kept.covered == (blank not in conversation)

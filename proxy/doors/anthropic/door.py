@@ -35,7 +35,7 @@ class MessagesDoor:
     def __init__(self, id_fields: list[str]) -> None:
         self._id_fields = id_fields
         # What this door made of the conversations it served lately (`proxy.doors.translations`).
-        self._translations = Translations()
+        self._translations = Translations("anthropic_messages")
         self._renderings = Renderings()
 
     async def inbound(
@@ -50,7 +50,7 @@ class MessagesDoor:
             session_id=named,
             dropped=dropped,
             optional=OPTIONAL,
-            native=MessagesNative(body, self._renderings, conversation),
+            native=MessagesNative(body, self._renderings, conversation, self._translations),
             native_dropped=own,
         )
 

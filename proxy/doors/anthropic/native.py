@@ -21,7 +21,7 @@ import orjson
 from proxy.doors.anthropic.events import MessagesEvents
 from proxy.doors.anthropic.render import rendered_turns, system_blocks
 from proxy.doors.anthropic.response import chat_completion
-from proxy.doors.translations import Renderings, joined
+from proxy.doors.translations import Renderings, Translation, Translations, joined
 from proxy.upstream.native import NativeApi
 
 __all__ = ["MessagesNative"]
@@ -62,11 +62,15 @@ class MessagesNative:
         self,
         body: dict[str, Any],
         renderings: Renderings | None = None,
-        conversation: Hashable = None,
+        conversation: bytes | None = None,
+        translations: Translations | None = None,
     ) -> None:
         self._body = body
         self._renderings = renderings or Renderings()
-        self._conversation = conversation  # its key, for a request of no session
+        self._conversation = (
+            conversation  # its key: its translation's, and its rendering's without a session
+        )
+        self._translations = translations
         self.serialized: tuple[bytes, bool] | None = None
 
     def drop(self, name: str) -> bool:
@@ -84,12 +88,18 @@ class MessagesNative:
         while lead < len(messages) and messages[lead].get("role") == "system":
             lead += 1
         system = system_blocks(messages[:lead])
-        # By conversation, and by what the model takes: a turn is rendered for both.
-        key = (session if session is not None else self._conversation, mid_system)
-        rendered = rendered_turns(messages[lead:], self._renderings.taken(key), mid_system)
-        window = joined(rendered.turns)
-        self._renderings.kept(key, rendered, len(window))
-        self.serialized = window, not any(map(_REPAIRED, rendered.turns))
+        turns = messages[lead:]
+        own = self._own(turns, mid_system)
+        if own is not None:  # the client's own messages, all of them: as the client wrote them
+            window, covered = own.json, own.covered
+        else:
+            # By conversation, and by what the model takes: a turn is rendered for both.
+            key = (session if session is not None else self._conversation, mid_system)
+            rendered = rendered_turns(turns, self._renderings.taken(key), mid_system)
+            window = joined(rendered.turns)
+            self._renderings.kept(key, rendered, len(window))
+            covered = not any(map(_REPAIRED, rendered.turns))
+        self.serialized = window, covered
         # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.
         out: dict[str, Any] = {"model": chat["model"], "messages": orjson.Fragment(window)}
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
@@ -99,6 +109,15 @@ class MessagesNative:
         if system:
             out["system"] = system
         return out
+
+    def _own(self, turns: list[dict[str, Any]], mid_system: bool) -> Translation | None:
+        """The translation of the client's messages, where the window is all of them and
+        the model takes them as they are (a system message among them only where it
+        takes one mid-conversation)."""
+        if self._translations is None:
+            return None
+        own = self._translations.saying(self._conversation, turns)
+        return own if own is not None and (mid_system or own.system < 0) else None
 
     def completion(self, reply: dict[str, Any]) -> dict[str, Any]:
         """An Anthropic message as a chat completion (a ValueError for what is none)."""

@@ -43,7 +43,7 @@ class ResponsesDoor:
         self._id_fields = id_fields
         self._references = References(ids, store)
         # What this door made of the conversations it served lately (`proxy.doors.translations`).
-        self._translations = Translations()
+        self._translations = Translations("responses")
         self._renderings = Renderings()
 
     async def inbound(
@@ -71,7 +71,9 @@ class ResponsesDoor:
             {"echo": echo},
             dropped,
             OPTIONAL,
-            native=ResponsesNative(body, self._renderings, conversation_of(tenant, body)),
+            native=ResponsesNative(
+                body, self._renderings, conversation_of(tenant, body), self._translations
+            ),
             native_dropped=own,
         )
 

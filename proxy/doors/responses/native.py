@@ -22,7 +22,7 @@ from proxy.doors.responses.events import ResponsesEvents
 from proxy.doors.responses.render import rendered_items
 from proxy.doors.responses.request import CARRIED
 from proxy.doors.responses.response import chat_completion
-from proxy.doors.translations import Renderings, joined
+from proxy.doors.translations import Renderings, Translations, joined
 from proxy.upstream.native import NativeApi
 
 __all__ = ["ResponsesNative"]
@@ -66,11 +66,15 @@ class ResponsesNative:
         self,
         body: dict[str, Any],
         renderings: Renderings | None = None,
-        conversation: Hashable = None,
+        conversation: bytes | None = None,
+        translations: Translations | None = None,
     ) -> None:
         self._body = body
         self._renderings = renderings or Renderings()
-        self._conversation = conversation  # its key, for a request of no session
+        self._conversation = (
+            conversation  # its key: its translation's, and its rendering's without a session
+        )
+        self._translations = translations
         self.serialized: tuple[bytes, bool] | None = None
 
     def drop(self, name: str) -> bool:
@@ -88,11 +92,18 @@ class ResponsesNative:
         if instructions is not None and first == {"role": "system", "content": instructions}:
             out["instructions"] = instructions
             messages = messages[1:]
-        key = session if session is not None else self._conversation
-        rendered = rendered_items(messages, self._renderings.taken(key))
-        window = joined(rendered.turns)
-        self._renderings.kept(key, rendered, len(window))
-        self.serialized = window, not any(map(_REPAIRED, rendered.turns))
+        own = (
+            self._translations.saying(self._conversation, messages) if self._translations else None
+        )
+        if own is not None:  # the client's own items, all of them: as the client wrote them
+            window, covered = own.json, own.covered
+        else:
+            key = session if session is not None else self._conversation
+            rendered = rendered_items(messages, self._renderings.taken(key))
+            window = joined(rendered.turns)
+            self._renderings.kept(key, rendered, len(window))
+            covered = not any(map(_REPAIRED, rendered.turns))
+        self.serialized = window, covered
         out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}
         if chat.get("max_tokens") is not None:
