@@ -7,13 +7,17 @@ byte for byte), so a long conversation is not re-validated on every turn.
 
 from __future__ import annotations
 
+import operator
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from proxy.errors import InvalidRequest
 
 __all__ = [
     "ROLES",
+    "Validated",
     "check_function",
     "check_ranges",
     "check_strings",
@@ -276,6 +280,52 @@ def validate_messages(
                 _check_calls(message["tool_calls"], index + offset)
         elif role == "tool":
             _check_result(messages, index, index + offset, continues)
+
+
+# Conversations of no session held as validated: their messages, and their bodies' bytes.
+KEPT_VALIDATED = 20_000
+KEPT_VALIDATED_BYTES = 8 << 20
+
+
+class Validated:
+    """Conversations of no session validated lately, held by their messages: one resent
+    whose leading messages are the very objects validated before (a resent body's kept
+    parse, `proxy.http.resends`, and a door's kept translation are) is validated from
+    where it is new. Holding the messages keeps their identities theirs; what is held is
+    bounded by messages and by their bodies' bytes, the latest kept whatever its size."""
+
+    def __init__(self, kept: int = KEPT_VALIDATED, kept_bytes: int = KEPT_VALIDATED_BYTES) -> None:
+        self._kept, self._kept_bytes = kept, kept_bytes
+        self._held = 0  # messages
+        self._bytes = 0  # their bodies'
+        self._known: OrderedDict[int, tuple[list[Any], int]] = OrderedDict()
+        self._lock = threading.Lock()  # validated in worker threads too
+
+    def validate(self, messages: list[Any], offset: int = 0, size: int = 0) -> None:
+        """`validate_messages(messages, offset=offset)`, from the first message that is not
+        one held as validated at its place; `size`: the body's bytes, what holding weighs."""
+        if not messages:
+            return
+        with self._lock:
+            known = self._known.pop(id(messages[0]), None)
+            if known is not None:
+                self._held -= len(known[0])
+                self._bytes -= known[1]
+        start = 0
+        if known is not None:  # the same objects, compared at C speed
+            same = list(map(operator.is_, messages, known[0]))
+            start = same.index(False) if False in same else len(same)
+        validate_messages(messages, start, offset)
+        with self._lock:
+            self._known[id(messages[0])] = list(messages), size
+            self._held += len(messages)
+            self._bytes += size
+            while (self._held > self._kept or self._bytes > self._kept_bytes) and len(
+                self._known
+            ) > 1:
+                _, (dropped, weight) = self._known.popitem(last=False)
+                self._held -= len(dropped)
+                self._bytes -= weight
 
 
 _CONTENT_TYPES = frozenset({str, list, type(None)})

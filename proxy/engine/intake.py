@@ -19,7 +19,7 @@ from proxy.conversation.tokens import (
     counter_for_model,
     within_token_bound,
 )
-from proxy.conversation.validation import invalid, validate_messages
+from proxy.conversation.validation import Validated, invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.planner.budget import budget
 from proxy.engine.planner.caching import BREAKPOINTS, cache_key, marks_in
@@ -51,6 +51,7 @@ class Intake:
         self._planning = planning
         self.label = label
         self._secret = secret  # the deployment's: keys what reaches a provider's cache
+        self._validated = Validated()  # conversations of no session, by their messages
 
     async def request(self, body: dict[str, Any], context: RequestContext) -> Request:
         """The request's facts, worked out in a worker thread for a large body: validating
@@ -175,14 +176,15 @@ class Intake:
             prices=request.prices,
         )
 
-    @staticmethod
-    async def validated(request: Request) -> None:
-        """A conversation of no session validated, off the loop where its body is large (its
-        size decides: measuring its messages would be a pass over them)."""
+    async def validated(self, request: Request) -> None:
+        """A conversation of no session validated from where it is new (`Validated`), off
+        the loop where its body is large (its size decides: measuring its messages would
+        be a pass over them)."""
+        size = request.size or 0
         check = functools.partial(
-            validate_messages, request.conversation, offset=len(request.system)
+            self._validated.validate, request.conversation, len(request.system), size
         )
-        await sized(request.size or 0, check)
+        await sized(size, check)
 
     async def truncated(self, request: Request) -> tuple[list[int], Plan]:
         """A conversation of no session counted, message by message, and fitted by
