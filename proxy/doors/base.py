@@ -70,6 +70,9 @@ class Inbound:
     # (`proxy.upstream.native`), and what that route does not carry.
     native: Native | None = None
     native_dropped: tuple[str, ...] = ()
+    # The body's `messages` as orjson writes them, where the door holds that JSON (its
+    # kept translation's): the engine does not write them again.
+    messages_json: memoryview | None = None
 
     @property
     def stream(self) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -53,19 +54,25 @@ __all__ = [
 
 # Messages a door keeps, in all, of the conversations it served lately: translated, and
 # rendered (a window is rendered per session, and without one, per conversation); and
-# their bytes as JSON (the client's messages, the turns rendered), which bind only
-# where messages are large: the overhead benchmark's 5,000 messages are 1.4 MB, and two
-# such conversations served in turn are each kept; three are not, and then each request
-# evicts the one served next, which is rendered whole on its next turn (the doors
-# benchmark's three windows of one conversation: 35 ms at 5,000 messages). Parsed, a
-# chat form weighs four to five times its JSON (58 MB in the doors' caches after the
-# fuzz's megabyte bodies), and the fuzz's memory after its run, at 1.49x fresh with
-# these, rose to 1.53-1.56x with 6 MiB rendered and to 1.6x with 8 MiB of each, past
-# issue 51's 1.5x: so the bound stays. The latest conversation is kept whatever its size.
+# their bytes as JSON (a translation's: the client's messages and their chat form; a
+# rendering's: its turns), which bind only where messages are large: the overhead
+# benchmark's 5,000 messages are 1.4 MB (2.8 MB translated), and two such conversations
+# served in turn are each kept; three are not, and then each request evicts the one
+# served next, which is translated or rendered whole on its next turn (35 ms at 5,000
+# messages). A window of all the client's messages is not rendered (it goes out as the
+# client wrote it), so the rendered ones are those of sessions. Parsed, a chat form
+# weighs four to five times its JSON (58 MB in the doors' caches after the fuzz's
+# megabyte bodies), and the fuzz's memory after its run, at 1.49x fresh with 4 MiB of
+# each, rose to 1.53-1.56x with 6 MiB rendered and to 1.6x with 8 MiB of each, past
+# issue 51's 1.5x. The latest conversation is kept whatever its size.
 KEPT_TRANSLATED = 10_000
 KEPT_RENDERED = 16_000
-KEPT_TRANSLATED_BYTES = 4 << 20
+KEPT_TRANSLATED_BYTES = 8 << 20
 KEPT_RENDERED_BYTES = 4 << 20
+
+# An input item's id: the proxy gives a reply's items ids of its own, which a client
+# echoes, and the provider gets its own back (`proxy.doors.responses.items.as_given`).
+_ITEM_ID = re.compile(rb'"id":"')
 
 # A conversation as the body was parsed, and its JSON as orjson writes it, where the
 # client wrote it so (`proxy.http.resends`): a view of the body, not written again.
@@ -90,14 +97,26 @@ class Translation:
     chat: list[dict[str, Any]]  # their chat form
     resume: tuple[int, int]  # where a longer conversation's translation may go on
     repaired: int  # the first message LiteLLM's route would change, or how many there are
+    named: int  # the first message that may hold an id the proxy gave, or how many there are
     system: int  # the first chat message of the system's role, or -1
+    chat_json: bytes  # the chat form as orjson writes it
+    chat_ends: list[int]  # where each chat message's JSON ends in it
+
+    @property
+    def weight(self) -> int:
+        """The bytes it holds as JSON (what the bound counts)."""
+        return len(self.json) + len(self.chat_json)
 
     def says(self, window: list[dict[str, Any]]) -> bool:
         """Whether `window` is this translation's chat messages, the very objects, all
-        of them (compared at C speed): then `json` says it in the door's API, as the
-        client did, with nothing rendered."""
+        of them (compared at C speed), and the client named none by an id of the proxy's:
+        then `json` says it in the door's API, as the client did, with nothing rendered."""
         chat = self.chat
-        return len(window) == len(chat) and all(map(operator.is_, window, chat))
+        return (
+            self.named == len(self.ends)
+            and len(window) == len(chat)
+            and all(map(operator.is_, window, chat))
+        )
 
     @property
     def covered(self) -> bool:
@@ -135,7 +154,7 @@ class Translations:
         known = self._known.pop(key, None)
         if known is not None:
             self._held -= len(known.ends)
-            self._bytes -= len(known.json)
+            self._bytes -= known.weight
         try:
             data = bytes(written[1]) if written and written[0] is native else orjson.dumps(native)
         except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
@@ -149,22 +168,42 @@ class Translations:
                 start, made = at, length
         chat = known.chat[:made] if known is not None else []
         resume = convert(native, start, chat)
+        try:
+            chat_json, chat_ends = _written_on(known, made, chat)
+        except orjson.JSONEncodeError:  # a chat form deeper than orjson writes: not kept
+            return chat
         ends = known.ends[:start] if known is not None else []
         end = ends[-1] if ends else 0
         for message in native[start:]:  # the new messages only, at C speed each
             end += 1 + len(orjson.dumps(message))  # a `[` or `,`, then the message
             ends.append(end)
-        translation = Translation(
-            data, ends, chat, resume, *self._marks(known, (start, made), data, ends, chat)
-        )
+        marks = self._marks(known, (start, made), data, ends, chat)
+        translation = Translation(data, ends, chat, resume, *marks, chat_json, chat_ends)
         self._known[key] = translation
         self._held += len(native)
-        self._bytes += len(data)
+        self._bytes += translation.weight
         while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
             _, dropped = self._known.popitem(last=False)
             self._held -= len(dropped.ends)
-            self._bytes -= len(dropped.json)
+            self._bytes -= dropped.weight
         return chat
+
+    def written(self, key: bytes | None, messages: list[dict[str, Any]]) -> bytes | None:
+        """The JSON of `messages` as orjson writes it, where they end with the very chat
+        messages of the conversation's kept translation, all of them, after a few of the
+        door's own (its system message): those written here, the rest copied."""
+        translation = self._known.get(key) if key is not None else None
+        if translation is None:
+            return None
+        chat = translation.chat
+        head = len(messages) - len(chat)
+        if head < 0 or not all(map(operator.is_, messages[head:], chat)):
+            return None
+        if not head:
+            return translation.chat_json
+        if not chat:
+            return orjson.dumps(messages)
+        return orjson.dumps(messages[:head])[:-1] + b"," + memoryview(translation.chat_json)[1:]
 
     def saying(self, key: bytes | None, window: list[dict[str, Any]]) -> Translation | None:
         """The conversation's kept translation, where `window` is its chat messages, all of
@@ -179,21 +218,45 @@ class Translations:
         data: bytes,
         ends: list[int],
         chat: list[dict[str, Any]],
-    ) -> tuple[int, int]:
-        """`Translation.repaired` and `.system`: the kept translation's, where they fall in
-        its part kept (`kept`: the messages and chat messages kept), else found in the
-        new ones (their JSON searched at once)."""
+    ) -> tuple[int, int, int]:
+        """`Translation.repaired`, `.named` and `.system`: the kept translation's, where they
+        fall in its part kept (`kept`: the messages and chat messages kept), else found in
+        the new ones (their JSON searched at once)."""
         start, made = kept
-        if known is not None and known.repaired < start:
-            repaired = known.repaired
-        else:
-            offset = ends[start - 1] if start else 0
-            at = rewritten_at(self._api, memoryview(data)[offset:])
-            repaired = bisect.bisect_right(ends, offset + at) if at >= 0 else len(ends)
+        offset = ends[start - 1] if start else 0
+        new = memoryview(data)[offset:]
+
+        def first(old: int | None, at: int) -> int:
+            if old is not None and old < start:
+                return old
+            return bisect.bisect_right(ends, offset + at) if at >= 0 else len(ends)
+
+        repaired = first(known.repaired if known else None, rewritten_at(self._api, new))
+        named = len(ends)
+        if self._api == "responses":  # an item's id may be the proxy's (`responses.items`)
+            found = _ITEM_ID.search(new)
+            named = first(known.named if known else None, found.start() if found else -1)
         if known is not None and 0 <= known.system < made:
-            return repaired, known.system
+            return repaired, named, known.system
         system = next((i for i in range(made, len(chat)) if chat[i].get("role") == "system"), -1)
-        return repaired, system
+        return repaired, named, system
+
+
+def _written_on(
+    known: Translation | None, made: int, chat: list[dict[str, Any]]
+) -> tuple[bytes, list[int]]:
+    """`chat` as orjson writes it, and where each message ends: the kept translation's
+    first `made` messages copied from its JSON, the rest written here."""
+    ends = known.chat_ends[:made] if known is not None else []
+    pieces = [orjson.dumps(message) for message in chat[made:]]
+    end = ends[-1] if ends else 0
+    for piece in pieces:
+        end += 1 + len(piece)
+        ends.append(end)
+    if not made or known is None:
+        return b"[" + b",".join(pieces) + b"]", ends
+    kept = memoryview(known.chat_json)[: known.chat_ends[made - 1]]
+    return b"".join((kept, b"," if pieces else b"", b",".join(pieces), b"]")), ends
 
 
 @dataclass(frozen=True, slots=True)

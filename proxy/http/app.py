@@ -119,8 +119,10 @@ class Proxy:
             settings=settings, upstream=upstream, store=store, clock=clock, secret=secret
         )
         self.messages = MessagesDoor(settings.session.id_fields)
-        # The suite's servers check every resent body against a whole parse (`Resends`).
-        self.resends = Resends(check=os.environ.get("PROXY_CHECK_RESENDS") == "1")
+        # The suite's servers check every resent body against a whole parse (`Resends`),
+        # and the JSON of every conversation a door holds against writing it again.
+        self._checking = os.environ.get("PROXY_CHECK_RESENDS") == "1"
+        self.resends = Resends(check=self._checking)
 
     def _request_context(
         self,
@@ -192,9 +194,17 @@ class Proxy:
         if not caller.may_use(model, self.upstream.models.served_as(model)):
             raise model_not_allowed(model)
         self.upstream.models.check(model)
-        # The client's messages, as orjson writes them, where the engine takes them as sent.
+        # The messages as orjson writes them: the client's, where the engine takes them as
+        # sent, else the door's, where it holds them.
         same = written is not None and inbound.body.get("messages") is written[0]
-        context = self._request_context(request, caller, raw, inbound, json if same else None)
+        messages_json = json if same else inbound.messages_json
+        if (
+            self._checking
+            and messages_json is not None
+            and bytes(messages_json) != orjson.dumps(inbound.body["messages"])
+        ):
+            raise AssertionError("a door's JSON of its messages is not theirs")
+        context = self._request_context(request, caller, raw, inbound, messages_json)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):

@@ -18,7 +18,7 @@ from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
 from proxy.doors.translations import Renderings, Translations, conversation_key, joined
 from proxy.upstream.native import lean_covers
-from tests.unit.test_native import MESSAGES_BODIES, RESPONSES_INPUT, sent_of
+from tests.unit.test_native import MESSAGES_BODIES, REASONING, RESPONSES_INPUT, sent_of
 
 
 def messages_turns(seed: int, turns: int) -> list[list[dict[str, Any]]]:
@@ -170,7 +170,7 @@ def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None
     """Conversations of 1 MB messages, each resent longer: the translations kept hold
     at most `kept_bytes` of them (as JSON) beside the latest, counted exactly as what
     is kept, and a longer conversation still resumes from its kept translation."""
-    translations = Translations("anthropic_messages", kept_bytes=4 << 20)
+    translations = Translations("anthropic_messages", kept_bytes=8 << 20)
     for number in range(8):
         big = {"role": "user", "content": f"{number} " + "x" * (1 << 20)}
         conversation: list[dict[str, Any]] = [big, {"role": "assistant", "content": "ok"}]
@@ -181,8 +181,8 @@ def test_what_a_door_keeps_of_large_messages_is_bounded_by_their_bytes() -> None
         )
         assert again[0]["messages"][1] is first[1]  # resumed, not translated afresh
         known = translations._known.values()
-        assert translations._bytes == sum(len(t.json) for t in known)
-        assert translations._bytes <= (4 << 20) + _json_bytes(conversation)
+        assert translations._bytes == sum(len(t.json) + len(t.chat_json) for t in known)
+        assert translations._bytes <= (8 << 20) + 2 * _json_bytes(conversation) + 100
     assert 2 <= len(translations._known) < 8
 
 
@@ -270,21 +270,37 @@ def test_a_window_of_all_the_clients_messages_goes_out_as_the_client_wrote_it() 
 
 
 def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrote_them() -> None:
+    """Items without ids go as the client wrote them (an easy assistant message stays
+    one, where a rendering writes output text parts); items the client echoes under the
+    proxy's ids are rendered, so the provider gets its own ids back."""
     translations = Translations("responses")
-    body = {"model": "gpt", "instructions": "You are Codex.", "input": RESPONSES_INPUT}
+    given: list[dict[str, Any]] = [
+        {"role": "user", "content": "I am Ada."},
+        {"role": "assistant", "content": "Hello Ada."},
+        {"role": "user", "content": "Who am I?"},
+    ]
+    body = {"model": "gpt", "instructions": "You are Codex.", "input": given}
     chat, _ = responses.to_chat(body, translations, "t")
-    key = conversation_key("t", RESPONSES_INPUT[0])
+    key = conversation_key("t", given[0])
     native = ResponsesNative(body, Renderings(), key, translations)
     sent = native.request(chat, summarized=False, mid_system=False)
-    assert native.serialized is not None
-    assert native.serialized[0] == orjson.dumps(RESPONSES_INPUT)
-    assert sent_of(sent)["input"] == RESPONSES_INPUT and sent["instructions"] == "You are Codex."
+    assert native.serialized is not None and native.serialized[0] == orjson.dumps(given)
+    assert sent_of(sent)["input"] == given and sent["instructions"] == "You are Codex."
     # Another conversation's key, or none, renders the window (and keeps its rendering).
-    for other in (conversation_key("t", RESPONSES_INPUT[1]), None):
+    for other in (conversation_key("t", given[1]), None):
         renderings = Renderings()
         native = ResponsesNative(body, renderings, other, translations)
-        assert sent_of(native.request(chat, summarized=False, mid_system=False)) == sent_of(sent)
+        rendered = sent_of(native.request(chat, summarized=False, mid_system=False))["input"]
+        assert rendered[1]["content"] == [
+            {"type": "output_text", "text": "Hello Ada.", "annotations": []}
+        ]
         assert list(renderings._known) == [other]
+    echoed = [given[0], {**REASONING, "id": "rs_proxys.1~" + REASONING["id"]}, *given[1:]]
+    body = {"model": "gpt", "input": orjson.loads(orjson.dumps(echoed))}
+    chat, _ = responses.to_chat(body, translations, "t")
+    native = ResponsesNative(body, Renderings(), key, translations)
+    sent = sent_of(native.request(chat, summarized=False, mid_system=False))
+    assert sent["input"][1]["id"] == REASONING["id"]
 
 
 def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messages() -> None:
@@ -309,3 +325,30 @@ def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messa
         kept = translations._known[conversation_key("t", sent[0])]
         assert kept.covered == lean_covers("anthropic_messages", kept.json), turn
         assert kept.covered == (blank not in conversation)
+
+
+def test_a_door_hands_the_engine_its_messages_json_from_the_kept_translation() -> None:
+    """The chat messages' JSON a door holds (`Translations.written`) is exactly what
+    orjson writes of them, however the conversation grew or was edited, on both doors;
+    messages that are not the kept translation's (a fresh translation, another
+    conversation's) get none."""
+    translations = Translations("anthropic_messages")
+    for conversation in messages_turns(seed=9, turns=25):
+        key = conversation_key("t", conversation[0])
+        chat = messages.to_chat(body_of(conversation), translations, "t")[0]["messages"]
+        assert translations.written(key, chat) == orjson.dumps(chat)
+        assert translations.written(key, chat[1:]) == orjson.dumps(chat[1:])  # no head
+        assert translations.written(key, chat[:-1]) is None  # not all of the translation's
+        fresh = messages.to_chat(body_of(conversation))[0]["messages"]
+        assert translations.written(key, fresh) is None
+        assert translations.written(conversation_key("u", conversation[0]), chat) is None
+    translations = Translations("responses")
+    given: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Start."}]
+    for turn in range(8):
+        given += copy.deepcopy(RESPONSES_INPUT[1:])
+        body = {"model": "gpt", "input": orjson.loads(orjson.dumps(given))}
+        for instructions in (None, "Be brief."):
+            body = body | ({"instructions": instructions} if instructions else {})
+            chat = responses.to_chat(body, translations, "t")[0]["messages"]
+            key = conversation_key("t", given[0])
+            assert translations.written(key, chat) == orjson.dumps(chat), turn

@@ -45,6 +45,7 @@ class MessagesDoor:
         named = body_session_id(body, self._id_fields)
         own = native_dropped(body)
         conversation = conversation_key(tenant, body["messages"][0])
+        json = self._translations.written(conversation, chat["messages"])
         return Inbound(
             chat,
             session_id=named,
@@ -52,6 +53,7 @@ class MessagesDoor:
             optional=OPTIONAL,
             native=MessagesNative(body, self._renderings, conversation, self._translations),
             native_dropped=own,
+            messages_json=memoryview(json) if json is not None else None,
         )
 
     async def counted(self, body: dict[str, Any]) -> Inbound:

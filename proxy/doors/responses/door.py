@@ -64,6 +64,8 @@ class ResponsesDoor:
             if session_id is None and body.get("store") is not False:
                 session_id = "resp-" + uuid.uuid4().hex  # a new conversation, continuable
         own = native_dropped(body)
+        conversation = conversation_of(tenant, body)
+        json = self._translations.written(conversation, chat["messages"])
         return Inbound(
             chat,
             session_id,
@@ -71,10 +73,9 @@ class ResponsesDoor:
             {"echo": echo},
             dropped,
             OPTIONAL,
-            native=ResponsesNative(
-                body, self._renderings, conversation_of(tenant, body), self._translations
-            ),
+            native=ResponsesNative(body, self._renderings, conversation, self._translations),
             native_dropped=own,
+            messages_json=memoryview(json) if json is not None else None,
         )
 
     def response_id(self, turn: Turn) -> str:
