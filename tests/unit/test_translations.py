@@ -295,7 +295,7 @@ def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrot
             {"type": "output_text", "text": "Hello Ada.", "annotations": []}
         ]
         assert list(renderings._known) == [other]
-    echoed = [given[0], {**REASONING, "id": "rs_proxys.1~" + REASONING["id"]}, *given[1:]]
+    echoed = [given[0], {**REASONING, "id": f"rs_proxys.1~{REASONING['id']}"}, *given[1:]]
     body = {"model": "gpt", "input": orjson.loads(orjson.dumps(echoed))}
     chat, _ = responses.to_chat(body, translations, "t")
     native = ResponsesNative(body, Renderings(), key, translations)
