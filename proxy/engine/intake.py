@@ -127,7 +127,7 @@ class Intake:
             return {}
         marks = None
         if prices.cache == "breakpoints" and context.body:
-            marks = marks_in(context.body)
+            marks = context.marks if context.marks is not None else marks_in(context.body)
             if marks > BREAKPOINTS:
                 raise invalid(
                     "cache_control",

@@ -55,6 +55,9 @@ class RequestContext:
     # The body's messages as orjson writes them, where the client wrote them so (a view of
     # `body`): the engine need not write them again.
     messages_json: memoryview | None = None
+    # The cache marks `body` sets (`planner.caching.marks_counted`), where they were
+    # counted from where a resent body is new.
+    marks: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

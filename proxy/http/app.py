@@ -29,7 +29,7 @@ from proxy.doors.base import Api, Door, Inbound, ORJSONResponse
 from proxy.doors.chat import ChatDoor
 from proxy.doors.parameters import field_label, not_sent
 from proxy.doors.responses import CompactDoor, ResponseIds, ResponsesDoor
-from proxy.engine import Engine, RequestContext
+from proxy.engine import Engine, RequestContext, marks_counted
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
@@ -122,7 +122,7 @@ class Proxy:
         # The suite's servers check every resent body against a whole parse (`Resends`),
         # and the JSON of every conversation a door holds against writing it again.
         self._checking = os.environ.get("PROXY_CHECK_RESENDS") == "1"
-        self.resends = Resends(check=self._checking)
+        self.resends = Resends(check=self._checking, tally=marks_counted)
 
     def _request_context(
         self,
@@ -131,6 +131,7 @@ class Proxy:
         body: bytes,
         inbound: Inbound,
         messages_json: memoryview | None = None,
+        marks: int | None = None,
     ) -> RequestContext:
         header = self.settings.session.header
         name = request.headers.get(header)
@@ -151,6 +152,7 @@ class Proxy:
             continues=inbound.continues,
             memory_id=headers.memory_id(request.headers, self.settings.memory) if named else None,
             messages_json=messages_json,
+            marks=marks,
         )
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
@@ -204,7 +206,7 @@ class Proxy:
             and bytes(messages_json) != orjson.dumps(inbound.body["messages"])
         ):
             raise AssertionError("a door's JSON of its messages is not theirs")
-        context = self._request_context(request, caller, raw, inbound, messages_json)
+        context = self._request_context(request, caller, raw, inbound, messages_json, parsed.marks)
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):

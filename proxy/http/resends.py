@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,15 @@ _OPENS = {
 }
 
 
+# A count over a stretch of a body's bytes, body[start:end], that adds up over stretches
+# split between JSON values (the cache marks a body sets); None where it cannot say.
+Tally = Callable[[bytes, int, int], int | None]
+
+
+def _plus(total: int | None, more: int | None) -> int | None:
+    return None if total is None or more is None else total + more
+
+
 def _quoted(name: str) -> bytes:
     return b'"' + name.encode() + b'"'
 
@@ -65,6 +74,7 @@ class Parsed:
 
     data: dict[str, Any]
     messages_json: memoryview | None = None
+    marks: int | None = None  # the body's `Tally`, where it was counted from where it is new
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -75,6 +85,7 @@ class _Kept:
     count: int  # its messages
     # Parsed (a list of its own: the caller's may change), once the body was resent.
     messages: list[Any] | None
+    marks: tuple[int | None, ...]  # the `Tally` of its bytes up to each of `ends`
 
     @property
     def weight(self) -> int:
@@ -103,8 +114,11 @@ class Resends:
     """Bodies parsed lately, by key (caller, session, door): resent ones with their
     messages parsed, and the latest seen once as its bytes."""
 
-    def __init__(self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False) -> None:
+    def __init__(
+        self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False, tally: Tally | None = None
+    ) -> None:
         self._kept_weight = kept_weight
+        self._tally = tally  # counted of a resent body from where it is new
         # The test suite's servers parse each resent body whole too, and compare: a kept
         # message changed in place by anything after the parse would show there.
         self._check = check
@@ -121,16 +135,23 @@ class Resends:
             if at is not None:
                 parsed = self._resent(body, kept, at, key, name)
                 if parsed is not None:
-                    if self._check and parsed.data != orjson.loads(body):
-                        raise AssertionError("a kept message was changed after its parse")
+                    if self._check:
+                        self._checked(parsed, body)
                     return parsed
                 break
         seen = self._seen.get(key)
         at = seen.matched(body) if seen is not None else None
         if seen is not None and at is not None:
             return self._confirmed(body, seen, at, key, name)
-        data = orjson.loads(body)
-        return Parsed(data, self._keep_new(body, data, key, name))
+        return self._keep_new(body, orjson.loads(body), key, name)
+
+    def _checked(self, parsed: Parsed, body: bytes) -> None:
+        """The suite's check: what a resent body's parse and tally are, are the whole body's."""
+        if parsed.data != orjson.loads(body):
+            raise AssertionError("a kept message was changed after its parse")
+        whole = self._tally(body, 0, len(body)) if self._tally is not None else None
+        if parsed.marks is not None and parsed.marks != whole:
+            raise AssertionError("a resent body's tally is not its own")
 
     def _resent(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed | None:
         """`body`, which begins with `kept`'s messages up to `kept.ends[at]`, parsed from
@@ -154,9 +175,10 @@ class Resends:
         self._drop(key, kept)
         if ends is None:
             return Parsed(data)
+        marks, whole = self._counted(body, kept, at, ends)
         ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
-        self._keep(key, _Kept(body, kept.opens, ends, len(messages), messages))
-        return Parsed(data, self._array(body, kept.opens, ends[-1]))
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), messages, marks))
+        return Parsed(data, self._array(body, kept.opens, ends[-1]), whole)
 
     def _confirmed(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed:
         """`body`, which begins with the messages of one seen once up to `kept.ends[at]`:
@@ -171,33 +193,51 @@ class Resends:
             or len(messages) < count
             or body.find(_quoted(name), start) != -1  # the key again: which one holds?
         ):
-            return Parsed(data, self._keep_new(body, data, key, name))
+            return self._keep_new(body, data, key, name)
         ends = self._written(body, start, messages[count:], ",")
         if ends is None:
             return Parsed(data)
+        marks, whole = self._counted(body, kept, at, ends)
         ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
-        self._keep(key, _Kept(body, kept.opens, ends, len(messages), list(messages)))
-        return Parsed(data, self._array(body, kept.opens, ends[-1]))
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), list(messages), marks))
+        return Parsed(data, self._array(body, kept.opens, ends[-1]), whole)
 
-    def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> memoryview | None:
-        """Keep a body parsed whole, where its conversation is long enough to be worth it
-        and written as orjson writes it; the view of its conversation array, if it is."""
+    def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> Parsed:
+        """`data`, parsed whole from `body`, kept as its bytes where its conversation is long
+        enough to be worth it and written as orjson writes it (then with the view of its
+        conversation array, and its `Tally`)."""
         messages = data.get(name) if isinstance(data, dict) else None
         if not isinstance(messages, list) or len(messages) < FEWEST_KEPT_MESSAGES:
-            return None
+            return Parsed(data)
         found = _OPENS[name].search(body)
         if found is None:
-            return None
+            return Parsed(data)
         opens = found.end()
         ends = self._written(body, opens, messages, "")
         if not ends or not self._stands_for(body, opens, ends[-1], data, name):
-            return None
+            return Parsed(data)
+        marks, whole = self._counted(body, None, 0, ends)
         self._unseen(key)  # one body of each key waits to be resent
-        self._seen[key] = _Kept(body, opens, ends, len(messages), None)
+        self._seen[key] = _Kept(body, opens, ends, len(messages), None, marks)
         self._seen_bytes += len(body)
         while self._seen_bytes > KEPT_SEEN_BYTES and len(self._seen) > 1:
             self._seen_bytes -= len(self._seen.popitem(last=False)[1].body)
-        return self._array(body, opens, ends[-1])
+        return Parsed(data, self._array(body, opens, ends[-1]), whole)
+
+    def _counted(
+        self, body: bytes, kept: _Kept | None, at: int, ends: tuple[int, ...]
+    ) -> tuple[tuple[int | None, ...], int | None]:
+        """The `Tally` of `body` up to each of `kept.ends[: at + 1]` and `ends` (its new
+        ones), and of all of it: the kept body's up to where they are the same, the rest
+        counted here."""
+        since, total = (kept.ends[at], kept.marks[at]) if kept is not None else (0, 0)
+        marks = list(kept.marks[: at + 1]) if kept is not None else []
+        for end in ends:
+            more = self._tally(body, since, end) if self._tally is not None else None
+            total, since = _plus(total, more), end
+            marks.append(total)
+        rest = self._tally(body, since, len(body)) if self._tally is not None else None
+        return tuple(marks[-_ENDS_KEPT:]), _plus(total, rest)
 
     @staticmethod
     def _written(

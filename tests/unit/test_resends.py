@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.engine.planner.caching import marks_counted, marks_in
 from proxy.http.resends import FEWEST_KEPT_MESSAGES, KEPT_SEEN_BYTES, Resends
 
 pytestmark = pytest.mark.unit
@@ -175,17 +176,22 @@ def test_any_resend_parses_to_what_a_whole_parse_gives(
     messages: list[Any], more: list[Any], edits: list[tuple[int, Any]], params: dict[str, Any]
 ) -> None:
     """Any conversation resent longer, edited or with other parameters after it: the same
-    data as `orjson.loads`, every time."""
-    resends = Resends()
+    data as `orjson.loads`, every time, and where its cache marks were counted from where
+    it is new, the count of the whole body."""
+    resends = Resends(tally=marks_counted)
     first = orjson.dumps({**params, "messages": messages})
     for _ in range(2):  # seen once, then resent: kept parsed
-        assert resends.parse(first, "k", "messages").data == orjson.loads(first)
+        parsed = resends.parse(first, "k", "messages")
+        assert parsed.data == orjson.loads(first)
+        assert parsed.marks in (None, marks_in(first))
     resent = list(messages) + more
     for at, value in edits:
         resent[at % len(resent)] = value
     for after in ({}, params, {"stream": True}):
         raw = orjson.dumps({**params, "messages": resent, **after})
-        assert resends.parse(raw, "k", "messages").data == orjson.loads(raw)
+        parsed = resends.parse(raw, "k", "messages")
+        assert parsed.data == orjson.loads(raw)
+        assert parsed.marks in (None, marks_in(raw))
 
 
 def test_a_body_seen_once_is_kept_as_its_bytes_only_the_latest_of_each_key() -> None:
@@ -205,8 +211,10 @@ def test_a_body_seen_once_is_kept_as_its_bytes_only_the_latest_of_each_key() -> 
 
 def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_there() -> None:
     """Claude Code marks its last message for the cache, and the next turn marks the new
-    one instead: the message marked before differs when resent, the ones before it not."""
-    resends = Resends()
+    one instead: the message marked before differs when resent, the ones before it not;
+    the marks are counted from there (one, each turn), and where a message spells
+    `cache_control` with an escape, left to a whole count."""
+    resends = Resends(tally=marks_counted)
     messages = conversation(N)
 
     def marked(conversation: list[dict[str, Any]]) -> bytes:
@@ -220,7 +228,11 @@ def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_th
         raw = marked(messages)
         parsed = resends.parse(raw, "k", "messages")
         assert parsed.data == orjson.loads(raw)
+        assert parsed.marks == marks_in(raw) == 1
         if turn:  # kept parsed since the first resend: the same objects up to the mark
             assert parsed.data["messages"][0] is before.data["messages"][0]
             assert parsed.data["messages"][-3] is not before.data["messages"][-1]
         before = parsed
+    messages += [{"role": "user", "content": [{"type": "text", "text": "x"}]}]
+    raw = marked(messages).replace(b'"cache_control"', b'"cache\\u005fcontrol"')
+    assert resends.parse(raw, "k", "messages").marks is None

@@ -12,7 +12,15 @@ import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
 
-__all__ = ["BREAKPOINTS", "cache_key", "marked", "marks_in", "namespaced", "unmarked"]
+__all__ = [
+    "BREAKPOINTS",
+    "cache_key",
+    "marked",
+    "marks_counted",
+    "marks_in",
+    "namespaced",
+    "unmarked",
+]
 
 BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
 EPHEMERAL = {"type": "ephemeral"}
@@ -93,11 +101,22 @@ def _stable_end(messages: list[Message], asking: int, lead: int) -> int | None:
     return end if end is not None and end < asking - 1 else None
 
 
+def marks_counted(body: bytes, start: int = 0, end: int | None = None) -> int | None:
+    """The cache marks in body[start:end], counted in its bytes at C speed; None where an
+    escape could spell `cache_control` otherwise. The counts of stretches split between
+    JSON values add up to the body's."""
+    end = len(body) if end is None else end
+    if _ASCII_ESCAPE.search(body, start, end) is not None:
+        return None
+    return body.count(b'"cache_control"', start, end)
+
+
 def marks_in(body: bytes) -> int:
     """The cache marks a request's body sets, at most, as its parser reads them: counted in
     its bytes at C speed unless an escape could spell `cache_control` otherwise."""
-    if _ASCII_ESCAPE.search(body) is None:
-        return body.count(b'"cache_control"')
+    counted = marks_counted(body)
+    if counted is not None:
+        return counted
     found, pending = 0, [orjson.loads(body)]
     while pending:
         value = pending.pop()
