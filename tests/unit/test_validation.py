@@ -125,7 +125,8 @@ def test_a_resent_conversation_is_validated_from_where_it_is_new(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The very objects validated before are not validated again; a conversation of other
-    objects (another client's parse) is validated whole; what is held is bounded."""
+    objects (another client's parse) is validated whole; what is held is bounded, and a
+    conversation larger than the bound is not held."""
     starts: list[int] = []
 
     def recording(messages: list[Any], start: int = 0, offset: int = 0) -> None:
@@ -141,6 +142,10 @@ def test_a_resent_conversation_is_validated_from_where_it_is_new(
     assert starts == [0, 4, 0]
     for n in range(5):
         held.validate([{"role": "user", "content": f"other {n}"}] * 4)
-    assert held._held <= 10 + 4
+    assert held._held <= 10
     held.validate([*conversation, {"role": "user", "content": "more"}])
     assert starts[-1] == 0  # dropped to make room: validated whole
+    large = [{"role": "user", "content": f"{n}"} for n in range(11)]
+    held.validate(large)
+    held.validate(large)
+    assert starts[-2:] == [0, 0] and held._held <= 10
