@@ -203,9 +203,11 @@ class Translations:
             return None
         if not head:
             return translation.chat_json
-        if not chat:
-            return orjson.dumps(messages)
-        return orjson.dumps(messages[:head])[:-1] + b"," + memoryview(translation.chat_json)[1:]
+        try:
+            own = orjson.dumps(messages[:head])
+        except orjson.JSONEncodeError:  # deeper than orjson writes: the engine refuses it
+            return None
+        return own[:-1] + b"," + memoryview(translation.chat_json)[1:] if chat else own
 
     def saying(self, key: bytes | None, window: list[dict[str, Any]]) -> Translation | None:
         """The conversation's kept translation, where `window` is its chat messages, all of
