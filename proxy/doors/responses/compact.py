@@ -52,8 +52,13 @@ class CompactDoor:
         ]
         kept = [item for item in _items(body.get("input")) if _user_message(item)]
         dropped = (*inbound.dropped, *(name for name in body if name not in _FIELDS))
-        return replace(
-            inbound, dropped=dropped, native=None, native_dropped=(), extra={"kept": kept}
+        return replace(  # its messages changed: their JSON is not the door's
+            inbound,
+            dropped=dropped,
+            native=None,
+            native_dropped=(),
+            extra={"kept": kept},
+            messages_json=None,
         )
 
     def reply(
