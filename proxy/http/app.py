@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.concurrency import pause
+from proxy.concurrency import pause, sized
 from proxy.config.settings import Settings, load_settings
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic import MessagesDoor
@@ -184,9 +185,10 @@ class Proxy:
         # A conversation resent by the same caller, in the same session, through the same
         # door is parsed from where it is new.
         key = (caller.tenant, request.headers.get(self.settings.session.header), door.api)
-        parsed = parse_resent(raw, self.resends, key, CONVERSATION[door.api])
-        body = parsed.data
+        parse = functools.partial(parse_resent, raw, self.resends, key, CONVERSATION[door.api])
+        parsed = await sized(len(raw), parse)  # a long body off the event loop
         await pause(len(raw))
+        body = parsed.data
         conversation = body.get(CONVERSATION[door.api])
         json = parsed.messages_json
         written = (conversation, json) if json is not None and conversation is not None else None
@@ -202,6 +204,7 @@ class Proxy:
         messages_json = json if same else inbound.messages_json
         if (
             self._checking
+            and not same
             and messages_json is not None
             and bytes(messages_json) != orjson.dumps(inbound.body["messages"])
         ):

@@ -22,6 +22,7 @@ tenant nothing of another's.
 from __future__ import annotations
 
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -126,10 +127,21 @@ class Resends:
         self._known: OrderedDict[Hashable, list[_Kept]] = OrderedDict()
         self._seen_bytes = 0
         self._seen: OrderedDict[Hashable, _Kept] = OrderedDict()
+        self._lock = threading.Lock()  # held by the one parse that reads and keeps
 
     def parse(self, body: bytes, key: Hashable, name: str) -> Parsed:
         """`orjson.loads(body)`, its conversation (`name`) parsed only after what a body
-        kept under `key` holds; raises orjson's error for a body that is not JSON."""
+        kept under `key` holds; raises orjson's error for a body that is not JSON. A long
+        body is parsed in a worker thread: while another thread parses one, this one is
+        parsed whole and nothing is kept of it (the event loop never waits for a lock)."""
+        if not self._lock.acquire(blocking=False):
+            return Parsed(orjson.loads(body))
+        try:
+            return self._parsed(body, key, name)
+        finally:
+            self._lock.release()
+
+    def _parsed(self, body: bytes, key: Hashable, name: str) -> Parsed:
         for kept in self._known.get(key, ()):
             at = kept.matched(body)
             if at is not None:

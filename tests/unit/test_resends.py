@@ -236,3 +236,16 @@ def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_th
     messages += [{"role": "user", "content": [{"type": "text", "text": "x"}]}]
     raw = marked(messages).replace(b'"cache_control"', b'"cache\\u005fcontrol"')
     assert resends.parse(raw, "k", "messages").marks is None
+
+
+def test_a_body_parsed_while_another_thread_parses_one_is_parsed_whole() -> None:
+    """A long body is parsed in a worker thread; one that arrives meanwhile is parsed
+    whole (the event loop never waits for another thread's parse) and nothing is kept
+    of it; the next one resumes from what was kept."""
+    resends, _ = kept(conversation(N))
+    longer = body([*conversation(N), {"role": "user", "content": "more"}])
+    with resends._lock:
+        parsed = resends.parse(longer, "k", "messages")
+    assert parsed.data == orjson.loads(longer) and parsed.messages_json is None
+    again = resends.parse(longer, "k", "messages")
+    assert again.data == orjson.loads(longer) and again.messages_json is not None
