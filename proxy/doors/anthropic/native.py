@@ -67,9 +67,8 @@ class MessagesNative:
     ) -> None:
         self._body = body
         self._renderings = renderings or Renderings()
-        self._conversation = (
-            conversation  # its key: its translation's, and its rendering's without a session
-        )
+        # Its key: its kept translation's, and its rendering's without a session.
+        self._conversation = conversation
         self._translations = translations
         self.serialized: tuple[bytes, bool] | None = None
 

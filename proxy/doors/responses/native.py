@@ -71,9 +71,8 @@ class ResponsesNative:
     ) -> None:
         self._body = body
         self._renderings = renderings or Renderings()
-        self._conversation = (
-            conversation  # its key: its translation's, and its rendering's without a session
-        )
+        # Its key: its kept translation's, and its rendering's without a session.
+        self._conversation = conversation
         self._translations = translations
         self.serialized: tuple[bytes, bool] | None = None
 
