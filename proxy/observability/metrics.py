@@ -199,7 +199,7 @@ STORE_DURATION = Histogram(
 )
 BACKGROUND_TASKS = Gauge(
     "context_proxy_background_tasks",
-    "Background summarizations running now.",
+    "Background summarizations started and not yet ended.",
     multiprocess_mode="livesum",
 )
 

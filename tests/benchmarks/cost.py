@@ -14,6 +14,8 @@ Every strategy is priced from the usage the upstream itself reported (input, cac
 read, cache write, output; the proxy's summarizer calls and the client's own compaction
 calls included), at LiteLLM's prices for the model; probe recall is scored on the exact
 context the upstream received for each probe (`tests/benchmarks/scorecard.probed`).
+Through a proxy, each request is settled before the next (`tests/benchmarks/settling.py`):
+a summary made ahead lands before the next turn, so a run repeats to the cent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import inspect
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from proxy.http.app import create_app
 from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.upstream import adapter
 from tests.benchmarks import scorecard
+from tests.benchmarks.settling import settled
 from tests.benchmarks.statements import AREAS, Planted
 from tests.benchmarks.workloads import Session, Turn, agent_session, call, chat_session
 from tests.clock import Clock
@@ -259,9 +262,15 @@ class AgentClient:
     message at `COMPACT_AT` of the window (by the usage its last reply reported)."""
 
     def __init__(
-        self, sdk: anthropic.Anthropic, session: Session, responder: Responder, compacts: bool
+        self,
+        sdk: anthropic.Anthropic,
+        session: Session,
+        responder: Responder,
+        compacts: bool,
+        settles: bool,
     ) -> None:
         self.sdk, self.session, self.responder, self.compacts = sdk, session, responder, compacts
+        self.settles = settles  # through a proxy: each request settled before the next
         half = len(session.system) // 8
         self.system = [
             {"type": "text", "text": session.system[:half]},
@@ -277,13 +286,16 @@ class AgentClient:
         blocks = [dict(b) for b in last["content"]]
         blocks[-1]["cache_control"] = MARK
         marked = [*messages[:-1], {"role": last["role"], "content": blocks}]
-        with self.sdk.messages.stream(
-            model=AGENT_MODEL,
-            max_tokens=4096,
-            system=self.system,
-            tools=self.session.tools,
-            messages=marked,
-        ) as stream:
+        with (
+            settled() if self.settles else nullcontext(),
+            self.sdk.messages.stream(
+                model=AGENT_MODEL,
+                max_tokens=4096,
+                system=self.system,
+                tools=self.session.tools,
+                messages=marked,
+            ) as stream,
+        ):
             message = stream.get_final_message()
         used = message.usage
         self.used = used.input_tokens + (used.cache_read_input_tokens or 0)
@@ -337,27 +349,34 @@ class ChatClient:
     """A chat app: resends its conversation, compacting it at `COMPACT_AT` of the window."""
 
     def __init__(
-        self, sdk: openai.OpenAI, session: Session, responder: Responder, compacts: bool
+        self,
+        sdk: openai.OpenAI,
+        session: Session,
+        responder: Responder,
+        compacts: bool,
+        settles: bool,
     ) -> None:
         self.sdk, self.session, self.responder, self.compacts = sdk, session, responder, compacts
+        self.settles = settles  # through a proxy: each request settled before the next
         self.history: list[dict[str, Any]] = []
         self.used = 0
         self.compactions = 0
 
     def send(self, messages: list[dict[str, Any]], reply: Reply) -> str:
         self.responder.pending = reply
-        stream = self.sdk.chat.completions.create(
-            model=CHAT_MODEL,
-            messages=[{"role": "system", "content": self.session.system}, *messages],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
         text = []
-        for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                text.append(chunk.choices[0].delta.content)
-            if chunk.usage:
-                self.used = chunk.usage.prompt_tokens
+        with settled() if self.settles else nullcontext():
+            stream = self.sdk.chat.completions.create(
+                model=CHAT_MODEL,
+                messages=[{"role": "system", "content": self.session.system}, *messages],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text.append(chunk.choices[0].delta.content)
+                if chunk.usage:
+                    self.used = chunk.usage.prompt_tokens
         return "".join(text)
 
     def turn(self, number: int, turn: Turn) -> None:
@@ -476,7 +495,7 @@ def run(strategy: Strategy, session: Session, kind: str, directory: Path) -> Out
                     default_headers=headers,
                     timeout=600,
                 )
-                client = AgentClient(sdk, session, responder, strategy.compacts)
+                client = AgentClient(sdk, session, responder, strategy.compacts, strategy.proxy)
             else:
                 chat = openai.OpenAI(
                     base_url=base,
@@ -485,7 +504,7 @@ def run(strategy: Strategy, session: Session, kind: str, directory: Path) -> Out
                     default_headers=headers,
                     timeout=600,
                 )
-                client = ChatClient(chat, session, responder, strategy.compacts)
+                client = ChatClient(chat, session, responder, strategy.compacts, strategy.proxy)
             before = reported_net(base) if strategy.proxy else None
             for number, turn in enumerate(session.turns):
                 clock.advance(turn.idle)

@@ -47,6 +47,7 @@ from proxy.engine.planner.budget import budget
 from proxy.http.app import create_app
 from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
 from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT
+from tests.benchmarks import settling
 from tests.benchmarks.locomo_baselines import BM25, Context, message_tokens, newest, ranked
 from tests.benchmarks.locomo_data import (
     CATEGORIES,
@@ -138,8 +139,10 @@ def replay(
 
 
 def send(client: openai.OpenAI, messages: list[Message]) -> str | None:
-    """One request of `messages`; the reply's text."""
-    answer = client.chat.completions.create(model=MODEL, messages=cast(Any, messages))
+    """One request of `messages`, settled (a summary it set going made before the next);
+    the reply's text."""
+    with settling.settled():
+        answer = client.chat.completions.create(model=MODEL, messages=cast(Any, messages))
     return answer.choices[0].message.content
 
 

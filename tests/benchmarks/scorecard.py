@@ -19,7 +19,9 @@ The upstream's summarizer is deterministic and keeps only the gist (which turns 
 and the areas they were about), never a value: what survives is what the proxy keeps.
 The summary strategies run twice more with `context.summary_segments: false`, so the run
 shows what append-only summary segments do to the prefix-cache share against one summary
-rewritten by every fold.
+rewritten by every fold. Each request is settled before the next
+(`tests/benchmarks/settling.py`): a summary made ahead lands before the next turn, so a
+run's figures repeat.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from proxy.recall.index import RECALL_PREFIX
 from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL, SUMMARY_PREFIX
 from tests.benchmarks import statements
+from tests.benchmarks.settling import settled
 from tests.benchmarks.statements import AREAS, Planted, Script
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, running_upstream, text_tokens
@@ -173,9 +176,10 @@ def drive(client: openai.OpenAI, model: str, script: Script) -> list[int]:
 
     def ask() -> None:
         nonlocal requests
-        reply = client.chat.completions.create(
-            model=model, messages=[SYSTEM, *history], tools=TOOLS
-        )
+        with settled():
+            reply = client.chat.completions.create(
+                model=model, messages=[SYSTEM, *history], tools=TOOLS
+            )
         requests += 1
         message = reply.choices[0].message
         if message.tool_calls:

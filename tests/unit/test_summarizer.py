@@ -19,6 +19,7 @@ from proxy.conversation.tokens import counter_for_model
 from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage
 from proxy.engine.folds.summarizer import Bill
+from proxy.observability import metrics
 from proxy.sessions.records import Checkpoint, StoredMessage
 from proxy.summary.fold import SummarizationError
 from tests.unit.engines import MODEL, SUMMARY, Parts, conversation
@@ -276,6 +277,39 @@ async def test_a_session_another_process_summarizes_is_left_to_it(parts: Parts) 
     summaries.schedule(KEY, job)
     await summaries.wait(KEY)
     assert ran == ["job"]
+
+
+async def test_the_gauge_counts_a_background_summary_from_its_scheduling_to_its_end(
+    parts: Parts,
+) -> None:
+    """An operator (and the cost benchmark, waiting between turns) reads the gauge as "a
+    summary may still land": it is up as soon as one is scheduled, however it then ends."""
+    summaries, done = parts.engine.summaries, asyncio.Event()
+
+    def running() -> float:
+        return metrics.BACKGROUND_TASKS._value.get()
+
+    async def job() -> None:
+        await done.wait()
+
+    before = running()
+    summaries.schedule(KEY, job)
+    assert running() == before + 1  # before the task took the session's summary lock
+    done.set()
+    await summaries.wait(KEY)
+    await asyncio.sleep(0)  # the task's done callbacks
+    assert running() == before
+    token = await parts.store.try_lock(*KEY, 60.0, name="summary")  # another process's
+    assert token is not None
+    summaries.schedule(KEY, job)  # left to it, and counted until it gives way
+    assert running() == before + 1
+    await summaries.wait(KEY)
+    await asyncio.sleep(0)
+    assert running() == before
+    await parts.store.unlock(*KEY, token, name="summary")
+    summaries.schedule(KEY, job)
+    await summaries.close()  # cancelled before it ran a line
+    assert running() == before
 
 
 async def test_a_failed_background_summary_is_logged_without_credentials(

@@ -316,19 +316,22 @@ class Summaries:
             if token is None:
                 self._running.pop(key, None)
                 return
-            metrics.BACKGROUND_TASKS.inc()
             try:
                 await job()
             except Exception as exc:  # the next request falls back; never store an error
                 reason = self.redact(str(exc), secrets)
                 logger.warning("background summarization failed: %s", reason)
             finally:
-                metrics.BACKGROUND_TASKS.dec()
                 self._running.pop(key, None)
                 with contextlib.suppress(Exception):
                     await self._store.unlock(*key, token, name="summary")
 
-        self._running[key] = asyncio.get_running_loop().create_task(run())
+        # Counted from now to its end, however it ends (even cancelled before it starts):
+        # while the gauge is above zero, the session's next turn may find a summary made.
+        task = asyncio.get_running_loop().create_task(run())
+        metrics.BACKGROUND_TASKS.inc()
+        task.add_done_callback(lambda _: metrics.BACKGROUND_TASKS.dec())
+        self._running[key] = task
 
     async def close(self) -> None:
         for task in list(self._running.values()):
