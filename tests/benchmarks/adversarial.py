@@ -19,7 +19,8 @@ values taken back, the word sets that name it, and every decoy said of it; `Scri
 tells a pinned or injected statement true or false and why, so a failure can be pinned
 on a class. The conversation runs through the real proxy with the scorecard's strategies
 (`scorecard.STRATEGIES`), a turn may carry a scripted tool call and its result, and each
-probe is scored on the exact context the proxy sent upstream.
+probe is scored on the exact context the proxy sent upstream; each request is settled
+before the next (`tests/benchmarks/settling.py`), so a run repeats.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from tests.benchmarks.scorecard import (
     pieces,
     shown,
 )
+from tests.benchmarks.settling import settled
 from tests.servers import serve
 from tests.upstream import Reply, count_prompt_tokens, running_upstream
 
@@ -1352,11 +1354,12 @@ def drive(client: openai.OpenAI, turns: list[Turn], probes: list[str]) -> list[i
 
     def ask() -> None:
         nonlocal requests
-        reply = client.chat.completions.create(
-            model=MODEL,
-            messages=[scorecard.SYSTEM, *history],  # type: ignore[list-item]
-            tools=TOOLS,  # type: ignore[arg-type]
-        )
+        with settled():
+            reply = client.chat.completions.create(
+                model=MODEL,
+                messages=[scorecard.SYSTEM, *history],  # type: ignore[list-item]
+                tools=TOOLS,  # type: ignore[arg-type]
+            )
         requests += 1
         message = reply.choices[0].message
         if not message.tool_calls:
