@@ -8,6 +8,9 @@ all three doors (`tests/benchmarks/soak.py`).
 one memory id: is each question's evidence in what the model reads, against a sliding
 window and plain BM25 (`tests/benchmarks/locomo.py`; minutes: not part of `all`).
 
+`calls`: the calls between the proxy's modules during a plain and a summarising turn
+(`tests/benchmarks/calls.py`; counts, not times: not part of `all`).
+
 `fuzz [--count N] [--seed S] [--case N ...]`: 12,000 hostile requests over the three
 doors (`tests/benchmarks/fuzz.py`); `--case` sends only those cases, one at a time.
 
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from tests.benchmarks import (
     adversarial,
+    calls,
     context,
     cost,
     doors,
@@ -68,7 +72,10 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks", description=__doc__)
     parser.add_argument(
-        "which", nargs="?", default="all", choices=(*BENCHMARKS, "all", "soak", "fuzz", "locomo")
+        "which",
+        nargs="?",
+        default="all",
+        choices=(*BENCHMARKS, "all", "soak", "fuzz", "locomo", "calls"),
     )
     parser.add_argument("--quick", action="store_true", help="a few requests: checks the harness")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 text = scorecard.benchmark(Path(directory), quick=args.quick)
             elif name == "adversarial":
                 text = adversarial.benchmark(Path(directory), quick=args.quick)
+            elif name == "calls":
+                text = calls.benchmark(Path(directory))
             elif name == "locomo":
                 text = locomo.benchmark(Path(directory), quick=args.quick)
             elif name == "cost":

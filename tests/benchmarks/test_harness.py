@@ -340,3 +340,25 @@ def test_locomo_prints_both_modes_within_the_budget() -> None:
             assert budget[8] == budget[1], found[3]  # the proxy's own, as the benchmark's
     true = re.search(r"what its preview showed in (\d+) of (\d+)$", out, re.M)
     assert true is not None and true[1] == true[2], out
+
+
+def test_calls_counts_a_plain_and_a_summarising_turn() -> None:
+    """`calls`, as docs/performance.md writes it: both turns counted, the plain one through
+    the engine without a summary and the summarising one folding in line (more calls,
+    more of the engine's edges, the summarizer called)."""
+    command = shlex.split(snippet(".venv/bin/python -m tests.benchmarks calls").text)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = dict(
+        (name, [int(value.replace(",", "")) for value in values])
+        for name, *values in re.findall(
+            r"^(plain turn|summarising turn)\s+([\d,]+)\s+(\d+)\s+(\d+)\s+(\d+)$",
+            done.stdout,
+            re.M,
+        )
+    )
+    assert set(rows) == {"plain turn", "summarising turn"}, done.stdout
+    plain, summarising = rows["plain turn"], rows["summarising turn"]
+    assert plain[2] > 0 and plain[3] == 0, done.stdout  # through the engine, nothing folded
+    assert summarising[0] > plain[0] and summarising[2] >= plain[2], done.stdout
+    assert summarising[3] > 0, done.stdout
