@@ -292,6 +292,28 @@ class Rendered:
     window: list[dict[str, Any]]
     turns: list[Rendering]
     read: list[int]
+    repaired: int  # the first turn LiteLLM's route would change (`len(turns)`: none)
+
+    @classmethod
+    def made(
+        cls,
+        window: list[dict[str, Any]],
+        turns: list[Rendering],
+        read: list[int],
+        previous: Rendered | None,
+        kept: int,
+    ) -> Rendered:
+        """The rendering whose first `kept` turns are `previous`'s: the first turn LiteLLM's
+        route would change looked for among the others only."""
+        if previous is not None and previous.repaired < kept:
+            return cls(window, turns, read, previous.repaired)
+        first = next((at for at in range(kept, len(turns)) if turns[at].repaired), len(turns))
+        return cls(window, turns, read, first)
+
+    @property
+    def covered(self) -> bool:
+        """Whether the lean path sends these turns as LiteLLM's route would."""
+        return self.repaired == len(self.turns)
 
     def reused(self, window: list[dict[str, Any]]) -> tuple[int, int]:
         """How many of this rendering's turns `window` keeps as they are, and how many

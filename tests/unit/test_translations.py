@@ -327,6 +327,35 @@ def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messa
         assert kept.covered == (blank not in conversation)
 
 
+def test_what_litellms_route_would_change_is_found_in_a_rendering_kept_and_new() -> None:
+    """A rendered window's `covered` (found among its new turns only, `Rendered.made`)
+    says what `lean_covers` says of the whole window, however the conversation grew: a
+    turn LiteLLM's route would change in the part kept, in the new part, or edited away."""
+    blank = {"role": "assistant", "content": [{"type": "text", "text": ""}]}
+    rng = random.Random(3)
+    translations, renderings = Translations("anthropic_messages"), Renderings()
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for turn in range(40):
+        step = rng.random()
+        if step < 0.15:
+            conversation.append(blank)
+        elif step < 0.3 and len(conversation) > 2:
+            conversation = conversation[: rng.randrange(1, len(conversation))]
+        else:
+            conversation.append({"role": "assistant", "content": f"a{turn}"})
+        conversation.append({"role": "user", "content": f"q{turn}"})
+        body = body_of(orjson.loads(orjson.dumps(conversation)))
+        chat, _ = messages.to_chat(body, translations, "t")
+        *before, last = chat["messages"]
+        window = {**chat, "messages": [*before, dict(last)]}  # a copy: rendered, not said
+        native = MessagesNative(body, renderings, b"conversation")
+        native.request(window, summarized=False, mid_system=False)
+        assert native.serialized is not None
+        data, covered = native.serialized
+        assert covered == lean_covers("anthropic_messages", bytes(data)), turn
+        assert covered == (blank not in conversation), turn
+
+
 def test_a_door_hands_the_engine_its_messages_json_from_the_kept_translation() -> None:
     """The chat messages' JSON a door holds (`Translations.written`) is exactly what
     orjson writes of them, however the conversation grew or was edited, on both doors;

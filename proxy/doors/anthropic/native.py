@@ -12,7 +12,6 @@ event by event (`proxy.doors.anthropic.events`).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable
 from typing import Any
 
@@ -47,7 +46,6 @@ _FORWARDED = (
 )
 _BREAKPOINTS = 4  # cache breakpoints Anthropic takes in one request
 _EPHEMERAL = {"type": "ephemeral"}
-_REPAIRED = operator.attrgetter("repaired")
 
 
 class MessagesNative:
@@ -97,7 +95,7 @@ class MessagesNative:
             rendered = rendered_turns(turns, self._renderings.taken(key), mid_system)
             window = joined(rendered.turns)
             self._renderings.kept(key, rendered, len(window))
-            covered = not any(map(_REPAIRED, rendered.turns))
+            covered = rendered.covered
         self.serialized = window, covered
         # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.
         out: dict[str, Any] = {"model": chat["model"], "messages": orjson.Fragment(window)}

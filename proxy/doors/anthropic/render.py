@@ -64,7 +64,7 @@ class _Turns:
         self._at = 0  # the messages read so far
 
     def rendered(self, messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
-        start = 0
+        kept = start = 0
         if previous is not None:
             kept, start = previous.reused(messages)
             self._out, self._read = previous.turns[:kept], previous.read[:kept]
@@ -98,7 +98,7 @@ class _Turns:
         self._results(results)
         for system in held:
             self._turn((system,), "held", _held)
-        return Rendered(messages, self._out, self._read)
+        return Rendered.made(messages, self._out, self._read, previous, kept)
 
     def _results(self, results: list[dict[str, Any]]) -> None:
         if results:

@@ -12,7 +12,6 @@ event by event (`proxy.doors.responses.events`).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable
 from typing import Any
 
@@ -52,7 +51,6 @@ _FORWARDED = (
     "background",
     "stream_options",
 )
-_REPAIRED = operator.attrgetter("repaired")
 
 
 class ResponsesNative:
@@ -101,7 +99,7 @@ class ResponsesNative:
             rendered = rendered_items(messages, self._renderings.taken(key))
             window = joined(rendered.turns)
             self._renderings.kept(key, rendered, len(window))
-            covered = not any(map(_REPAIRED, rendered.turns))
+            covered = rendered.covered
         self.serialized = window, covered
         out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is
         out |= {name: self._body[name] for name in _FORWARDED if self._body.get(name) is not None}

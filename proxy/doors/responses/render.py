@@ -31,7 +31,7 @@ def rendered_items(messages: list[dict[str, Any]], previous: Rendered | None) ->
     turns: list[Rendering] = []
     read: list[int] = []
     known: dict[int, Rendering] = {}
-    start = 0
+    kept = start = 0
     if previous is not None:
         kept, start = previous.reused(messages)
         turns, read = previous.turns[:kept], previous.read[:kept]
@@ -47,7 +47,7 @@ def rendered_items(messages: list[dict[str, Any]], previous: Rendered | None) ->
             rendering = Rendering((message,), "item", data, repaired)
         turns.append(rendering)
         read.append(at)
-    return Rendered(messages, turns, read)
+    return Rendered.made(messages, turns, read, previous, kept)
 
 
 def _items(message: dict[str, Any]) -> list[dict[str, Any]]:
