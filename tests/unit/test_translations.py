@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -307,43 +308,41 @@ def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messa
     """`Translation.covered` says what `lean_covers` says of the whole JSON, however the
     conversation grew: a message LiteLLM's route would change (an empty text block) in
     the part kept, in the new part, or edited away."""
-    blank = {"role": "assistant", "content": [{"type": "text", "text": ""}]}
-    rng = random.Random(2)
     translations = Translations("anthropic_messages")
+    for turn, conversation in enumerate(growing_with_blanks(seed=2)):
+        sent = orjson.loads(orjson.dumps(conversation))
+        messages.to_chat(body_of(sent), translations, "t")
+        kept = translations._known[conversation_key("t", sent[0])]
+        assert kept.covered == lean_covers("anthropic_messages", kept.json), turn
+        assert kept.covered == (BLANK not in conversation)
+
+
+BLANK = {"role": "assistant", "content": [{"type": "text", "text": ""}]}  # LiteLLM changes it
+
+
+def growing_with_blanks(seed: int) -> Iterator[list[dict[str, Any]]]:
+    """A conversation as its client resends it for 40 turns: a turn that LiteLLM's route
+    would change (`BLANK`) now and then, and now and then edited back to an earlier turn."""
+    rng = random.Random(seed)
     conversation: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
     for turn in range(40):
         step = rng.random()
         if step < 0.15:
-            conversation.append(blank)
+            conversation.append(BLANK)
         elif step < 0.3 and len(conversation) > 2:
             conversation = conversation[: rng.randrange(1, len(conversation))]
         else:
             conversation.append({"role": "assistant", "content": f"a{turn}"})
         conversation.append({"role": "user", "content": f"q{turn}"})
-        sent = orjson.loads(orjson.dumps(conversation))
-        messages.to_chat(body_of(sent), translations, "t")
-        kept = translations._known[conversation_key("t", sent[0])]
-        assert kept.covered == lean_covers("anthropic_messages", kept.json), turn
-        assert kept.covered == (blank not in conversation)
+        yield conversation
 
 
 def test_what_litellms_route_would_change_is_found_in_a_rendering_kept_and_new() -> None:
     """A rendered window's `covered` (found among its new turns only, `Rendered.made`)
     says what `lean_covers` says of the whole window, however the conversation grew: a
     turn LiteLLM's route would change in the part kept, in the new part, or edited away."""
-    blank = {"role": "assistant", "content": [{"type": "text", "text": ""}]}
-    rng = random.Random(3)
     translations, renderings = Translations("anthropic_messages"), Renderings()
-    conversation: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
-    for turn in range(40):
-        step = rng.random()
-        if step < 0.15:
-            conversation.append(blank)
-        elif step < 0.3 and len(conversation) > 2:
-            conversation = conversation[: rng.randrange(1, len(conversation))]
-        else:
-            conversation.append({"role": "assistant", "content": f"a{turn}"})
-        conversation.append({"role": "user", "content": f"q{turn}"})
+    for turn, conversation in enumerate(growing_with_blanks(seed=3)):
         body = body_of(orjson.loads(orjson.dumps(conversation)))
         chat, _ = messages.to_chat(body, translations, "t")
         *before, last = chat["messages"]
@@ -353,7 +352,7 @@ def test_what_litellms_route_would_change_is_found_in_a_rendering_kept_and_new()
         assert native.serialized is not None
         data, covered = native.serialized
         assert covered == lean_covers("anthropic_messages", bytes(data)), turn
-        assert covered == (blank not in conversation), turn
+        assert covered == (BLANK not in conversation), turn
 
 
 def test_a_door_hands_the_engine_its_messages_json_from_the_kept_translation() -> None:
