@@ -270,6 +270,24 @@ def test_a_window_of_all_the_clients_messages_goes_out_as_the_client_wrote_it() 
             assert sent_of(sent) == sent_of(fresh)
 
 
+def test_a_rendered_window_sends_each_assistant_message_as_the_client_wrote_it() -> None:
+    """A window the engine changed (its last message marked) is rendered, and each of the
+    model's turns in it goes out in the client's form: a string a string, blocks blocks
+    (a text's string as one block was 4% more bytes for the provider to read)."""
+    translations = Translations("anthropic_messages")
+    forms: set[type] = set()
+    for turn, conversation in enumerate(messages_turns(seed=7, turns=12)):
+        body = body_of(conversation)
+        chat, _ = messages.to_chat(body, translations, "t")
+        changed = {**chat, "messages": claude_window(chat["messages"], 0)}
+        sent = sent_of(MessagesNative(body).request(changed, summarized=False, mid_system=True))
+        ours = [m for m in sent["messages"] if m["role"] == "assistant"]
+        theirs = [m for m in conversation if m["role"] == "assistant"]
+        assert ours == theirs, turn
+        forms |= {type(m["content"]) for m in ours}
+    assert forms == {str, list}
+
+
 def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrote_them() -> None:
     """Items without ids go as the client wrote them (an easy assistant message stays
     one, where a rendering writes output text parts); items the client echoes under the

@@ -171,6 +171,11 @@ def _system_as_user(message: dict[str, Any]) -> dict[str, Any]:
 def _assistant(message: dict[str, Any]) -> dict[str, Any]:
     if message.get(ANTHROPIC_CONTENT):
         return {"role": "assistant", "content": message[ANTHROPIC_CONTENT]}
+    content = message.get("content")
+    if isinstance(content, str) and content and not _called_or_thought(message):
+        # As the client wrote it (the request's translation keeps a string a string):
+        # the same prompt as one text block, in the client's bytes.
+        return {"role": "assistant", "content": content}
     blocks = [dict(block) for block in message.get("thinking_blocks") or ()]
     blocks += _blocks(message.get("content"))
     for call in message.get("tool_calls") or ():
@@ -185,6 +190,10 @@ def _assistant(message: dict[str, Any]) -> dict[str, Any]:
             use["cache_control"] = call["cache_control"]
         blocks.append(use)
     return {"role": "assistant", "content": blocks}
+
+
+def _called_or_thought(message: dict[str, Any]) -> bool:
+    return bool(message.get("tool_calls") or message.get("thinking_blocks"))
 
 
 def _result(message: dict[str, Any]) -> dict[str, Any]:
