@@ -289,9 +289,9 @@ def test_a_rendered_window_sends_each_assistant_message_as_the_client_wrote_it()
 
 
 def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrote_them() -> None:
-    """Items without ids go as the client wrote them (an easy assistant message stays
-    one, where a rendering writes output text parts); items the client echoes under the
-    proxy's ids are rendered, so the provider gets its own ids back."""
+    """Items without ids go as the client wrote them, and a rendering writes a client's
+    plain messages as it does (an easy assistant message stays one); items the client
+    echoes under the proxy's ids are rendered, so the provider gets its own ids back."""
     translations = Translations("responses")
     given: list[dict[str, Any]] = [
         {"role": "user", "content": "I am Ada."},
@@ -310,10 +310,18 @@ def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrot
         renderings = Renderings()
         native = ResponsesNative(body, renderings, other, translations)
         rendered = sent_of(native.request(chat, summarized=False, mid_system=False))["input"]
-        assert rendered[1]["content"] == [
-            {"type": "output_text", "text": "Hello Ada.", "annotations": []}
-        ]
+        assert rendered == given  # rendered as this client writes its messages
         assert list(renderings._known) == [other]
+    # A client that types its items and writes text as parts (Codex) gets its model's
+    # text as an `output_text` part.
+    typed = [{"type": "message", **item} for item in given]
+    body = {"model": "gpt", "input": typed}
+    chat, _ = responses.to_chat(body, translations, "t")
+    native = ResponsesNative(body, Renderings(), None, translations)
+    rendered = sent_of(native.request(chat, summarized=False, mid_system=False))["input"]
+    assert rendered[1]["content"] == [
+        {"type": "output_text", "text": "Hello Ada.", "annotations": []}
+    ]
     echoed = [given[0], {**REASONING, "id": f"rs_proxys.1~{REASONING['id']}"}, *given[1:]]
     body = {"model": "gpt", "input": orjson.loads(orjson.dumps(echoed))}
     chat, _ = responses.to_chat(body, translations, "t")

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.doors.responses.events import ResponsesEvents
-from proxy.doors.responses.render import rendered_items
+from proxy.doors.responses.render import plainly, rendered_items
 from proxy.doors.responses.request import CARRIED
 from proxy.doors.responses.response import chat_completion
 from proxy.doors.translations import Renderings, Translations, joined
@@ -96,7 +96,8 @@ class ResponsesNative:
             window, covered = own.json, own.covered
         else:
             key = session if session is not None else self._conversation
-            rendered = rendered_items(messages, self._renderings.taken(key))
+            plain = plainly(self._body.get("input"))
+            rendered = rendered_items(messages, self._renderings.taken(key), plain)
             window = joined(rendered.turns)
             self._renderings.kept(key, rendered, len(window))
             covered = rendered.covered
