@@ -104,7 +104,8 @@ def context_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
 def context_proxy_process(
     config: dict[str, Any], directory: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """`context-proxy serve` with `config` (one worker); yields its URL and process."""
+    """`context-proxy serve` with `config` (one worker), as users install it (the deploy
+    lock's venv: what is timed is what they run); yields its URL and process."""
     with held_port() as port:
         config = {
             **config,
@@ -112,8 +113,7 @@ def context_proxy_process(
         }
         path = directory / "context-proxy.yaml"
         path.write_text(yaml.safe_dump(config))
-        command = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
-        command += ["--port", str(port)]
+        command = proxy_command("serve", "--config", str(path), "--port", str(port))
         url = f"http://127.0.0.1:{port}"
         with running_server(command, url + "/health/ready", cwd=_ROOT, env=_quiet_env()) as process:
             yield url, process
