@@ -330,6 +330,22 @@ def test_a_responses_window_of_all_the_clients_items_goes_out_as_the_client_wrot
     assert sent["input"][1]["id"] == REASONING["id"]
 
 
+def test_a_plain_clients_window_keeps_its_tool_calls_and_results_as_items() -> None:
+    """Written as a client of plain messages writes them, a rendered window still sends
+    a tool call and its result as the API's items (only text messages go plain)."""
+    given: list[dict[str, Any]] = [
+        {"role": "user", "content": "Read the notes."},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "HERON"},
+        {"role": "assistant", "content": "It says HERON."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    body = {"model": "gpt", "input": given}
+    chat, _ = responses.to_chat(body, Translations("responses"), "t")
+    native = ResponsesNative(body, Renderings(), None)
+    assert sent_of(native.request(chat, summarized=False, mid_system=False))["input"] == given
+
+
 def test_what_litellms_route_would_change_is_found_in_the_kept_and_the_new_messages() -> None:
     """`Translation.covered` says what `lean_covers` says of the whole JSON, however the
     conversation grew: a message LiteLLM's route would change (an empty text block) in

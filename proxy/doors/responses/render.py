@@ -66,14 +66,14 @@ def plainly(given: Any) -> bool:
 def _items(message: dict[str, Any], plain: bool) -> list[dict[str, Any]]:
     role = message.get("role")
     content = message.get("content")
-    if plain and isinstance(content, str) and content and not _turn_of_items(message):
-        # As such a client wrote it, the API's plainest message; for a model's text, the
-        # same prompt as its `output_text` part, 14% fewer bytes to read.
-        return [{"role": role, "content": content}]
     if role == "tool":
         output = content if isinstance(content, str) else text_of(content)
         call_id = message.get("tool_call_id")
         return [{"type": "function_call_output", "call_id": call_id, "output": output}]
+    if plain and isinstance(content, str) and content and not _turn_of_items(message):
+        # As such a client wrote it, the API's plainest message; for a model's text, the
+        # same prompt as its `output_text` part, 14% fewer bytes to read.
+        return [{"role": role, "content": content}]
     if role == "user" and isinstance(content, list):
         return [{"type": "message", "role": "user", "content": _parts(content)}]
     if role != "assistant":
