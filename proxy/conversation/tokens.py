@@ -400,10 +400,11 @@ def token_bound(data: bytes, start: int = 0) -> int:
     )
 
 
-def within_token_bound(data: bytes, limit: int) -> bool:
+def within_token_bound(data: bytes, limit: int, images: int | None = None) -> bool:
     """Whether `token_bound(data)` is at most `limit`, without counting separators where the
-    length decides: each `,` and `:` is one of the bytes, so they at most double it."""
-    images = IMAGE_TOKENS * data.count(b'"image_url"')
+    length decides: each `,` and `:` is one of the bytes, so they at most double it.
+    `images`, where known, is how often `data` names `"image_url"` (`needles_in`)."""
+    images = IMAGE_TOKENS * (data.count(b'"image_url"') if images is None else images)
     if 2 * len(data) + images <= limit:
         return True
     return len(data) + data.count(b",") + data.count(b":") + images <= limit

@@ -35,10 +35,11 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from proxy.conversation.needles import Needles
 from proxy.upstream.native import NativeApi, rewritten_at
 
 __all__ = [
@@ -76,9 +77,15 @@ KEPT_RENDERED_BYTES = 4 << 20
 # echoes, and the provider gets its own back (`proxy.doors.responses.items.as_given`).
 _ITEM_ID = re.compile(rb'"id":"')
 
-# A conversation as the body was parsed, and its JSON as orjson writes it, where the
-# client wrote it so (`proxy.http.resends`): a view of the body, not written again.
-Written = tuple[list[Any], memoryview]
+
+class Written(NamedTuple):
+    """A conversation as the body was parsed, and its JSON as orjson writes it, where the
+    client wrote it so (`proxy.http.resends`): a view of the body, not written again."""
+
+    conversation: list[Any]
+    json: memoryview
+    needles: Needles | None = None  # the body's, where counted from where it is new
+
 
 # Translate native[start:] onto the end of `chat`; where a longer conversation's
 # translation may resume: a native index and the chat length there.
@@ -158,7 +165,11 @@ class Translations:
             self._held -= len(known.ends)
             self._bytes -= known.weight
         try:
-            data = bytes(written[1]) if written and written[0] is native else orjson.dumps(native)
+            data = (
+                bytes(written.json)
+                if written and written.conversation is native
+                else orjson.dumps(native)
+            )
         except orjson.JSONEncodeError:  # deeper than orjson writes: refused later, not kept
             chat: list[dict[str, Any]] = []
             convert(native, 0, chat)

@@ -4,7 +4,6 @@ and its parts and the order only the turn knows are drawn in docs/architecture.m
 from proxy.engine.events import TurnEvents
 from proxy.engine.planner.agent_compaction import REQUEST as COMPACTION_REQUEST
 from proxy.engine.planner.agent_compaction import RESUMED as COMPACTION_RESUMED
-from proxy.engine.planner.caching import marks_counted
 from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext, Turn
 
@@ -15,5 +14,4 @@ __all__ = [
     "RequestContext",
     "Turn",
     "TurnEvents",
-    "marks_counted",
 ]

@@ -127,7 +127,8 @@ class Intake:
             return {}
         marks = None
         if prices.cache == "breakpoints" and context.body:
-            marks = context.marks if context.marks is not None else marks_in(context.body)
+            counted = context.needles
+            marks = counted.marks if counted is not None else marks_in(context.body)
             if marks > BREAKPOINTS:
                 raise invalid(
                     "cache_control",
@@ -153,7 +154,8 @@ class Intake:
         tokenized where its size in bytes bounds its tokens within the budget."""
         await self.validated(request)
         base = request.system_tokens + request.tools_tokens
-        if context.body and within_token_bound(context.body, request.budget - base):
+        images = context.needles.images if context.needles is not None else None
+        if context.body and within_token_bound(context.body, request.budget - base, images):
             written = request.messages_json
             return Turn(
                 body,

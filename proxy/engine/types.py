@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.conversation.identity import Message
+from proxy.conversation.needles import Needles
 from proxy.conversation.tokens import BOUND, TokenCounter
 from proxy.costs.prices import Prices
 from proxy.costs.receipts import TurnCost
@@ -55,9 +56,9 @@ class RequestContext:
     # The body's messages as orjson writes them, where the client wrote them so (a view of
     # `body`): the engine need not write them again.
     messages_json: memoryview | None = None
-    # The cache marks `body` sets (`planner.caching.marks_counted`), where they were
+    # The keys `body` names (cache marks, images, item references), where they were
     # counted from where a resent body is new.
-    marks: int | None = None
+    needles: Needles | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,13 +24,15 @@ from starlette.routing import Route
 
 from proxy.concurrency import pause, sized
 from proxy.config.settings import Settings, load_settings
+from proxy.conversation.needles import Needles
 from proxy.conversation.validation import header_session_id
 from proxy.doors.anthropic import MessagesDoor
 from proxy.doors.base import Api, Door, Inbound, ORJSONResponse
 from proxy.doors.chat import ChatDoor
 from proxy.doors.parameters import field_label, not_sent
 from proxy.doors.responses import CompactDoor, ResponseIds, ResponsesDoor
-from proxy.engine import Engine, RequestContext, marks_counted
+from proxy.doors.translations import Written
+from proxy.engine import Engine, RequestContext
 from proxy.errors import InvalidRequest, ProxyError
 from proxy.http import browser, headers, heap, viewer
 from proxy.http.auth import OPEN_PATHS, Auth, AuthMiddleware, Principal
@@ -123,7 +125,7 @@ class Proxy:
         # The suite's servers check every resent body against a whole parse (`Resends`),
         # and the JSON of every conversation a door holds against writing it again.
         self._checking = os.environ.get("PROXY_CHECK_RESENDS") == "1"
-        self.resends = Resends(check=self._checking, tally=marks_counted)
+        self.resends = Resends(check=self._checking)
 
     def _request_context(
         self,
@@ -132,7 +134,7 @@ class Proxy:
         body: bytes,
         inbound: Inbound,
         messages_json: memoryview | None = None,
-        marks: int | None = None,
+        needles: Needles | None = None,
     ) -> RequestContext:
         header = self.settings.session.header
         name = request.headers.get(header)
@@ -153,7 +155,7 @@ class Proxy:
             continues=inbound.continues,
             memory_id=headers.memory_id(request.headers, self.settings.memory) if named else None,
             messages_json=messages_json,
-            marks=marks,
+            needles=needles,
         )
 
     def door(self, door: Door) -> Callable[[Request], Awaitable[Response]]:
@@ -191,7 +193,9 @@ class Proxy:
         body = parsed.data
         conversation = body.get(CONVERSATION[door.api])
         json = parsed.messages_json
-        written = (conversation, json) if json is not None and conversation is not None else None
+        written = None
+        if json is not None and conversation is not None:
+            written = Written(conversation, json, parsed.needles)
         inbound = await door.inbound(body, caller.tenant, written)
         model = inbound.body["model"]
         telemetry.model = self.engine.label(model)
@@ -200,7 +204,7 @@ class Proxy:
         self.upstream.models.check(model)
         # The messages as orjson writes them: the client's, where the engine takes them as
         # sent, else the door's, where it holds them.
-        same = written is not None and inbound.body.get("messages") is written[0]
+        same = written is not None and inbound.body.get("messages") is written.conversation
         messages_json = json if same else inbound.messages_json
         if (
             self._checking
@@ -209,7 +213,9 @@ class Proxy:
             and bytes(messages_json) != orjson.dumps(inbound.body["messages"])
         ):
             raise AssertionError("a door's JSON of its messages is not theirs")
-        context = self._request_context(request, caller, raw, inbound, messages_json, parsed.marks)
+        context = self._request_context(
+            request, caller, raw, inbound, messages_json, parsed.needles
+        )
         response_headers = {headers.REQUEST_ID: telemetry.request_id}
         native = inbound.native
         if native is not None and not self.upstream.native(model, native.api):

@@ -13,7 +13,8 @@ stream of one-off bodies (a hostile one's megabyte arrays) is not.
 
 The bytes kept are checked to be orjson's own serialization of the messages kept (what
 nearly every client writes: compact, UTF-8), so a kept prefix is exactly those messages,
-and the result is exactly `orjson.loads(body)`. Anything else (another spacing, a
+and the result is exactly `orjson.loads(body)`. Its `Needles` are counted from where it
+is new too: those of the kept bytes are kept with them. Anything else (another spacing, a
 duplicate key, a message too deep to write) is parsed whole, as before. It is a cache of
 a pure function of the body, keyed by its caller, so it changes no answer and shows one
 tenant nothing of another's.
@@ -24,11 +25,13 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from proxy.conversation.needles import Needles, needles_in
 
 __all__ = ["Parsed", "Resends"]
 
@@ -55,12 +58,7 @@ _OPENS = {
 }
 
 
-# A count over a stretch of a body's bytes, body[start:end], that adds up over stretches
-# split between JSON values (the cache marks a body sets); None where it cannot say.
-Tally = Callable[[bytes, int, int], int | None]
-
-
-def _plus(total: int | None, more: int | None) -> int | None:
+def _plus(total: Needles | None, more: Needles | None) -> Needles | None:
     return None if total is None or more is None else total + more
 
 
@@ -75,7 +73,7 @@ class Parsed:
 
     data: dict[str, Any]
     messages_json: memoryview | None = None
-    marks: int | None = None  # the body's `Tally`, where it was counted from where it is new
+    needles: Needles | None = None  # the body's, where they were counted from where it is new
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -86,7 +84,7 @@ class _Kept:
     count: int  # its messages
     # Parsed (a list of its own: the caller's may change), once the body was resent.
     messages: list[Any] | None
-    marks: tuple[int | None, ...]  # the `Tally` of its bytes up to each of `ends`
+    needles: tuple[Needles | None, ...]  # those of its bytes up to each of `ends`
 
     @property
     def weight(self) -> int:
@@ -115,11 +113,8 @@ class Resends:
     """Bodies parsed lately, by key (caller, session, door): resent ones with their
     messages parsed, and the latest seen once as its bytes."""
 
-    def __init__(
-        self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False, tally: Tally | None = None
-    ) -> None:
+    def __init__(self, kept_weight: int = KEPT_RESENT_WEIGHT, check: bool = False) -> None:
         self._kept_weight = kept_weight
-        self._tally = tally  # counted of a resent body from where it is new
         # The test suite's servers parse each resent body whole too, and compare: a kept
         # message changed in place by anything after the parse would show there.
         self._check = check
@@ -158,12 +153,12 @@ class Resends:
         return self._keep_new(body, orjson.loads(body), key, name)
 
     def _checked(self, parsed: Parsed, body: bytes) -> None:
-        """The suite's check: what a resent body's parse and tally are, are the whole body's."""
+        """The suite's check: what a resent body's parse and needles are, are the whole
+        body's."""
         if parsed.data != orjson.loads(body):
             raise AssertionError("a kept message was changed after its parse")
-        whole = self._tally(body, 0, len(body)) if self._tally is not None else None
-        if parsed.marks is not None and parsed.marks != whole:
-            raise AssertionError("a resent body's tally is not its own")
+        if parsed.needles is not None and parsed.needles != needles_in(body):
+            raise AssertionError("a resent body's needles are not its own")
 
     def _resent(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed | None:
         """`body`, which begins with `kept`'s messages up to `kept.ends[at]`, parsed from
@@ -187,9 +182,9 @@ class Resends:
         self._drop(key, kept)
         if ends is None:
             return Parsed(data)
-        marks, whole = self._counted(body, kept, at, ends)
+        counted, whole = self._counted(body, kept, at, ends)
         ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
-        self._keep(key, _Kept(body, kept.opens, ends, len(messages), messages, marks))
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), messages, counted))
         return Parsed(data, self._array(body, kept.opens, ends[-1]), whole)
 
     def _confirmed(self, body: bytes, kept: _Kept, at: int, key: Hashable, name: str) -> Parsed:
@@ -209,15 +204,15 @@ class Resends:
         ends = self._written(body, start, messages[count:], ",")
         if ends is None:
             return Parsed(data)
-        marks, whole = self._counted(body, kept, at, ends)
+        counted, whole = self._counted(body, kept, at, ends)
         ends = (*kept.ends[: at + 1], *ends)[-_ENDS_KEPT:]
-        self._keep(key, _Kept(body, kept.opens, ends, len(messages), list(messages), marks))
+        self._keep(key, _Kept(body, kept.opens, ends, len(messages), list(messages), counted))
         return Parsed(data, self._array(body, kept.opens, ends[-1]), whole)
 
     def _keep_new(self, body: bytes, data: Any, key: Hashable, name: str) -> Parsed:
         """`data`, parsed whole from `body`, kept as its bytes where its conversation is long
         enough to be worth it and written as orjson writes it (then with the view of its
-        conversation array, and its `Tally`)."""
+        conversation array, and its `Needles`)."""
         messages = data.get(name) if isinstance(data, dict) else None
         if not isinstance(messages, list) or len(messages) < FEWEST_KEPT_MESSAGES:
             return Parsed(data)
@@ -228,28 +223,29 @@ class Resends:
         ends = self._written(body, opens, messages, "")
         if not ends or not self._stands_for(body, opens, ends[-1], data, name):
             return Parsed(data)
-        marks, whole = self._counted(body, None, 0, ends)
+        counted, whole = self._counted(body, None, 0, ends)
         self._unseen(key)  # one body of each key waits to be resent
-        self._seen[key] = _Kept(body, opens, ends, len(messages), None, marks)
+        self._seen[key] = _Kept(body, opens, ends, len(messages), None, counted)
         self._seen_bytes += len(body)
         while self._seen_bytes > KEPT_SEEN_BYTES and len(self._seen) > 1:
             self._seen_bytes -= len(self._seen.popitem(last=False)[1].body)
         return Parsed(data, self._array(body, opens, ends[-1]), whole)
 
+    @staticmethod
     def _counted(
-        self, body: bytes, kept: _Kept | None, at: int, ends: tuple[int, ...]
-    ) -> tuple[tuple[int | None, ...], int | None]:
-        """The `Tally` of `body` up to each of `kept.ends[: at + 1]` and `ends` (its new
+        body: bytes, kept: _Kept | None, at: int, ends: tuple[int, ...]
+    ) -> tuple[tuple[Needles | None, ...], Needles | None]:
+        """The `Needles` of `body` up to each of `kept.ends[: at + 1]` and `ends` (its new
         ones), and of all of it: the kept body's up to where they are the same, the rest
         counted here."""
-        since, total = (kept.ends[at], kept.marks[at]) if kept is not None else (0, 0)
-        marks = list(kept.marks[: at + 1]) if kept is not None else []
+        total: Needles | None = Needles(0, 0, 0)
+        since, counted = 0, []
+        if kept is not None:
+            since, total, counted = kept.ends[at], kept.needles[at], list(kept.needles[: at + 1])
         for end in ends:
-            more = self._tally(body, since, end) if self._tally is not None else None
-            total, since = _plus(total, more), end
-            marks.append(total)
-        rest = self._tally(body, since, len(body)) if self._tally is not None else None
-        return tuple(marks[-_ENDS_KEPT:]), _plus(total, rest)
+            total, since = _plus(total, needles_in(body, since, end)), end
+            counted.append(total)
+        return tuple(counted[-_ENDS_KEPT:]), _plus(total, needles_in(body, since))
 
     @staticmethod
     def _written(

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.engine.planner.caching import marks_counted, marks_in
+from proxy.conversation.needles import needles_in
+from proxy.engine.planner.caching import marks_in
 from proxy.http.resends import FEWEST_KEPT_MESSAGES, KEPT_SEEN_BYTES, Resends
 
 pytestmark = pytest.mark.unit
@@ -156,10 +157,13 @@ def test_what_is_kept_is_bounded_by_its_weight() -> None:
     assert 1 <= len(resends._known) < 40
 
 
+# Keys and strings that are sometimes the needles (`proxy.conversation.needles`).
+_NEEDLE = st.sampled_from(["cache_control", "image_url", "item_reference"])
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8) | _NEEDLE,
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=4) | _NEEDLE, inner, max_size=3)
     ),
     max_leaves=8,
 )
@@ -176,14 +180,14 @@ def test_any_resend_parses_to_what_a_whole_parse_gives(
     messages: list[Any], more: list[Any], edits: list[tuple[int, Any]], params: dict[str, Any]
 ) -> None:
     """Any conversation resent longer, edited or with other parameters after it: the same
-    data as `orjson.loads`, every time, and where its cache marks were counted from where
-    it is new, the count of the whole body."""
-    resends = Resends(tally=marks_counted)
+    data as `orjson.loads`, every time, and where its needles (cache marks, images, item
+    references) were counted from where it is new, the counts of the whole body."""
+    resends = Resends()
     first = orjson.dumps({**params, "messages": messages})
     for _ in range(2):  # seen once, then resent: kept parsed
         parsed = resends.parse(first, "k", "messages")
         assert parsed.data == orjson.loads(first)
-        assert parsed.marks in (None, marks_in(first))
+        assert parsed.needles in (None, needles_in(first))
     resent = list(messages) + more
     for at, value in edits:
         resent[at % len(resent)] = value
@@ -191,7 +195,7 @@ def test_any_resend_parses_to_what_a_whole_parse_gives(
         raw = orjson.dumps({**params, "messages": resent, **after})
         parsed = resends.parse(raw, "k", "messages")
         assert parsed.data == orjson.loads(raw)
-        assert parsed.marks in (None, marks_in(raw))
+        assert parsed.needles in (None, needles_in(raw))
 
 
 def test_a_body_seen_once_is_kept_as_its_bytes_only_the_latest_of_each_key() -> None:
@@ -214,7 +218,7 @@ def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_th
     one instead: the message marked before differs when resent, the ones before it not;
     the marks are counted from there (one, each turn), and where a message spells
     `cache_control` with an escape, left to a whole count."""
-    resends = Resends(tally=marks_counted)
+    resends = Resends()
     messages = conversation(N)
 
     def marked(conversation: list[dict[str, Any]]) -> bytes:
@@ -228,14 +232,14 @@ def test_a_resend_that_moves_its_cache_mark_to_its_new_message_is_parsed_from_th
         raw = marked(messages)
         parsed = resends.parse(raw, "k", "messages")
         assert parsed.data == orjson.loads(raw)
-        assert parsed.marks == marks_in(raw) == 1
+        assert parsed.needles is not None and parsed.needles.marks == marks_in(raw) == 1
         if turn:  # kept parsed since the first resend: the same objects up to the mark
             assert parsed.data["messages"][0] is before.data["messages"][0]
             assert parsed.data["messages"][-3] is not before.data["messages"][-1]
         before = parsed
     messages += [{"role": "user", "content": [{"type": "text", "text": "x"}]}]
     raw = marked(messages).replace(b'"cache_control"', b'"cache\\u005fcontrol"')
-    assert resends.parse(raw, "k", "messages").marks is None
+    assert resends.parse(raw, "k", "messages").needles is None
 
 
 def test_a_body_parsed_while_another_thread_parses_one_is_parsed_whole() -> None:

@@ -45,7 +45,9 @@ def test_a_reference_in_a_long_input_is_found_in_the_clients_own_json() -> None:
 
     import orjson
 
+    from proxy.conversation.needles import needles_in
     from proxy.doors.responses.items import References
+    from proxy.doors.translations import Written
 
     references = References(ResponseIds(SECRET), cast(Any, None))  # no store is read
     items: list[Any] = [{"role": "user", "content": f"message {n}"} for n in range(20)]
@@ -57,8 +59,9 @@ def test_a_reference_in_a_long_input_is_found_in_the_clients_own_json() -> None:
         raw = orjson.dumps(body)
         start = raw.index(b'"input":') + len(b'"input":')
         for written in (
-            (source, memoryview(raw)[start:-1]),
-            (list(source), memoryview(b"[]")),
+            Written(source, memoryview(raw)[start:-1]),
+            Written(source, memoryview(raw)[start:-1], needles_in(raw)),
+            Written(list(source), memoryview(b"[]")),
             None,
         ):
             call = references.resolve(dict(body), "team-a", written)

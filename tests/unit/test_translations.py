@@ -17,7 +17,13 @@ from proxy.doors.anthropic import request as messages
 from proxy.doors.anthropic.native import MessagesNative
 from proxy.doors.responses import request as responses
 from proxy.doors.responses.native import ResponsesNative
-from proxy.doors.translations import Renderings, Translations, conversation_key, joined
+from proxy.doors.translations import (
+    Renderings,
+    Translations,
+    Written,
+    conversation_key,
+    joined,
+)
 from proxy.upstream.native import lean_covers
 from tests.unit.test_native import MESSAGES_BODIES, REASONING, RESPONSES_INPUT, sent_of
 
@@ -227,7 +233,7 @@ def test_a_conversation_written_as_orjson_writes_it_is_not_written_again() -> No
     with_bytes, without = Translations("anthropic_messages"), Translations("anthropic_messages")
     for conversation in requests:
         body = body_of(conversation)
-        written = (conversation, memoryview(orjson.dumps(conversation)))
+        written = Written(conversation, memoryview(orjson.dumps(conversation)))
         assert messages.to_chat(body, with_bytes, "t", written) == messages.to_chat(
             body_of(copy.deepcopy(conversation)), without, "t"
         )
@@ -235,7 +241,7 @@ def test_a_conversation_written_as_orjson_writes_it_is_not_written_again() -> No
     assert kept.json == orjson.dumps(requests[-1])
     # Bytes said of another list than the one translated are not taken for its JSON.
     other = Translations("anthropic_messages")
-    wrong = (list(requests[-1]), memoryview(b"[]"))
+    wrong = Written(list(requests[-1]), memoryview(b"[]"))
     messages.to_chat(body_of(requests[-1]), other, "t", wrong)
     assert next(iter(other._known.values())).json == orjson.dumps(requests[-1])
 

@@ -152,6 +152,19 @@ class _Named:
     number: int  # among the reply's items of its kind
 
 
+def _may_refer(source: list[Any], written: Written | None) -> bool:
+    """Whether `source` may hold an item reference: looked for at C speed in its JSON (the
+    client's body, where it holds it as orjson writes it, counted from where it is new
+    where it was resent; a match elsewhere in the body only costs the caller a loop)."""
+    if written is not None and written.conversation is source:
+        if written.needles is not None:
+            return written.needles.references > 0
+        body = written.json.obj
+        if isinstance(body, bytes):
+            return b'"item_reference"' in body
+    return b'"item_reference"' in orjson.dumps(source)
+
+
 class References:
     """`item_reference` items replaced by the items they name, from the stored replies."""
 
@@ -167,12 +180,7 @@ class References:
         source = body.get("input")
         if not isinstance(source, list):
             return None
-        # Looked for at C speed in its JSON (the client's body, where it holds it as
-        # orjson writes it; a match elsewhere in the body only costs the loop below): a
-        # long input has none, as a rule.
-        body_json = written[1].obj if written and written[0] is source else None
-        data = body_json if isinstance(body_json, bytes) else orjson.dumps(source)
-        if b'"item_reference"' not in data:
+        if not _may_refer(source, written):
             return None
         wanted: dict[int, list[_Named]] = {}
         for index, item in enumerate(source):

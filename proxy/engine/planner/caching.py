@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from typing import Any
 
 import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT, Message
+from proxy.conversation.needles import needles_in
 
 __all__ = [
     "BREAKPOINTS",
     "cache_key",
     "marked",
-    "marks_counted",
     "marks_in",
     "namespaced",
     "unmarked",
@@ -25,9 +24,6 @@ __all__ = [
 BREAKPOINTS = 4  # the cache marks Anthropic takes in one request
 EPHEMERAL = {"type": "ephemeral"}
 _MARK = "cache_control"
-# A `\u00XX` escape of a printable ASCII character: the only way JSON can spell the key
-# `cache_control` other than as itself.
-_ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 
 
 def cache_key(secret: bytes, tenant: str, name: str, own: bool = False) -> str:
@@ -101,22 +97,12 @@ def _stable_end(messages: list[Message], asking: int, lead: int) -> int | None:
     return end if end is not None and end < asking - 1 else None
 
 
-def marks_counted(body: bytes, start: int = 0, end: int | None = None) -> int | None:
-    """The cache marks in body[start:end], counted in its bytes at C speed; None where an
-    escape could spell `cache_control` otherwise. The counts of stretches split between
-    JSON values add up to the body's."""
-    end = len(body) if end is None else end
-    if _ASCII_ESCAPE.search(body, start, end) is not None:
-        return None
-    return body.count(b'"cache_control"', start, end)
-
-
 def marks_in(body: bytes) -> int:
     """The cache marks a request's body sets, at most, as its parser reads them: counted in
     its bytes at C speed unless an escape could spell `cache_control` otherwise."""
-    counted = marks_counted(body)
+    counted = needles_in(body)
     if counted is not None:
-        return counted
+        return counted.marks
     found, pending = 0, [orjson.loads(body)]
     while pending:
         value = pending.pop()
