@@ -6,6 +6,7 @@ imports nothing of ours but `proxy.errors`, and no framework.
 
 __all__ = [
     "identity",
+    "needles",
     "replies",
     "tokens",
     "validation",
