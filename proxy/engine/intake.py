@@ -23,7 +23,7 @@ from proxy.conversation.validation import Validated, invalid, validate_messages
 from proxy.costs.prices import Prices
 from proxy.engine.planner.budget import budget
 from proxy.engine.planner.caching import BREAKPOINTS, cache_key, marks_in
-from proxy.engine.planner.reconcile import frame_of
+from proxy.engine.planner.reconcile import bytes_of, frame_of
 from proxy.engine.planner.window import Plan
 from proxy.engine.planning import Planning, fold_trigger
 from proxy.engine.types import Request, RequestContext, SessionView, Turn
@@ -163,7 +163,7 @@ class Intake:
                 managed=True,
                 input_limit=request.input_limit,
                 prices=request.prices,
-                messages_json=bytes(written) if written is not None else None,
+                messages_json=bytes_of(written) if written is not None else None,
             )
         counts, plan = await self.truncated(request)
         original = base + sum(counts)

@@ -14,6 +14,7 @@ from proxy.engine.planner.reconcile import (
     Digests,
     Match,
     Serialized,
+    bytes_of,
     frame_of,
     reconcile,
 )
@@ -445,3 +446,12 @@ def test_digests_keep_their_bytes_bound_and_the_latest_whatever_its_size() -> No
     assert held == [False, False, False, True, True]
     huge = Serialized([user("x" * 500)], 0, digests).fingerprint(1, "h")
     assert digests.taken(huge.digest, orjson.dumps([user("x" * 500)]), 1, huge.length - 2)
+
+
+def test_a_view_of_a_whole_bytes_object_is_taken_as_it_is_any_other_copied() -> None:
+    """A door's JSON of its messages is 1.4 MB at 5,000 messages: not copied again."""
+    data = b'[{"role":"user","content":"hi"}]'
+    assert bytes_of(memoryview(data)) is data
+    assert bytes_of(memoryview(data)[1:-1]) == data[1:-1]
+    assert bytes_of(memoryview(data)[::-1]) == data[::-1]
+    assert bytes_of(memoryview(bytearray(data))) == data

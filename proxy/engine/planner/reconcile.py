@@ -16,7 +16,15 @@ from proxy.conversation.tokens import token_bound
 from proxy.engine.planner.agent_compaction import restarts, resumes
 from proxy.sessions.records import Fingerprint, Mode, SessionMeta
 
-__all__ = ["NEED_STORED_HASHES", "Digests", "Match", "Serialized", "frame_of", "reconcile"]
+__all__ = [
+    "NEED_STORED_HASHES",
+    "Digests",
+    "Match",
+    "Serialized",
+    "bytes_of",
+    "frame_of",
+    "reconcile",
+]
 
 Kind = Literal["new", "full", "append", "fork", "side", "chapter"]
 NEED_STORED_HASHES: Final = "need stored hashes"
@@ -24,6 +32,15 @@ _COMMA, _CLOSE = ord(","), ord("]")
 # Conversations' bytes a process keeps, in all, with their digests: a resent conversation
 # is then compared with them at memcmp's speed and only its new bytes are hashed.
 KEPT_DIGESTED_BYTES = 8 << 20
+
+
+def bytes_of(view: memoryview) -> bytes:
+    """`bytes(view)`, not copied where the view is all of a bytes object (a door's JSON of
+    its messages): a copy of 1.4 MB at 5,000 messages."""
+    whole = view.obj
+    if isinstance(whole, bytes) and view.c_contiguous and view.nbytes == len(whole):
+        return whole
+    return bytes(view)
 
 
 class Digests:
@@ -73,7 +90,7 @@ class Serialized:
     ) -> None:
         self._digests = digests
         # `written`: the messages as the client sent them, where that is orjson's JSON.
-        self.whole = bytes(written) if written is not None else orjson.dumps(messages)
+        self.whole = bytes_of(written) if written is not None else orjson.dumps(messages)
         # The conversation's own array is "[" + the bytes after the system items.
         skip = len(orjson.dumps(messages[:system])) if system else 1
         self._conversation = memoryview(self.whole)[skip:]
