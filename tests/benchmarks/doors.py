@@ -415,13 +415,15 @@ async def _conversation(
         if target not in ("session", "append"):
             await timed(session, url, make(first), f"{route.name}: {target} (warm-up)")
     for turn in calls[1:]:
+        # In the same stretch, and before the targets: timed after LiteLLM's proxy has
+        # spent a second of CPU on the same cores, a pass took twice as long.
+        passes.append(body_pass(turn.full))
         for target, url, make in targets:
             what = f"{route.name}, {len(script.messages)} messages: {target}"
             used = urls.proxy_cpu()
             timings.setdefault(target, []).append(await timed(session, url, make(turn), what))
             if target in MODES:
                 cpu.setdefault(target, []).append(urls.proxy_cpu() - used)
-        passes.append(body_pass(turn.full))  # in the same stretch
     await _check_sessions(session, urls.proxy, ids)
     return calls[1:]
 
