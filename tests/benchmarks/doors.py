@@ -414,11 +414,14 @@ async def _conversation(
     for target, url, make in targets:
         if target not in ("session", "append"):
             await timed(session, url, make(first), f"{route.name}: {target} (warm-up)")
-    for turn in calls[1:]:
+    for number, turn in enumerate(calls[1:]):
         # In the same stretch, and before the targets: timed after LiteLLM's proxy has
         # spent a second of CPU on the same cores, a pass took twice as long.
         passes.append(body_pass(turn.full))
-        for target, url, make in targets:
+        # The targets in turn, each turn starting one further on: the one after LiteLLM's
+        # second of CPU finds the caches cold, and no target is always that one.
+        shift = number % len(targets)
+        for target, url, make in targets[shift:] + targets[:shift]:
             what = f"{route.name}, {len(script.messages)} messages: {target}"
             used = urls.proxy_cpu()
             timings.setdefault(target, []).append(await timed(session, url, make(turn), what))
