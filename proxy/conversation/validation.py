@@ -7,12 +7,12 @@ byte for byte), so a long conversation is not re-validated on every turn.
 
 from __future__ import annotations
 
-import operator
 import re
 import threading
 from collections import OrderedDict
 from typing import Any
 
+from proxy.conversation.identity import shared_messages
 from proxy.errors import InvalidRequest
 
 __all__ = [
@@ -291,11 +291,11 @@ KEPT_VALIDATED_BYTES = 2 << 20
 
 class Validated:
     """Conversations of no session validated lately, held by their messages: one resent
-    whose leading messages are the very objects validated before (a resent body's kept
-    parse, `proxy.http.resends`, and a door's kept translation are) is validated from
-    where it is new. Holding the messages keeps their identities theirs; what is held is
-    bounded by messages and by their bodies' bytes, and a conversation larger than that
-    is not held."""
+    whose leading messages are those validated before (`shared_messages`: the very
+    objects of a resent body's kept parse, `proxy.http.resends`, or of a door's kept
+    translation) is validated from where it is new. Holding the messages keeps their
+    identities theirs; what is held is bounded by messages and by their bodies' bytes,
+    and a conversation larger than that is not held."""
 
     def __init__(self, kept: int = KEPT_VALIDATED, kept_bytes: int = KEPT_VALIDATED_BYTES) -> None:
         self._kept, self._kept_bytes = kept, kept_bytes
@@ -315,9 +315,8 @@ class Validated:
                 self._held -= len(known[0])
                 self._bytes -= known[1]
         start = 0
-        if known is not None:  # the same objects, compared at C speed
-            same = list(map(operator.is_, messages, known[0]))
-            start = same.index(False) if False in same else len(same)
+        if known is not None:
+            start = shared_messages(messages, known[0])
         validate_messages(messages, start, offset)
         if len(messages) > self._kept or size > self._kept_bytes:
             return

@@ -11,14 +11,14 @@ for the conversations it served lately, what it made of them:
   their chat form. A request whose messages begin with the kept ones (their JSON
   compared at memcmp's speed) is translated from there on only; the chat messages of
   the kept part are the same objects as before.
-- `Renderings`: the latest window rendered in the door's API, turn by turn, each with
-  its JSON. The engine's window holds the same chat objects from turn to turn (those of
-  a kept translation, or of the stored window `proxy.engine.history` keeps), so the
-  turns made from the part of the window it holds again, by identity, are kept as they
-  are, and the rest are taken by identity where they were made before. The window goes
-  out as the JSON of its turns joined: an unchanged conversation is neither rendered
-  nor serialized again, and each turn is checked once for what LiteLLM's route would
-  repair (`proxy.upstream.native.lean_covers`).
+- `Renderings`: the latest window rendered in the door's API, turn by turn, and the
+  JSON of its turns in one buffer. The engine's window holds the same chat objects from
+  turn to turn (those of a kept translation, or of the stored window
+  `proxy.engine.history` keeps), so the turns made from the part of the window it holds
+  again, by identity, are kept as they are (their JSON copied in one piece), and the
+  rest are taken by identity where they were made before (`Redrawn`): an unchanged
+  conversation is neither rendered nor serialized again, and each turn is checked once
+  for what LiteLLM's route would repair (`proxy.upstream.native.lean_covers`).
 
 Both are caches of pure functions of what they are keyed by (checked on every use), so
 they change no plan and hold nothing another process needs; both are bounded by the
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -39,10 +38,12 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from proxy.conversation.identity import same_messages, shared_messages
 from proxy.conversation.needles import Needles
-from proxy.upstream.native import NativeApi, rewritten_at
+from proxy.upstream.native import NativeApi, lean_covers, rewritten_at
 
 __all__ = [
+    "Redrawn",
     "Rendered",
     "Rendering",
     "Renderings",
@@ -50,7 +51,6 @@ __all__ = [
     "Translations",
     "Written",
     "conversation_key",
-    "joined",
 ]
 
 # Messages a door keeps, in all, of the conversations it served lately: translated, and
@@ -117,15 +117,10 @@ class Translation:
         return len(self.json) + len(self.chat_json)
 
     def says(self, window: list[dict[str, Any]]) -> bool:
-        """Whether `window` is this translation's chat messages, the very objects, all
-        of them (compared at C speed), and the client named none by an id of the proxy's:
+        """Whether `window` is this translation's chat messages, all of them
+        (`same_messages`), and the client named none by an id of the proxy's:
         then `json` says it in the door's API, as the client did, with nothing rendered."""
-        chat = self.chat
-        return (
-            self.named == len(self.ends)
-            and len(window) == len(chat)
-            and all(map(operator.is_, window, chat))
-        )
+        return self.named == len(self.ends) and same_messages(window, self.chat)
 
     @property
     def covered(self) -> bool:
@@ -202,15 +197,15 @@ class Translations:
         return chat
 
     def written(self, key: bytes | None, messages: list[dict[str, Any]]) -> bytes | None:
-        """The JSON of `messages` as orjson writes it, where they end with the very chat
-        messages of the conversation's kept translation, all of them, after a few of the
+        """The JSON of `messages` as orjson writes it, where they end with the chat
+        messages of the conversation's kept translation (`same_messages`), after a few of the
         door's own (its system message): those written here, the rest copied."""
         translation = self._known.get(key) if key is not None else None
         if translation is None:
             return None
         chat = translation.chat
         head = len(messages) - len(chat)
-        if head < 0 or not all(map(operator.is_, messages[head:], chat)):
+        if head < 0 or not same_messages(messages[head:], chat):
             return None
         if not head:
             return translation.chat_json
@@ -277,11 +272,10 @@ def _written_on(
 @dataclass(frozen=True, slots=True)
 class Rendering:
     """What a door's renderer made of some chat messages (held, so their identities stay
-    theirs)."""
+    theirs); its JSON lies in its window's (`Rendered.json`), so each is held once."""
 
     sources: tuple[dict[str, Any], ...]
     kind: str  # how they were rendered
-    json: bytes  # what the door's API says of them
     repaired: bool  # LiteLLM's route would change it
 
     def renders(self, sources: tuple[dict[str, Any], ...], kind: str) -> bool:
@@ -297,56 +291,105 @@ class Rendering:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A window as a door's renderer made it: its chat messages, their turns in the
-    door's API, and for each turn how many of the messages had been read when it was
-    made (it depends on those alone)."""
+    door's API, the JSON array of those turns in one buffer (the next window copies the
+    part it keeps at memcpy's speed, where joining each turn's own bytes would gather
+    thousands of scattered objects), and for each turn how many of the messages had been
+    read when it was made (it depends on those alone)."""
 
     window: list[dict[str, Any]]
     turns: list[Rendering]
     read: list[int]
+    json: bytes  # the turns' JSON as one array
+    ends: list[int]  # where each turn's JSON ends in `json`
     repaired: int  # the first turn LiteLLM's route would change (`len(turns)`: none)
-
-    @classmethod
-    def made(
-        cls,
-        window: list[dict[str, Any]],
-        turns: list[Rendering],
-        read: list[int],
-        previous: Rendered | None,
-        kept: int,
-    ) -> Rendered:
-        """The rendering whose first `kept` turns are `previous`'s: the first turn LiteLLM's
-        route would change looked for among the others only."""
-        if previous is not None and previous.repaired < kept:
-            return cls(window, turns, read, previous.repaired)
-        first = next((at for at in range(kept, len(turns)) if turns[at].repaired), len(turns))
-        return cls(window, turns, read, first)
 
     @property
     def covered(self) -> bool:
         """Whether the lean path sends these turns as LiteLLM's route would."""
         return self.repaired == len(self.turns)
 
+    def turn_json(self, at: int) -> memoryview:
+        """The JSON of turn `at`, a view of `json`."""
+        start = self.ends[at - 1] + 1 if at else 1
+        return memoryview(self.json)[start : self.ends[at]]
+
     def reused(self, window: list[dict[str, Any]]) -> tuple[int, int]:
         """How many of this rendering's turns `window` keeps as they are, and how many
-        of its messages those turns read: the turns made from a prefix that `window`
-        holds by identity (compared at C speed)."""
-        same = list(map(operator.is_, window, self.window))
-        prefix = same.index(False) if False in same else len(same)
-        kept = bisect.bisect_right(self.read, prefix)
+        of its messages those turns read: the turns made from the messages it begins
+        with (`shared_messages`)."""
+        kept = bisect.bisect_right(self.read, shared_messages(window, self.window))
         return kept, self.read[kept - 1] if kept else 0
 
 
-def joined(turns: list[Rendering]) -> bytes:
-    """The turns' JSON as one array, copied once (large: a long window's)."""
-    if not turns:
-        return b"[]"
-    pieces = list(map(_JSON, turns))
-    pieces[0] = b"[" + pieces[0]  # two small copies
-    pieces[-1] += b"]"
-    return b",".join(pieces)
+class Redrawn:
+    """A window being rendered: the turns of the `previous` rendering that it keeps
+    (`Rendered.reused`), then the rest, turn by turn, each taken from `previous` where
+    the same chat messages made it (by identity), else made by the door's renderer."""
 
+    def __init__(
+        self, api: NativeApi, window: list[dict[str, Any]], previous: Rendered | None
+    ) -> None:
+        self._api = api
+        self._window = window
+        self._previous = previous
+        self.kept, self.start = previous.reused(window) if previous is not None else (0, 0)
+        self.turns = previous.turns[: self.kept] if previous is not None else []
+        self.read = previous.read[: self.kept] if previous is not None else []
+        self._pieces: list[bytes | memoryview] = []  # the JSON of the turns after the kept
+        self._known: dict[int, int] = {}  # a later turn of `previous`, by its first message
+        if previous is not None:
+            later = enumerate(previous.turns[self.kept :], self.kept)
+            self._known = {id(turn.sources[0]): at for at, turn in later}
 
-_JSON = operator.attrgetter("json")
+    def taken(self, sources: tuple[dict[str, Any], ...], kind: str, read: int) -> bool:
+        """Whether the previous rendering made these very messages this way: then its
+        turn is the next, having read `read` messages."""
+        at = self._known.get(id(sources[0]))
+        previous = self._previous
+        if at is None or previous is None or not previous.turns[at].renders(sources, kind):
+            return False
+        self._next(previous.turns[at], previous.turn_json(at), read)
+        return True
+
+    def made(self, sources: tuple[dict[str, Any], ...], kind: str, json: bytes, read: int) -> None:
+        """A turn made by the renderer: its JSON (checked once for what LiteLLM's route
+        would repair, by the door's API), having read `read` messages."""
+        self._next(Rendering(sources, kind, not lean_covers(self._api, json)), json, read)
+
+    def last(self) -> tuple[str, bytes] | None:
+        """The last turn so far: its kind and its JSON."""
+        if self._pieces:
+            return self.turns[-1].kind, bytes(self._pieces[-1])
+        if self.turns and self._previous is not None:
+            return self.turns[-1].kind, bytes(self._previous.turn_json(len(self.turns) - 1))
+        return None
+
+    def rendered(self) -> Rendered:
+        """The window rendered: the kept turns' JSON copied in one piece, the rest joined."""
+        previous, kept, pieces = self._previous, self.kept, self._pieces
+        ends = previous.ends[:kept] if previous is not None else []
+        end = ends[-1] if ends else 0
+        for piece in pieces:
+            end += 1 + len(piece)
+            ends.append(end)
+        if previous is not None and kept:
+            head = memoryview(previous.json)[: previous.ends[kept - 1]]
+            json = b"".join((head, b"," if pieces else b"", b",".join(pieces), b"]"))
+        else:
+            json = b"[" + b",".join(pieces) + b"]"
+        if previous is not None and previous.repaired < kept:
+            repaired = previous.repaired
+        else:
+            turns = self.turns
+            repaired = next(
+                (at for at in range(kept, len(turns)) if turns[at].repaired), len(turns)
+            )
+        return Rendered(self._window, self.turns, self.read, json, ends, repaired)
+
+    def _next(self, rendering: Rendering, json: bytes | memoryview, read: int) -> None:
+        self.turns.append(rendering)
+        self.read.append(read)
+        self._pieces.append(json)
 
 
 class Renderings:
@@ -357,25 +400,22 @@ class Renderings:
         self._kept, self._kept_bytes = kept, kept_bytes
         self._held = 0  # messages
         self._bytes = 0  # their turns' JSON's
-        self._known: OrderedDict[Hashable, tuple[Rendered, int]] = OrderedDict()
+        self._known: OrderedDict[Hashable, Rendered] = OrderedDict()
 
     def taken(self, key: Hashable) -> Rendered | None:
         """The conversation's latest rendering, taken out until `kept` gives one back."""
         known = self._known.pop(key, None)
-        if known is None:
-            return None
-        self._held -= len(known[0].window)
-        self._bytes -= known[1]
-        return known[0]
+        if known is not None:
+            self._held -= len(known.window)
+            self._bytes -= len(known.json)
+        return known
 
-    def kept(self, key: Hashable, rendered: Rendered, size: int | None = None) -> None:
-        """Keep `rendered`, whose window is `size` bytes as JSON (`joined`'s length, where
-        the caller has it: counting its turns again is a pass over them)."""
-        size = len(joined(rendered.turns)) if size is None else size
-        self._known[key] = rendered, size
+    def kept(self, key: Hashable, rendered: Rendered) -> None:
+        """Keep `rendered`, the conversation's latest."""
+        self._known[key] = rendered
         self._held += len(rendered.window)
-        self._bytes += size
+        self._bytes += len(rendered.json)
         while (self._held > self._kept or self._bytes > self._kept_bytes) and len(self._known) > 1:
-            _, (dropped, its) = self._known.popitem(last=False)
+            _, dropped = self._known.popitem(last=False)
             self._held -= len(dropped.window)
-            self._bytes -= its
+            self._bytes -= len(dropped.json)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import orjson
@@ -22,7 +22,6 @@ from proxy.doors.translations import (
     Translations,
     Written,
     conversation_key,
-    joined,
 )
 from proxy.upstream.native import lean_covers
 from tests.unit.test_native import MESSAGES_BODIES, REASONING, RESPONSES_INPUT, sent_of
@@ -112,11 +111,15 @@ def claude_window(chat: list[dict[str, Any]], turn: int) -> list[dict[str, Any]]
     return [*rest, *recall, marked]
 
 
-def native_turns(renderings: Renderings, key: bytes, mid_system: bool) -> list[Any]:
-    """The turns of a conversation's latest rendering (put back as they were)."""
-    rendered = renderings.taken((key, mid_system))
+def native_turns(renderings: Renderings, key: Hashable, fresh: list[Any]) -> list[Any]:
+    """The turns of a conversation's latest rendering (put back as they were), whose
+    JSON is `fresh`'s turn by turn (where each ends is kept right)."""
+    rendered = renderings.taken(key)
     assert rendered is not None
-    renderings.kept((key, mid_system), rendered)
+    renderings.kept(key, rendered)
+    by_turn = [bytes(rendered.turn_json(at)) for at in range(len(rendered.turns))]
+    assert b"[" + b",".join(by_turn) + b"]" == rendered.json
+    assert orjson.loads(rendered.json) == fresh
     return list(rendered.turns)
 
 
@@ -137,7 +140,7 @@ def test_a_messages_window_rendered_from_what_was_kept_is_rendered_afresh() -> N
             assert native.serialized is not None
             assert orjson.loads(native.serialized[0]) == fresh["messages"]
             # What the window kept is not rendered again: the same turns as last time.
-            turns = native_turns(renderings, b"conversation", mid_system)
+            turns = native_turns(renderings, (b"conversation", mid_system), fresh["messages"])
             assert (
                 sum(a is b for a, b in zip(turns, previous, strict=False))
                 >= min(len(previous), len(turns)) - 4
@@ -158,6 +161,7 @@ def test_a_responses_window_rendered_from_what_was_kept_is_rendered_afresh() -> 
         )
         assert native.serialized is not None
         assert orjson.loads(native.serialized[0]) == sent["input"]
+        assert native_turns(renderings, b"conversation", sent["input"])
 
 
 def test_what_a_door_keeps_is_bounded() -> None:
@@ -220,8 +224,7 @@ def test_what_a_door_renders_of_large_messages_is_bounded_by_their_bytes() -> No
         native = MessagesNative(body, renderings, f"conversation {number}".encode())
         native.request(chat, summarized=False, mid_system=False)
         assert native.serialized is not None
-        kept = [len(joined(r.turns)) for r, _ in renderings._known.values()]
-        assert renderings._bytes == sum(kept)
+        assert renderings._bytes == sum(len(r.json) for r in renderings._known.values())
         assert renderings._bytes <= (4 << 20) + len(native.serialized[0])
     assert 2 <= len(renderings._known) < 8
 
@@ -386,7 +389,7 @@ def growing_with_blanks(seed: int) -> Iterator[list[dict[str, Any]]]:
 
 
 def test_what_litellms_route_would_change_is_found_in_a_rendering_kept_and_new() -> None:
-    """A rendered window's `covered` (found among its new turns only, `Rendered.made`)
+    """A rendered window's `covered` (found among its new turns only, `Redrawn.rendered`)
     says what `lean_covers` says of the whole window, however the conversation grew: a
     turn LiteLLM's route would change in the part kept, in the new part, or edited away."""
     translations, renderings = Translations("anthropic_messages"), Renderings()

@@ -20,7 +20,7 @@ import orjson
 from proxy.doors.anthropic.events import MessagesEvents
 from proxy.doors.anthropic.render import rendered_turns, system_blocks
 from proxy.doors.anthropic.response import chat_completion
-from proxy.doors.translations import Renderings, Translation, Translations, joined
+from proxy.doors.translations import Renderings, Translation, Translations
 from proxy.upstream.native import NativeApi
 
 __all__ = ["MessagesNative"]
@@ -93,8 +93,8 @@ class MessagesNative:
             # By conversation, and by what the model takes: a turn is rendered for both.
             key = (session if session is not None else self._conversation, mid_system)
             rendered = rendered_turns(turns, self._renderings.taken(key), mid_system)
-            window = joined(rendered.turns)
-            self._renderings.kept(key, rendered, len(window))
+            window = rendered.json
+            self._renderings.kept(key, rendered)
             covered = rendered.covered
         self.serialized = window, covered
         # The window as the JSON it is already (`orjson.Fragment`): serialized as it is.

@@ -18,8 +18,7 @@ import orjson
 
 from proxy.conversation.identity import ANTHROPIC_CONTENT, compact
 from proxy.doors.anthropic.response import arguments
-from proxy.doors.translations import Rendered, Rendering
-from proxy.upstream.native import lean_covers
+from proxy.doors.translations import Redrawn, Rendered
 
 __all__ = ["SYSTEM_NOTE", "rendered_turns", "system_blocks"]
 
@@ -35,7 +34,7 @@ def rendered_turns(
     """The window's messages (after its leading system messages) as Anthropic turns,
     those of the `previous` rendering taken where the window keeps them; `mid_system`:
     whether the model takes a system message mid-conversation where it stands."""
-    return _Turns(mid_system).rendered(messages, previous)
+    return _Turns(Redrawn("anthropic_messages", messages, previous), mid_system).rendered(messages)
 
 
 def system_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,26 +51,19 @@ class _Turns:
     between a tool call and its results goes after the results, as a turn between them
     would part them (consecutive user turns are one to Anthropic).
 
-    The turns of the previous rendering that the window keeps (`Rendered.reused`) are
-    taken as they are; of the rest, each is taken from it where the same chat messages
-    made it (by identity), else made here."""
+    The turns of the previous rendering are taken where the window keeps them
+    (`Redrawn`); the others are made here."""
 
-    def __init__(self, mid_system: bool) -> None:
+    def __init__(self, drawn: Redrawn, mid_system: bool) -> None:
+        self._drawn = drawn
         self._mid_system = mid_system
-        self._known: dict[int, Rendering] = {}
-        self._out: list[Rendering] = []
-        self._read: list[int] = []
         self._at = 0  # the messages read so far
 
-    def rendered(self, messages: list[dict[str, Any]], previous: Rendered | None) -> Rendered:
-        kept = start = 0
-        if previous is not None:
-            kept, start = previous.reused(messages)
-            self._out, self._read = previous.turns[:kept], previous.read[:kept]
-            self._known = {id(turn.sources[0]): turn for turn in previous.turns[kept:]}
+    def rendered(self, messages: list[dict[str, Any]]) -> Rendered:
+        drawn = self._drawn
         results: list[dict[str, Any]] = []
         held: list[dict[str, Any]] = []  # system turns waiting for the results they interrupt
-        for self._at, message in enumerate(messages[start:], start + 1):
+        for self._at, message in enumerate(messages[drawn.start :], drawn.start + 1):
             role = message.get("role")
             if role == "tool":
                 results.append(message)
@@ -98,7 +90,7 @@ class _Turns:
         self._results(results)
         for system in held:
             self._turn((system,), "held", _held)
-        return Rendered.made(messages, self._out, self._read, previous, kept)
+        return drawn.rendered()
 
     def _results(self, results: list[dict[str, Any]]) -> None:
         if results:
@@ -110,18 +102,13 @@ class _Turns:
         kind: str,
         make: Callable[[tuple[dict[str, Any], ...]], dict[str, Any]],
     ) -> None:
-        rendering = self._known.get(id(sources[0]))
-        if rendering is None or not rendering.renders(sources, kind):
-            native = make(sources)
-            data = compact(orjson.dumps(native))
-            repaired = not lean_covers("anthropic_messages", data)
-            rendering = Rendering(sources, kind, data, repaired)
-        self._out.append(rendering)
-        self._read.append(self._at)
+        if not self._drawn.taken(sources, kind, self._at):
+            self._drawn.made(sources, kind, compact(orjson.dumps(make(sources))), self._at)
 
     def _calls(self) -> bool:
         """Whether the last turn is the assistant's and calls tools (its results come next)."""
-        return bool(self._out) and self._out[-1].kind == "assistant" and _USES in self._out[-1].json
+        last = self._drawn.last()
+        return last is not None and last[0] == "assistant" and _USES in last[1]
 
 
 def _user_turn(sources: tuple[dict[str, Any], ...]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from proxy.doors.responses.events import ResponsesEvents
 from proxy.doors.responses.render import plainly, rendered_items
 from proxy.doors.responses.request import CARRIED
 from proxy.doors.responses.response import chat_completion
-from proxy.doors.translations import Renderings, Translations, joined
+from proxy.doors.translations import Renderings, Translations
 from proxy.upstream.native import NativeApi
 
 __all__ = ["ResponsesNative"]
@@ -98,8 +98,8 @@ class ResponsesNative:
             key = session if session is not None else self._conversation
             plain = plainly(self._body.get("input"))
             rendered = rendered_items(messages, self._renderings.taken(key), plain)
-            window = joined(rendered.turns)
-            self._renderings.kept(key, rendered, len(window))
+            window = rendered.json
+            self._renderings.kept(key, rendered)
             covered = rendered.covered
         self.serialized = window, covered
         out["input"] = orjson.Fragment(window)  # the JSON it is already, serialized as it is

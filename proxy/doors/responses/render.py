@@ -18,8 +18,7 @@ import orjson
 from proxy.conversation.identity import RESPONSES_OUTPUT
 from proxy.doors.base import text_of
 from proxy.doors.responses.items import as_given
-from proxy.doors.translations import Rendered, Rendering
-from proxy.upstream.native import lean_covers
+from proxy.doors.translations import Redrawn, Rendered
 
 __all__ = ["plainly", "rendered_items"]
 
@@ -28,30 +27,17 @@ def rendered_items(
     messages: list[dict[str, Any]], previous: Rendered | None, plain: bool = False
 ) -> Rendered:
     """The window's messages as input items, each message's on its own: those of the
-    previous rendering where the window keeps its messages (`Rendered.reused`), else
+    previous rendering where the window keeps its messages (`Redrawn`), else
     made here (a message that makes no item makes no turn). `plain`: the client writes
     its messages as the SDKs do (`plainly`), and a text message goes back that way."""
     kind = "plain" if plain else "item"
-    turns: list[Rendering] = []
-    read: list[int] = []
-    known: dict[int, Rendering] = {}
-    kept = start = 0
-    if previous is not None:
-        kept, start = previous.reused(messages)
-        turns, read = previous.turns[:kept], previous.read[:kept]
-        known = {id(turn.sources[0]): turn for turn in previous.turns[kept:]}
-    for at, message in enumerate(messages[start:], start + 1):
-        rendering = known.get(id(message))
-        if rendering is None or not rendering.renders((message,), kind):
+    drawn = Redrawn("responses", messages, previous)
+    for at, message in enumerate(messages[drawn.start :], drawn.start + 1):
+        if not drawn.taken((message,), kind, at):
             items = _items(message, plain)
-            if not items:
-                continue
-            data = orjson.dumps(items)[1:-1]  # the items, to join with the window's others (a copy)
-            repaired = not lean_covers("responses", data)
-            rendering = Rendering((message,), kind, data, repaired)
-        turns.append(rendering)
-        read.append(at)
-    return Rendered.made(messages, turns, read, previous, kept)
+            if items:  # the items, to join with the window's others (a copy)
+                drawn.made((message,), kind, orjson.dumps(items)[1:-1], at)
+    return drawn.rendered()
 
 
 def plainly(given: Any) -> bool:
