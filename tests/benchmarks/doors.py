@@ -11,18 +11,21 @@ length (10 to 5,000 messages) and each mode:
   `X-Session-Id` and `X-Session-Mode: append`, after the session exists.
 
 Each turn, the targets take turns: the direct call, the proxy in each mode, and
-LiteLLM's proxy on the same door with the full body. The direct call is the whole
-conversation sent to the upstream in the API the route speaks to it: the client's own
-body on a native route (and the chat door), the same conversation as a chat completion
-on a translated one (the test upstream's three APIs cost it different times, and a
-translated route's upstream call is a chat completion). "Own time" is a target's p50
-minus the direct p50, so for `append` it is the extra time against a client that
-sends the whole conversation itself. Beside it, one orjson parse + dump of the full
-body (a "body pass", the floor for any proxy that reads and forwards JSON). Each
-length runs as conversations of `TURNS` turns, each one fresh, so a conversation stays
-near the length it started at. Then one
-Claude-Code-shaped conversation (a 35k-token system prompt, 25 tools, 300 messages of
-tool calls and results) through the Messages door to the Anthropic deployment.
+LiteLLM's proxy on the same door with the full body. After the proxy's and LiteLLM's
+replies the benchmark waits until that process's CPU time stands still (`quiet`): what
+it does after a reply (LiteLLM's logging and cost of a 5,000-message call) would
+otherwise be timed in the next target's latency. The proxy's CPU time counts it. The
+direct call is the whole conversation sent to the upstream in the API the route speaks
+to it: the client's own body on a native route (and the chat door), the same
+conversation as a chat completion on a translated one (the test upstream's three APIs
+cost it different times, and a translated route's upstream call is a chat completion).
+"Own time" is a target's p50 minus the direct p50, so for `append` it is the extra time
+against a client that sends the whole conversation itself. Beside it, one orjson parse
++ dump of the full body (a "body pass", the floor for any proxy that reads and forwards
+JSON). Each length runs as conversations of `TURNS` turns, each one fresh, so a
+conversation stays near the length it started at. Then one Claude-Code-shaped
+conversation (a 35k-token system prompt, 25 tools, 300 messages of tool calls and
+results) through the Messages door to the Anthropic deployment.
 
 LiteLLM's proxy gets the same model list, told to translate where the proxy does: by
 itself LiteLLM speaks the Responses API to every `openai/` deployment, on its Messages
@@ -33,9 +36,11 @@ Messages door to chat completions for a non-Anthropic model.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import statistics
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +61,8 @@ ROUNDS = 60
 QUICK_ROUNDS = 2
 TURNS = 5  # a conversation's timed turns; more rounds are more conversations
 MODES = ("none", "session", "append")
+QUIET = 0.01  # seconds a process's CPU time must stay still for it to be done
+QUIET_WAIT = 3.0  # at most, after a reply
 AGENT_MESSAGES = 300
 APPEND = {"X-Session-Mode": "append"}
 PATHS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
@@ -301,6 +308,7 @@ class Row:
     body_pass: float  # one orjson parse + dump of the full body
     cpu: float = 0.0  # the proxy process's CPU time per request in this mode (p50)
     opening: float = 0.0  # p50 of a session's first request, the whole conversation
+    quiet: tuple[float, float | None] = (0.0, None)  # p50 waits after a reply (`quiet`)
 
     @property
     def own(self) -> float:
@@ -317,6 +325,22 @@ class Urls:
     proxy: str
     litellm: str | None
     proxy_cpu: Callable[[], float] = lambda: 0.0  # the proxy process's CPU seconds so far
+    litellm_cpu: Callable[[], float] = lambda: 0.0  # LiteLLM's proxy's
+
+
+async def quiet(cpu: Callable[[], float], waits: list[float]) -> None:
+    """Wait until a process has done what it does after a reply (its CPU time still for
+    `QUIET` seconds), at most `QUIET_WAIT`; how long it took added to `waits`. The next
+    target is timed on cores it does not share with that work."""
+    start = last = time.monotonic()
+    used = cpu()
+    while last - start < QUIET_WAIT:
+        await asyncio.sleep(QUIET)
+        now, more = time.monotonic(), cpu()
+        if more - used < QUIET / 10:
+            break
+        last, used = now, more
+    waits.append(last - start)
 
 
 async def timed(session: aiohttp.ClientSession, url: str, call: Call, what: str) -> float:
@@ -371,6 +395,10 @@ async def measure(
             body_pass=statistics.median(passes),
             cpu=quantile(cpu[mode], 0.5),
             opening=quantile(timings["opening"], 0.5),
+            quiet=(
+                quantile(timings["quiet proxy"], 0.5),
+                quantile(timings["quiet litellm"], 0.5) if "quiet litellm" in timings else None,
+            ),
         )
         for mode in MODES
     ]
@@ -425,8 +453,11 @@ async def _conversation(
             what = f"{route.name}, {len(script.messages)} messages: {target}"
             used = urls.proxy_cpu()
             timings.setdefault(target, []).append(await timed(session, url, make(turn), what))
-            if target in MODES:
+            if target in MODES:  # its CPU time with what it does after the reply
+                await quiet(urls.proxy_cpu, timings.setdefault("quiet proxy", []))
                 cpu.setdefault(target, []).append(urls.proxy_cpu() - used)
+            elif target == "litellm":
+                await quiet(urls.litellm_cpu, timings.setdefault("quiet litellm", []))
     await _check_sessions(session, urls.proxy, ids)
     return calls[1:]
 
@@ -463,6 +494,11 @@ def table(title: str, rows: list[Row]) -> list[str]:
             f"{_ms(row.direct, 10)} {_ms(row.own, 10)} {_ms(other, 11)} {ratio} "
             f"{_ms(row.body_pass, 9)} {row.own / row.body_pass:8.1f} {_ms(row.cpu, 9)}"
         )
+    waits = {row.messages: row.quiet for row in rows}
+    lines.append(
+        "quiet after a reply (p50 ms, the proxy / LiteLLM's): "
+        + ", ".join(f"{n}: {_ms(a, 0)} / {_ms(b, 0)}" for n, (a, b) in waits.items())
+    )
     return lines
 
 
@@ -573,8 +609,10 @@ async def benchmark(
                 "router_settings": {"num_retries": 0},
                 "litellm_settings": {"use_chat_completions_url_for_anthropic_messages": True},
             }
-            with processes.litellm_proxy(litellm_config, directory) as litellm_url:
-                urls = Urls(upstream_url, proxy_url, litellm_url, cpu)
+            with processes.litellm_proxy_process(litellm_config, directory) as litellm:
+                litellm_url, litellm_process = litellm
+                litellm_cpu = functools.partial(_cpu, litellm_process.pid)
+                urls = Urls(upstream_url, proxy_url, litellm_url, cpu, litellm_cpu)
                 return await _run(urls, rounds, lengths, rss)
 
 

@@ -122,6 +122,15 @@ def context_proxy_process(
 @contextmanager
 def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
     """LiteLLM's proxy (one worker) on the same config; yields its base URL."""
+    with litellm_proxy_process(config, directory) as (url, _):
+        yield url
+
+
+@contextmanager
+def litellm_proxy_process(
+    config: dict[str, Any], directory: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """LiteLLM's proxy (one worker) on the same config; yields its base URL and process."""
     executable = litellm_proxy_executable()
     with held_port() as port:
         path = directory / "litellm.yaml"
@@ -129,8 +138,9 @@ def litellm_proxy(config: dict[str, Any], directory: Path) -> Iterator[str]:
         command = [str(executable), "--config", str(path), "--host", "127.0.0.1"]
         command += ["--port", str(port), "--num_workers", "1"]
         url = f"http://127.0.0.1:{port}"
-        with running_server(command, url + "/health/liveliness", seconds=180, env=_quiet_env()):
-            yield url
+        health = url + "/health/liveliness"
+        with running_server(command, health, seconds=180, env=_quiet_env()) as process:
+            yield url, process
 
 
 def litellm_proxy_executable() -> Path:
