@@ -108,7 +108,9 @@ async def post(
 
     A kept-alive connection the server closed while idle (uvicorn closes them after 5 s,
     and targets wait while the others take their turn) is retried once on a fresh one,
-    as HTTP clients do; the timing is the retry's."""
+    as HTTP clients do; the timing is the retry's. The close can race the write, so a
+    connection that fails while the request goes out ("Can not write request body",
+    "Cannot write to closing transport") is retried the same way."""
     headers = {"content-type": "application/json", **call.headers}
     for attempt in range(2):
         started = time.perf_counter()
@@ -120,7 +122,7 @@ async def post(
                 else:
                     await response.read()
                 ok = response.status == 200
-        except aiohttp.ServerDisconnectedError:
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError):
             if attempt:
                 raise
             continue
