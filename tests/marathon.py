@@ -15,6 +15,7 @@ from typing import Any
 import openai
 
 from proxy.summary.fold import SYSTEM_PROMPT
+from tests.summarizing import as_apart, asks_summary
 from tests.upstream import Reply
 
 TURNS = 300
@@ -52,6 +53,8 @@ def tool_call(turn: int) -> dict[str, Any]:
 
 
 def respond(body: dict[str, Any]) -> str | Reply:
+    if asks_summary(body):  # apart or continuing the session's prompt: answered alike
+        body = as_apart(body)
     messages = body["messages"]
     if messages[0].get("content") == SYSTEM_PROMPT:
         prompt = messages[-1]["content"]
@@ -69,7 +72,7 @@ def new_part(prompt: str) -> str:
 
 
 def is_summarizer(body: dict[str, Any]) -> bool:
-    return body["messages"][0].get("content") == SYSTEM_PROMPT
+    return asks_summary(body)
 
 
 def run(

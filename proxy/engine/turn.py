@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from proxy.concurrency import sized
 from proxy.config.settings import Settings
@@ -32,6 +32,7 @@ from proxy.engine.types import (
     Observer,
     Request,
     RequestContext,
+    Sent,
     SessionView,
     Turn,
     planned_turn,
@@ -118,12 +119,14 @@ class Engine:
             elif native is not None:
                 observer.upstream_started()
                 request = self._native_request(native, turn)
+                turn = _sending(turn, native.api, request, native.serialized, context)
                 reply = await self.upstream.native_complete(
                     native.api, request, context.provider_key, context.models, native.serialized
                 )
                 completion = Completion(_as_chat(native, reply), native=reply)
             else:
                 observer.upstream_started()
+                turn = _sending(turn, "chat", turn.body, None, context)
                 completion = await self.upstream.complete(
                     turn.body, turn.messages_json, context.provider_key, context.models
                 )
@@ -164,10 +167,12 @@ class Engine:
             observer.upstream_started()
             if native is not None:
                 request = self._native_request(native, turn)
+                turn = _sending(turn, native.api, request, native.serialized, context)
                 events = await self.upstream.native_stream(
                     native.api, request, native.stream(), key, context.models, native.serialized
                 )
             else:
+                turn = _sending(turn, "chat", turn.body, None, context)
                 events = await self.upstream.stream(
                     turn.body, turn.messages_json, key, context.models
                 )
@@ -283,6 +288,7 @@ class Engine:
         stored = await self.parts.commits.stored(turn, reply, usage, used)
         if stored is not None:
             assert turn.request is not None
+            self.parts.continuing.kept(turn, used, self.parts.clock())
             await self.parts.after.stored(turn.request, stored)
             return stored.cost
         if turn.prices is None or used is None:
@@ -312,6 +318,19 @@ class Engine:
     async def count(self, body: dict[str, Any], context: RequestContext) -> int:
         """The tokens a turn would send, calling no model (`Previews.count`)."""
         return await self._previews.count(body, context)
+
+
+def _sending(
+    turn: Turn,
+    api: Literal["chat", "anthropic_messages", "responses"],
+    request: dict[str, Any],
+    serialized: tuple[bytes, bool] | None,
+    context: RequestContext,
+) -> Turn:
+    """The turn with the prompt it sends, where a fold may continue it (a stored turn's)."""
+    if turn.key is None or not turn.managed or turn.side_request:
+        return turn
+    return replace(turn, sent=Sent(api, request, serialized, context.models))
 
 
 def _as_chat(native: Native, reply: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ next from the last."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from proxy.conversation.identity import Message
 from proxy.conversation.needles import Needles
@@ -31,6 +31,7 @@ __all__ = [
     "Observer",
     "Request",
     "RequestContext",
+    "Sent",
     "SessionView",
     "Turn",
     "planned_turn",
@@ -156,6 +157,17 @@ class SessionView:
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """A turn's prompt as it went upstream, in the API it went in (`request`; a native
+    one's window is `serialized`): what a fold may continue (`proxy.engine.folds.continuing`)."""
+
+    api: Literal["chat", "anthropic_messages", "responses"]
+    request: dict[str, Any]
+    serialized: tuple[bytes, bool] | None = None
+    models: frozenset[str] | None = None  # all the caller's key may use
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One request, ready to go upstream, and what `commit` needs afterwards."""
 
@@ -188,6 +200,7 @@ class Turn:
     # its length and the chain value of its last message, which name the reply to come.
     transcript_length: int | None = None
     transcript_head: str | None = None
+    sent: Sent | None = None  # the prompt as it went upstream, once it went
 
 
 def planned_turn(

@@ -13,6 +13,7 @@ from proxy.engine.archive import Archive
 from proxy.engine.commit import Commits
 from proxy.engine.folds.ahead import SummariesAhead
 from proxy.engine.folds.chapters import Chapters
+from proxy.engine.folds.continuing import Continuing
 from proxy.engine.folds.inline import InlineFold
 from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Summaries
@@ -42,6 +43,8 @@ class Parts:
     clock: Callable[[], float]
     label: ModelLabels
     summaries: Summaries
+    continuing: Continuing
+    folding: Folding
     history: History
     archive: Archive
     memories: Memories
@@ -80,7 +83,8 @@ def wired(
     archive = Archive(settings, store)
     memories = Memories(settings, store, archive)
     planning = Planning(settings=settings, history=history, counts=counts, clock=clock)
-    folding = Folding(summaries, planning.stubs, archive.ledger)
+    continuing = Continuing(upstream)
+    folding = Folding(summaries, planning.stubs, archive.ledger, continuing, clock)
     ahead = SummariesAhead(
         settings=settings,
         store=store,
@@ -97,6 +101,8 @@ def wired(
         clock=clock,
         label=label,
         summaries=summaries,
+        continuing=continuing,
+        folding=folding,
         history=history,
         archive=archive,
         memories=memories,

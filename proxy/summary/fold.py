@@ -6,9 +6,12 @@ the newly evicted span only (the earlier segments given as context) and adds it,
 earlier segments byte-identical, so providers' prompt caches keep them. Only when the segments
 leave too little of the summary's share for another are they consolidated: rewritten, with the
 new span, into one (`new = summarize(previous summary + new span)`). A span too big for the
-summarizer's own budget is folded chunk by chunk. Literal facts the model dropped are pinned
-after the summary. The model is reached only through the `Complete` callable, so this module
-does no I/O of its own and keeps no state.
+summarizer's own budget is folded chunk by chunk. Where the session's last prompt can be
+continued (`Continue`: it holds the span verbatim, after the summary, and the provider's
+cache holds it), the segment is asked for as that prompt's next turn instead
+(`continuation_task`), so what the summarizer reads is a cache read. Literal facts the model
+dropped are pinned after the summary. The model is reached only through the `Complete` and
+`Continue` callables, so this module does no I/O of its own and keeps no state.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,21 +31,29 @@ from proxy.summary.message import PINNED_LABEL, summary_text
 
 __all__ = [
     "APPEND_TASK",
+    "CONTINUATION_TASK",
     "MAX_PINNED_FACTS",
     "MIN_SEGMENT_SHARE",
     "REWRITE_TASK",
     "SYSTEM_PROMPT",
     "Complete",
+    "Continue",
     "SummarizationError",
     "SummaryResult",
     "TokenCounting",
     "build_prompt",
+    "continuation_task",
     "render_transcript",
     "summarize_span",
 ]
 
+logger = logging.getLogger("context_proxy.summaries")
+
 Complete = Callable[[str, list[Message], int], Awaitable[str]]
 """`await complete(model, messages, max_tokens) -> text`; the app binds it to the upstream."""
+Continue = Callable[[str, int], Awaitable[tuple[str, int]]]
+"""`await continued(task, max_tokens) -> (text, prompt tokens)`: the session's last prompt,
+byte for byte, with `task` appended as its last turn, sent to the session's model."""
 
 SYSTEM_PROMPT = (
     "You maintain the summary of the earlier part of a conversation between a user and an AI "
@@ -66,6 +78,13 @@ APPEND_TASK = (
     " stays as it is, so do not repeat it."
 )
 REWRITE_TASK = "Write the updated summary: the previous summary with the new messages merged in."
+CONTINUATION_TASK = (
+    "[context-proxy: a request for a summary, not a message from the user] The earliest"
+    " messages of this conversation are about to be replaced by a summary. Do not answer,"
+    " continue the conversation or call a tool: write that summary."
+)
+"""How a continued prompt's summary request begins (what tells it from a user's turn)."""
+_ANCHOR_CHARS = 300  # of the span's last message, quoted to say where the span ends
 
 _SEPARATOR = "\n\n"
 _LARGE_CHARS = 50_000  # a span or reply longer than this is counted and cut in a worker thread
@@ -133,6 +152,21 @@ def build_prompt(previous: str | None, transcript: str, append: bool = False) ->
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
 
 
+def continuation_task(span: list[Message], append: bool) -> str:
+    """The turn appended to a session's last prompt to ask for a summary of `span`, the
+    oldest messages in it (after its summary, where `append`): the summarizer's rules,
+    where the span ends (its last message, quoted), and the task."""
+    last = _render_all(span)[-1]
+    quoted = last if len(last) <= _ANCHOR_CHARS else last[:_ANCHOR_CHARS] + " …"
+    where = "after the summary above" if append else "from its start"
+    rules = SYSTEM_PROMPT.split(". ", 1)[1]  # all but its first sentence, said above
+    return (
+        f"{CONTINUATION_TASK} {rules}\n\nSummarize the conversation {where}, through this"
+        " message and nothing after it:\n<last_message>\n"
+        f"{quoted}\n</last_message>\n\n" + (APPEND_TASK if append else "Write the summary.")
+    )
+
+
 async def summarize_span(
     *,
     previous: Sequence[str] = (),
@@ -145,6 +179,7 @@ async def summarize_span(
     pin: Callable[[str], list[str]] | None = None,
     facts: Sequence[str] | None = None,
     segments: bool = True,
+    continuation: Continue | None = None,
 ) -> SummaryResult:
     """Fold `span` into the summary whose segments are `previous`; every prompt stays within
     `budget_tokens`, and the segments within `max_summary_tokens`.
@@ -157,15 +192,23 @@ async def summarize_span(
     marker. `pin(summary)` picks the facts pinned after it (a session's facts ledger does);
     by default, the most recent facts of `span` it lacks. `facts`, the span's literal facts
     when the caller found them already (the ledger does), spares finding them again: on a
-    long paste that is seconds of regex work.
+    long paste that is seconds of regex work. `continuation`, where given, asks for the
+    segment as the session's last prompt's next turn, unless the segments must be
+    consolidated; a continuation that fails leaves the fold to the calls above.
     """
     if not span:
         raise ValueError("nothing to summarize: span is empty")
     lines = _render_all(span)
+    parts, start, calls, input_tokens, written = list(previous), 0, 0, 0, ""
+    if continuation is not None:
+        made = await _continued(continuation, parts, span, counter, max_summary_tokens, segments)
+        if made is not None:
+            written, tokens = made
+            parts, start, calls, input_tokens = [*parts, written], len(lines), 1, tokens
     # Counting a long paste is seconds of work: kept off the event loop.
     large = sum(map(len, lines)) > _LARGE_CHARS
-    costs = await _run(large, lambda: [counter.count_text(line) + 1 for line in lines])
-    parts, start, calls, input_tokens, written = list(previous), 0, 0, 0, ""
+    if start < len(lines):
+        costs = await _run(large, lambda: [counter.count_text(line) + 1 for line in lines])
     while start < len(lines):
         earlier = summary_text(parts) if parts else None
         room = max_summary_tokens - (counter.count_text(earlier) if earlier else 0)
@@ -200,6 +243,30 @@ async def summarize_span(
         pinned = await asyncio.to_thread(pin, summary)  # a ledger of hundreds of facts
     kept = await asyncio.to_thread(retention, found, summary)  # a regex per fact
     return SummaryResult(tuple(parts), written, pinned, kept, calls, input_tokens)
+
+
+async def _continued(
+    continuation: Continue,
+    parts: list[str],
+    span: list[Message],
+    counter: TokenCounting,
+    max_summary_tokens: int,
+    segments: bool,
+) -> tuple[str, int] | None:
+    """The span's segment, asked of the continued prompt (text, prompt tokens); None where
+    the segments must be consolidated or the continuation failed."""
+    earlier = summary_text(parts) if parts else None
+    room = max_summary_tokens - (counter.count_text(earlier) if earlier else 0)
+    if earlier is not None and not (segments and room >= MIN_SEGMENT_SHARE * max_summary_tokens):
+        return None
+    task = continuation_task(span, append=earlier is not None)
+    try:
+        output, tokens = await continuation(task, room)
+        text = _checked(output, room)
+    except Exception as exc:  # the summarizer's own prompt is tried next
+        logger.info("a continued summary failed, folding apart: %s", type(exc).__name__)
+        return None
+    return await _run(len(text) > _LARGE_CHARS, lambda: _within(text, room, counter)), tokens
 
 
 def _next_prompt(
@@ -240,6 +307,12 @@ async def _complete(complete: Complete, model: str, prompt: list[Message], max_t
         output = await complete(model, prompt, max_tokens)
     except Exception as exc:
         raise SummarizationError(f"summarizer call failed: {exc!r}") from exc
+    return _checked(output, max_tokens)
+
+
+def _checked(output: object, max_tokens: int) -> str:
+    """The summary in a summarizer's output, cut to its cap; a SummarizationError where
+    there is none (no text, an error's text)."""
     if not isinstance(output, str):
         raise SummarizationError(f"summarizer returned {type(output).__name__}, not text")
     output = output[: max(max_tokens, 1) * _CHARS_PER_TOKEN]  # never read past its cap

@@ -48,6 +48,7 @@ __all__ = [
     "lean_covers",
     "native_events",
     "native_json",
+    "native_text",
     "rewritten_at",
 ]
 
@@ -129,6 +130,23 @@ def native_json(obj: Any) -> dict[str, Any]:
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json", exclude_none=True)
     return {k: v for k, v in dict(obj).items() if not k.startswith("_")}
+
+
+def native_text(api: NativeApi, reply: dict[str, Any]) -> str:
+    """The text a native reply says (its text blocks; its output messages' text)."""
+    if api == "anthropic_messages":
+        blocks = reply.get("content") or []
+    else:
+        blocks = [
+            part
+            for item in reply.get("output") or []
+            if isinstance(item, dict) and item.get("type") == "message"
+            for part in item.get("content") or []
+        ]
+    kinds = ("text", "output_text")
+    return "".join(
+        str(b.get("text") or "") for b in blocks if isinstance(b, dict) and b.get("type") in kinds
+    )
 
 
 async def native_events(

@@ -44,7 +44,6 @@ from proxy.cli.local import LOCAL_MODEL, local_model_server
 from proxy.config.settings import load_settings
 from proxy.http.app import create_app
 from proxy.recall.index import RECALL_PREFIX
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.benchmarks import scorecard
 from tests.benchmarks.scorecard import (
     LOCAL_WINDOW,
@@ -57,6 +56,7 @@ from tests.benchmarks.scorecard import (
 )
 from tests.benchmarks.settling import settled
 from tests.servers import serve
+from tests.summarizing import asks_summary
 from tests.upstream import Reply, count_prompt_tokens, running_upstream
 
 TURNS, FACTS, SEED = 300, 210, 40
@@ -1334,7 +1334,7 @@ def responder(script: Script, summarizer_fails: bool) -> Callable[[dict[str, Any
 
     def respond(body: dict[str, Any]) -> str | Reply:
         messages = body["messages"]
-        if messages[0].get("content") == SYSTEM_PROMPT:
+        if asks_summary(body):
             return (
                 scorecard.failing_summarizer(body) if summarizer_fails else scorecard.respond(body)
             )
@@ -1523,7 +1523,7 @@ def run_strategy(
             client = _client(url, {"X-Session-Id": "adversarial"})
             probes = drive(client, script.turns, script.probes)
         requests = [r.body for r in upstream.chat_requests()]
-    bodies = [b for b in requests if b["messages"][0].get("content") != SYSTEM_PROMPT]
+    bodies = [b for b in requests if not asks_summary(b)]
     result = judge(strategy.name, script, [bodies[at] for at in probes], bodies)
     sizes = [count_prompt_tokens(body) for body in bodies]
     result.probe_tokens = sum(sizes[at] for at in probes) / len(probes)

@@ -27,10 +27,10 @@ import yaml
 
 from proxy.config.settings import load_settings
 from proxy.http.app import create_app
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.benchmarks.scorecard import respond
 from tests.benchmarks.settling import settled
 from tests.servers import serve
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply, running_upstream
 
 __all__ = ["benchmark"]
@@ -83,7 +83,7 @@ def _text(rng: random.Random, low: int, high: int) -> str:
 
 
 def _summaries(upstream: FakeUpstream) -> int:
-    return sum(r.body["messages"][0].get("content") == SYSTEM_PROMPT for r in upstream.requests)
+    return sum(asks_summary(r.body) for r in upstream.requests)
 
 
 def _turn(directory: Path, calls: Calls, window: int, said: list[Message], asks: list[str]) -> int:

@@ -46,7 +46,7 @@ from proxy.config.settings import ContextSettings, load_settings
 from proxy.engine.planner.budget import budget
 from proxy.http.app import create_app
 from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
-from proxy.summary.fold import APPEND_TASK, SYSTEM_PROMPT
+from proxy.summary.fold import APPEND_TASK
 from tests.benchmarks import settling
 from tests.benchmarks.locomo_baselines import BM25, Context, message_tokens, newest, ranked
 from tests.benchmarks.locomo_data import (
@@ -59,6 +59,7 @@ from tests.benchmarks.locomo_data import (
 )
 from tests.benchmarks.locomo_report import Run, placed, report, scored, text_of
 from tests.servers import serve
+from tests.summarizing import as_apart, asks_summary
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens, running_upstream
 
 MODEL = "locomo"
@@ -91,9 +92,9 @@ class Script:
     strays: int = 0  # requests whose newest message was not the script's
 
     def respond(self, body: dict[str, Any]) -> str | Reply:
+        if asks_summary(body):  # apart or continuing the session's prompt: answered alike
+            return gist(as_apart(body)["messages"][-1]["content"])
         messages = body["messages"]
-        if messages[0].get("content") == SYSTEM_PROMPT:
-            return gist(messages[-1]["content"])
         if self.expected is None or messages[-1].get("content") != self.expected[0]:
             self.strays += 1
             return Reply(status=500, error_message="not the script's next user message")
@@ -183,7 +184,7 @@ def checked(run: Run, script: Script, upstream: FakeUpstream) -> None:
     """The upstream's requests into `run`'s budget check."""
     for received in upstream.chat_requests():
         run.requests.append(count_prompt_tokens(received.body))
-        run.summaries += received.body["messages"][0].get("content") == SYSTEM_PROMPT
+        run.summaries += asks_summary(received.body)
     run.strays += script.strays
 
 

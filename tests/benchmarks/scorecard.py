@@ -48,6 +48,7 @@ from tests.benchmarks import statements
 from tests.benchmarks.settling import settled
 from tests.benchmarks.statements import AREAS, Planted, Script
 from tests.servers import serve
+from tests.summarizing import as_apart, asks_summary
 from tests.upstream import Reply, count_prompt_tokens, running_upstream, text_tokens
 
 TURNS = 300
@@ -83,6 +84,8 @@ def respond(body: dict[str, Any]) -> str | Reply:
     summary's next segment, it writes a line about the new messages; asked to rewrite
     the summary, it restates the gist from its first words on ("In 4 parts so far, …"),
     as a model rewriting a summary would, so a rewrite is new bytes to a prompt cache."""
+    if asks_summary(body):  # apart or continuing the session's prompt: answered alike
+        body = as_apart(body)
     messages = body["messages"]
     if messages[0].get("content") == SYSTEM_PROMPT:
         prompt = messages[-1]["content"]
@@ -114,7 +117,7 @@ def respond(body: dict[str, Any]) -> str | Reply:
 
 
 def failing_summarizer(body: dict[str, Any]) -> str | Reply:
-    if body["messages"][0].get("content") == SYSTEM_PROMPT:
+    if asks_summary(body):
         return Reply(status=500, error_message="summarizer offline")
     return respond(body)
 
@@ -366,12 +369,8 @@ def run_strategy(
             )
             probes = drive(client, "scorecard", script)
         requests = [r.body for r in upstream.chat_requests()]
-    bodies = [b for b in requests if b["messages"][0].get("content") != SYSTEM_PROMPT]
-    prompts = [
-        b["messages"][-1]["content"]
-        for b in requests
-        if b["messages"][0].get("content") == SYSTEM_PROMPT
-    ]
+    bodies = [b for b in requests if not asks_summary(b)]
+    prompts = [as_apart(b)["messages"][-1]["content"] for b in requests if asks_summary(b)]
     result = score(strategy.name, script, bodies, probes)
     result.calls = len(prompts)
     result.rewrites = sum("<previous_summary>" in p and APPEND_TASK not in p for p in prompts)

@@ -26,8 +26,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from proxy.cli.local import held_port, running_server
 from proxy.observability import metrics
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -278,7 +278,7 @@ def wait_for(
 
 
 def is_summarizer(body: dict[str, Any]) -> bool:
-    return body["messages"][0].get("content") == SYSTEM_PROMPT
+    return asks_summary(body)
 
 
 def words(n: int, tag: str) -> str:

@@ -7,7 +7,6 @@ The suite's own `.venv` adds test tools to the same pins (`tests/test_supply_cha
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +18,10 @@ import pytest
 import yaml
 
 from proxy.cli.local import held_port
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.integration.test_metrics import delta, scrape
 from tests.proxies import MODEL, UPSTREAM_KEY, proxy_config
 from tests.servers import start, stop, wait_ready
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply
 
 KEY = "deploy-install-key-0123456789"
@@ -82,7 +81,7 @@ def deployed(upstream: FakeUpstream, directory: Path) -> Iterator[tuple[str, lis
 def long_answers(body: dict[str, Any]) -> str:
     """About 500 tokens a turn, so that ten turns outgrow a 4k window's budget; the
     summarizer's answer (its prompt first, or as the Messages API's `system`) is short."""
-    if SYSTEM_PROMPT in json.dumps([body.get("system"), body.get("messages", [])[:1]]):
+    if asks_summary(body):
         return "The user sent numbered turns; each answer was long."
     return " ".join(f"w{i}" for i in range(250)) + " done."
 

@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.engine.planner.calibration import MAX_FACTOR
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.servers import serve
+from tests.summarizing import asks_summary
 
 pytestmark = pytest.mark.local_model
 
@@ -76,8 +76,8 @@ def test_real_model_within_budget_with_summaries_and_pinned_facts() -> None:
     print("\n".join(lines))
 
     budget = math.floor(0.8 * N_CTX)
-    summarizer = [(b, d) for b, d in relay.calls if b["messages"][0]["content"] == SYSTEM_PROMPT]
-    chat = [(b, d) for b, d in relay.calls if b["messages"][0]["content"] != SYSTEM_PROMPT]
+    summarizer = [(b, d) for b, d in relay.calls if asks_summary(b)]
+    chat = [(b, d) for b, d in relay.calls if not asks_summary(b)]
     assert len(chat) == 16
     # Every request the model received fits the budget by the model's own count.
     for body, answer in relay.calls:

@@ -16,13 +16,13 @@ import httpx
 import openai
 import orjson
 
-from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import SUMMARY_PREFIX
 from tests.clock import Clock
 from tests.integration.test_messages import CLAUDE, claude_config
 from tests.integration.test_native_responses import NATIVE, native_config
 from tests.integration.test_responses import sdk
 from tests.proxies import UPSTREAM_KEY, proxy_config, serving
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, running_upstream
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -44,10 +44,7 @@ def marks(body: dict[str, Any]) -> list[str]:
 
 
 def is_summarizer(body: dict[str, Any]) -> bool:
-    system = body.get("system")
-    text = system if isinstance(system, str) else "".join(b.get("text", "") for b in system or ())
-    first = (body.get("messages") or [{}])[0]
-    return text == SYSTEM_PROMPT or first.get("content") == SYSTEM_PROMPT
+    return asks_summary(body)
 
 
 def turns(upstream: FakeUpstream) -> list[dict[str, Any]]:

@@ -11,10 +11,10 @@ import openai
 
 from proxy.memory.facts import MEMORY_PREFIX, MEMORY_RECALL_PREFIX
 from proxy.recall.index import RECALL_PREFIX
-from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.summary.message import PINNED_LABEL
 from tests.benchmarks.scorecard import SYSTEM, TOOLS, drive, generate, probed, respond
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens, text_tokens
 
 WINDOW = 4096
@@ -40,7 +40,7 @@ def client(
 
 def model_calls(upstream: FakeUpstream) -> list[dict[str, Any]]:
     bodies = [r.body for r in upstream.chat_requests()]
-    return [b for b in bodies if b["messages"][0].get("content") != SYSTEM_PROMPT]
+    return [b for b in bodies if not asks_summary(b)]
 
 
 def recall_block(body: dict[str, Any]) -> str | None:

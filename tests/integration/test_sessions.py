@@ -11,8 +11,8 @@ import openai
 import pytest
 
 from proxy.config.settings import ContextSettings
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply, count_prompt_tokens
 from tests.waiting import eventually
 
@@ -59,7 +59,7 @@ def words(n: int, tag: str) -> str:
 
 
 def is_summarizer(body: dict[str, Any]) -> bool:
-    return body["messages"][0].get("content") == SYSTEM_PROMPT
+    return asks_summary(body)
 
 
 def model_requests(upstream: FakeUpstream) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import openai
 
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
@@ -36,7 +36,7 @@ def test_a_failing_summarizer_is_backed_off_and_the_session_stays_within_budget(
     summarizer = {"down": True, "calls": 0}
 
     def respond(body: dict[str, Any]) -> str | Reply:
-        if body["messages"][0].get("content") != SYSTEM_PROMPT:
+        if not asks_summary(body):
             return "noted"
         summarizer["calls"] += 1
         if summarizer["down"]:
@@ -67,9 +67,7 @@ def test_a_failing_summarizer_is_backed_off_and_the_session_stays_within_budget(
     assert metric(url, "context_proxy_summarizations_skipped_total") >= 10
     assert metric(url, "context_proxy_summarizer_open") == 1
     # Served all along: every turn reached the model, truncated instead of summarized.
-    chat = [
-        r for r in upstream.chat_requests() if r.body["messages"][0].get("content") != SYSTEM_PROMPT
-    ]
+    chat = [r for r in upstream.chat_requests() if not asks_summary(r.body)]
     assert len(chat) == 30
     assert len(chat[-1].body["messages"]) < len(messages)
     # The summarizer is back: once the back-off is over, a turn's trial call succeeds

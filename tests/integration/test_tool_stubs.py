@@ -18,9 +18,9 @@ import orjson
 
 from proxy.engine.planner.stubs import STUB_PREFIX
 from proxy.recall.index import RECALL_PREFIX
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.integration.test_messages import CLAUDE, blocks, claude_config, stored_session
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply
 
 # A budget of 12,800 tokens; its background summary, due at 70% of it, keeps half of that
@@ -71,7 +71,7 @@ def chat_respond(body: dict[str, Any]) -> str | Reply:
     messages = body["messages"]
     last = messages[-1]
     text = str(last["content"]) if last["role"] == "user" else ""
-    return answering(text, messages[0].get("content") == SYSTEM_PROMPT)
+    return answering(text, asks_summary(body))
 
 
 def messages_respond(body: dict[str, Any]) -> str | Reply:
@@ -79,7 +79,7 @@ def messages_respond(body: dict[str, Any]) -> str | Reply:
     # A text content, or its one text block (as the proxy marks it for the cache).
     texts = [b["text"] for b in content if b["type"] == "text"] if isinstance(content, list) else []
     text = content if isinstance(content, str) else "".join(texts)
-    return answering(text, SYSTEM_PROMPT in json.dumps(body.get("system")))
+    return answering(text, asks_summary(body))
 
 
 def stubs(messages: list[dict[str, Any]]) -> dict[str, bytes]:
@@ -154,11 +154,7 @@ def test_large_tool_outputs_are_stubbed_frozen_and_recalled_on_the_chat_door(
     for text in ("Which module is longest?", "Any duplicates?", "Thanks."):
         send({"role": "user", "content": text})
 
-    bodies = [
-        r.body["messages"]
-        for r in upstream.chat_requests()
-        if r.body["messages"][0].get("content") != SYSTEM_PROMPT
-    ]
+    bodies = [r.body["messages"] for r in upstream.chat_requests() if not asks_summary(r.body)]
     summarized = [(str(body[1]["content"]), stubs(body)) for body in bodies]
     assert frozen_until_the_next_summary(summarized) >= 3
     for before, after in itertools.pairwise(bodies):
@@ -217,11 +213,7 @@ def test_large_tool_outputs_are_stubbed_frozen_and_recalled_on_the_messages_door
     for text in ("Which module is longest?", "Any duplicates?", "Thanks."):
         send(text)
 
-    bodies = [
-        r.body
-        for r in upstream.messages_requests()
-        if SYSTEM_PROMPT not in json.dumps(r.body.get("system"))
-    ]
+    bodies = [r.body for r in upstream.messages_requests() if not asks_summary(r.body)]
     summarized = [
         (json.dumps(body.get("system")), anthropic_stubs(body["messages"])) for body in bodies
     ]
@@ -304,9 +296,7 @@ def test_an_agents_tool_loop_only_adds_to_the_prompt_its_recall_block_began(
         answer = send({"role": "tool", "tool_call_id": called.id, "content": contents(number)})
 
     turn = [
-        r.body["messages"]
-        for r in upstream.chat_requests()[asked:]
-        if r.body["messages"][0].get("content") != SYSTEM_PROMPT
+        r.body["messages"] for r in upstream.chat_requests()[asked:] if not asks_summary(r.body)
     ]
     assert len(turn) == len(LOOP) + 1
     blocks = {recall_text(body) for body in turn}

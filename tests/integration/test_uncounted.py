@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from proxy.http.headers import TOKENS_ORIGINAL, TOKENS_SENT
-from proxy.summary.fold import SYSTEM_PROMPT
 from tests.integration.test_metrics import delta, scrape
 from tests.proxies import MODEL, proxy_config
+from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, count_prompt_tokens
 
 KEY = {"Authorization": "Bearer client-key"}
@@ -120,11 +120,7 @@ def test_a_long_conversation_far_from_its_budget_is_sent_whole_uncounted(
 
 def answered(upstream: FakeUpstream) -> dict[str, Any]:
     """The last request that answered a turn: a background summary may come after it."""
-    return next(
-        r.body
-        for r in reversed(upstream.chat_requests())
-        if r.body["messages"][0].get("content") != SYSTEM_PROMPT
-    )
+    return next(r.body for r in reversed(upstream.chat_requests()) if not asks_summary(r.body))
 
 
 def test_counting_starts_once_the_bound_nears_the_budget_and_then_plans_as_ever(

@@ -15,10 +15,10 @@ from proxy.engine.turn import Engine
 from proxy.engine.types import RequestContext, Turn
 from proxy.sessions.records import Mode
 from proxy.sessions.stores import DiskSessionStore
-from proxy.summary.fold import SYSTEM_PROMPT
 from proxy.upstream.client import Upstream
 from proxy.upstream.lean import Completion
 from tests.clock import Clock
+from tests.summarizing import asks_summary
 
 MODEL = "gpt-4o-mini"
 SUMMARY = "The user shared notes."
@@ -49,7 +49,8 @@ def completion(text: str, usage: dict[str, Any] | None = None) -> Completion:
 
 
 def is_summarizer(messages: list[Message]) -> bool:
-    return bool(messages) and messages[0].get("content") == SYSTEM_PROMPT
+    """The proxy's summarizer call, apart or continuing the session's last prompt."""
+    return asks_summary({"messages": messages})
 
 
 class ScriptedUpstream(Upstream):

@@ -73,7 +73,7 @@ async def stored_session(parts: Parts) -> tuple[Request, list[StoredMessage]]:
 
 def folding(parts: Parts) -> Folding:
     engine = parts.engine
-    return Folding(engine.summaries, engine.parts.planning.stubs, engine.archive.ledger)
+    return engine.parts.folding
 
 
 async def fold(
@@ -181,7 +181,13 @@ async def test_the_stubs_an_earlier_summary_froze_stay_frozen_whatever_the_setti
     assert await parts.engine.summaries.store(KEY, first) is not None
     engine = parts.engine
     raised = engine.settings.context.model_copy(update={"stub_tool_results_over": 100_000})
-    later = Folding(engine.summaries, Stubs(raised, CountCache()), engine.archive.ledger)
+    later = Folding(
+        engine.summaries,
+        Stubs(raised, CountCache()),
+        engine.archive.ledger,
+        engine.parts.continuing,
+        engine.parts.clock,
+    )
     second = await later.fold(
         request,
         transcript[10:14],

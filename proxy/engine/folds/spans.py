@@ -1,5 +1,6 @@
 """A span folded into the session's next summary with the stubs it freezes: one routine for
-the turn that waits and the summary made ahead, so the two never differ."""
+the turn that waits and the summary made ahead, so the two never differ. Where it pays, the
+summary is asked of the session's last prompt as its next turn (`continuing`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 from proxy.concurrency import off_loop
+from proxy.engine.folds.continuing import Continuing
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.types import Request
@@ -21,10 +23,19 @@ Ledger = Callable[[SessionKey, int, Checkpoint | None], Awaitable[Sequence[Fact]
 
 
 class Folding:
-    def __init__(self, summaries: Summaries, stubs: Stubs, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        summaries: Summaries,
+        stubs: Stubs,
+        ledger: Ledger,
+        continuing: Continuing,
+        clock: Callable[[], float],
+    ) -> None:
         self._summaries = summaries
         self._stubs = stubs
         self._ledger = ledger
+        self._continuing = continuing
+        self._clock = clock  # the engine's: when a prompt was sent, and now
 
     async def fold(
         self,
@@ -43,6 +54,21 @@ class Folding:
         after `previous` with the stubs it freezes, its calls on `bill`, made or failed."""
         assert request.key is not None
         ledger = await self._ledger(request.key, summaries, previous)
+        continuation = None
+        if self._summaries.model_for(request.model) == request.model:
+            name = request.counter.name
+            apart = sum(s.tokens.get(name, 0) for s in span) + (previous.tokens if previous else 0)
+            continuation = self._continuing.continuation(
+                request.key,
+                span,
+                after,
+                end=end,
+                previous=previous,
+                model=request.model,
+                prices=request.prices,
+                apart=apart,
+                now=self._clock(),
+            )
         made = await self._summaries.make(
             span,
             end,
@@ -54,6 +80,7 @@ class Folding:
             ledger,
             recent,
             bill,
+            continuation,
         )
         messages = [s.message for s in after]
         work = functools.partial(

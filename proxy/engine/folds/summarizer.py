@@ -21,6 +21,7 @@ from proxy.conversation.tokens import counter_for_model
 from proxy.costs.prices import Prices
 from proxy.costs.usage import Usage, usage_of
 from proxy.engine.folds.breaker import Breaker
+from proxy.engine.folds.continuing import Continuation
 from proxy.facts.ledger import Fact, facts_in, merge, message_text, pinned, stated_text
 from proxy.observability import metrics
 from proxy.observability.metrics import ModelLabels
@@ -96,9 +97,13 @@ class Summaries:
         self._running: dict[SessionKey, asyncio.Task[None]] = {}
         self._breakers: dict[str, Breaker] = {}
 
+    def model_for(self, model: str) -> str:
+        """The model that summarizes `model`'s sessions."""
+        return self._settings.context.summary_model or model
+
     def breaker(self, model: str) -> Breaker:
         """The circuit breaker of the model that summarizes `model`'s sessions."""
-        label = self._label(self._settings.context.summary_model or model)
+        label = self._label(self.model_for(model))
         found = self._breakers.get(label)
         if found is None:
             context = self._settings.context
@@ -123,15 +128,17 @@ class Summaries:
         ledger: Sequence[Fact] = (),
         query: str = "",
         bill: Bill | None = None,
+        continuation: Continuation | None = None,
     ) -> Checkpoint:
         """Fold `span` (transcript[previous.covers_until:end]) into the next summary checkpoint,
-        with its recall index and facts ledger, each model call's usage and price on `bill`."""
+        with its recall index and facts ledger, each model call's usage and price on `bill`;
+        `continuation`, where given, asks for it as the session's last prompt's next turn."""
         context = self._settings.context
         messages = [stored.message for stored in span]
         follows = previous.chain_hash if previous else GENESIS
         work = functools.partial(_archived, messages, end - len(span), follows, ledger)
         index, facts, said = await off_loop(messages, work)
-        summary_model = context.summary_model or model
+        summary_model = self.model_for(model)
         counter = counter_for_model(
             self._upstream.models.provider_model(summary_model), context.token_counting
         )
@@ -150,16 +157,26 @@ class Summaries:
         prices = self._upstream.models.limits(summary_model).prices
         calls = bill.calls
 
-        async def complete(model: str, prompt: list[Message], max_tokens: int) -> str:
-            text, reported = await self._upstream.complete_text(
-                model, prompt, max_tokens, api_key=api_key
-            )
+        def billed(reported: dict[str, Any] | None) -> Usage | None:
             used = usage_of(reported)
             bill.add(used, prices)
             if used is not None:
                 metrics.SUMMARIZATION_TOKENS.labels(label, "cached").inc(used.cache_read)
                 metrics.SUMMARIZATION_TOKENS.labels(label, "cache_write").inc(used.cache_write)
+            return used
+
+        async def complete(model: str, prompt: list[Message], max_tokens: int) -> str:
+            text, reported = await self._upstream.complete_text(
+                model, prompt, max_tokens, api_key=api_key
+            )
+            billed(reported)
             return text
+
+        async def continued(task: str, max_tokens: int) -> tuple[str, int]:
+            assert continuation is not None
+            text, reported = await continuation(task, max_tokens)
+            used = billed(reported)
+            return text, used.prompt if used is not None else 0
 
         try:
             result = await summarize_span(
@@ -175,6 +192,7 @@ class Summaries:
                 else lambda _: [],
                 facts=said,
                 segments=context.summary_segments,
+                continuation=continued if continuation is not None else None,
             )
             outcome = "success"
         except asyncio.CancelledError:
@@ -245,7 +263,7 @@ class Summaries:
 
     def failed(self, model: str, mode: Literal["sync", "background"]) -> None:
         """Count a summary that failed before its model was called."""
-        summary_model = self._settings.context.summary_model or model
+        summary_model = self.model_for(model)
         metrics.SUMMARIZATIONS.labels(self._label(summary_model), "error", mode).inc()
 
     async def store(
