@@ -36,11 +36,12 @@ def _turns(body: dict[str, Any]) -> list[Any]:
 
 
 def apart(body: dict[str, Any]) -> bool:
-    """A summary asked apart: the summarizer's own system prompt leads."""
-    system = _text(body.get("system")) if "system" in body else None
+    """A summary asked apart: the summarizer's own system prompt leads (a Responses
+    body's `instructions`, where LiteLLM's route to a Responses-only model put it)."""
+    system = _text(body.get("system") or body.get("instructions"))
     turns = _turns(body)
     first = _text(turns[0].get("content")) if turns and isinstance(turns[0], dict) else ""
-    return first == SYSTEM_PROMPT or (system or "").startswith(SYSTEM_PROMPT)
+    return first == SYSTEM_PROMPT or system.startswith(SYSTEM_PROMPT)
 
 
 def continued(body: dict[str, Any]) -> bool:

@@ -144,31 +144,93 @@ def test_every_benchmark_prints_its_table() -> None:
     _check_doors(sections["doors"])
 
 
+def test_the_cost_benchmark_prices_each_client_as_it_compacts() -> None:
+    """The cost benchmark's quick form alone (`python -m tests.benchmarks cost --quick`)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "cost", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _check_cost(done.stdout.split("== cost ==\n", 1)[1])
+
+
+STRATEGIES = {
+    "(a)": "(a) resend, own compaction",
+    "(a')": "(a') (a), compaction with its tools",
+    "(b)": "(b) proxy, cache_aware off",
+    "(c)": "(c) proxy, items 3+4",
+    "(d)": "(d) (c), lean window",
+    "never": "resend, never compacting",
+}
+
+
 def _check_cost(section: str) -> None:
-    """Both sessions priced for every strategy from the upstream's usage, and the issue's
-    targets printed with their verdicts (which the full run's numbers decide)."""
-    tables = re.findall(r"^(agent|chat): \d+ turns.*?\n((?:\|.*\|\n?)+)", section, re.M)
-    assert [kind for kind, _ in tables] == ["agent", "chat"], section
-    for _, text in tables:
-        rows = re.findall(
-            rf"^\| ([^|]+?) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER})x \| ({NUMBER})% \|"
-            rf" (\d+)% \| (\d+) \| (\d+) \| ({NUMBER}) \| ([^|]+) \|$",
-            text,
-            re.M,
-        )
-        assert [row[0] for row in rows] == [
-            "(a) resend, own compaction",
-            "(b) proxy, cache_aware off",
-            "(c) proxy, items 3+4",
-            "(d) (c), lean window",
-            "resend, never compacting",
-        ], text
-        for _, spent, summaries, _ratio, share, recall, *_ in rows:
+    """Every session priced for every strategy from the upstream's usage. Each client
+    alone compacts as its real one does (the quick form's windows make it): Claude Code's
+    compaction request is read from the cache, Codex's is not (it drops its tools:
+    codex#37305) unless it keeps them; through a proxy no client compacts. The issue's
+    targets are printed with their verdicts (which the full run's numbers decide)."""
+    blocks = {
+        block.split(":", 1)[0]: block
+        for block in section.split("\n\n")
+        if re.match(r"(agent|chat|codex): \d+ turns", block)
+    }
+    assert list(blocks) == ["agent", "chat", "codex"], section
+    for kind, block in blocks.items():
+        rows = {
+            row[0]: row
+            for row in re.findall(
+                rf"^\| ([^|]+?) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER})x \| ({NUMBER})% \|"
+                rf" (\d+)% \| (\d+) \| (\d+) \| ({NUMBER}) \| ([^|]+) \|$",
+                block,
+                re.M,
+            )
+        }
+        names = [name for key, name in STRATEGIES.items() if key != "(a')" or kind == "codex"]
+        assert list(rows) == names, block
+        for _, spent, summaries, _ratio, share, recall, *_ in rows.values():
             assert float(spent) > 0 and 0 <= float(summaries) <= float(spent)
             assert 0 <= float(share) <= 100 and 0 <= int(recall) <= 100
-        assert rows[0][3] == "1.00"
-    targets = re.findall(r"^target: .*  (PASS|MISS)$", section, re.M)
-    assert len(targets) == 8, section  # four for (c), four for (d)
+        assert rows[STRATEGIES["(a)"]][3] == "1.00"
+        compactions = {key: int(rows[name][6]) for key, name in STRATEGIES.items() if name in rows}
+        assert compactions["(a)"] >= 1 and compactions.get("(a')", 1) >= 1, block
+        assert compactions["(b)"] == compactions["(c)"] == compactions["(d)"] == 0, block
+        assert compactions["never"] == 0, block
+        own = {
+            key: (int(calls), float(cached))
+            for key, calls, cached in re.findall(
+                rf"^own compaction, (\(a'?\)): (\d+) calls, ({NUMBER})% of their prompt tokens"
+                r" read from the cache, \$[\d.]+$",
+                block,
+                re.M,
+            )
+        }
+        assert list(own) == (["(a)", "(a')"] if kind == "codex" else ["(a)"]), block
+        assert own["(a)"][0] == compactions["(a)"], block
+        summaries = {
+            key: (int(calls), float(cached))
+            for key, calls, cached in re.findall(
+                rf"^summaries, (\([bcd]\)): (\d+) calls, ({NUMBER})% of their prompt tokens"
+                r" read from the cache, \$[\d.]+$",
+                block,
+                re.M,
+            )
+        }
+        assert list(summaries) == ["(b)", "(c)", "(d)"], block
+        for key, (calls, _) in summaries.items():
+            assert calls == int(rows[STRATEGIES[key]][7]), block
+        verdicts = re.findall(r"^target: .*  (PASS|MISS|reported)$", block, re.M)
+        if kind == "agent":
+            assert own["(a)"][1] >= 90, block  # the same request as the last turn's, read
+            assert len(verdicts) == 5 and "reported" not in verdicts, block
+        elif kind == "chat":
+            assert len(verdicts) == 4 and "reported" not in verdicts, block
+        else:
+            assert own["(a)"][1] < 10 <= 90 <= own["(a')"][1], block
+            assert verdicts == ["reported"] * 4, block
 
 
 def _check_doors(section: str) -> None:

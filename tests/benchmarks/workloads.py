@@ -1,4 +1,4 @@
-"""The cost benchmark's two sessions, generated from a seed (`tests/benchmarks/cost.py`).
+"""The cost benchmark's three sessions, generated from a seed (`tests/benchmarks/cost.py`).
 
 - The agent: Claude-Code-shaped. A ~35k-token system prompt and 25 tool definitions;
   every turn a user message (the scorecard's statements: planted facts, updates,
@@ -7,8 +7,12 @@
   each a tool call and its result, then a short answer.
 - The chat app: the same statements as short user turns, a few long pastes, short
   answers, no tools.
+- The Codex session: the agent's session (the same statements, work, answers and idle
+  gaps) as Codex does that work: its instructions, its initial context (permissions,
+  AGENTS.md, environment) and function tools in the Responses API's shape, reads and
+  test runs and greps through `shell`, edits through `apply_patch`.
 
-Both have idle gaps between turns, several longer than the prompt caches' 5 minutes,
+All have idle gaps between turns, several longer than the prompt caches' 5 minutes,
 and end with one probe per planted fact.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,11 +62,13 @@ class Turn:
 
 @dataclass
 class Session:
-    system: str
-    tools: list[dict[str, Any]]  # in the Messages API's shape (`name`, `input_schema`)
+    system: str  # the system prompt (Codex: its `instructions`)
+    # in the API's shape: Messages (`name`, `input_schema`), Responses (`type`, `parameters`)
+    tools: list[dict[str, Any]]
     turns: list[Turn]
     facts: list[Planted]
     probes: list[Turn] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)  # Codex's initial input items
 
 
 def _prose(rng: random.Random, words: int) -> str:
@@ -228,7 +235,165 @@ def tool_use_id(turn: int, step: int) -> str:
     return f"toolu_{turn:03d}_{step}"
 
 
-def call(action: Action, turn: int, step: int) -> dict[str, Any]:
-    """The action as the test upstream's `Reply.tool_calls` entry."""
+def call(
+    action: Action, turn: int, step: int, ident: Callable[[int, int], str] = tool_use_id
+) -> dict[str, Any]:
+    """The action as the test upstream's `Reply.tool_calls` entry (`ident` names the call
+    as its client's provider does: `toolu_…` for Anthropic, `call_…` for OpenAI)."""
     function = {"name": action.name, "arguments": json.dumps(action.arguments)}
-    return {"id": tool_use_id(turn, step), "type": "function", "function": function}
+    return {"id": ident(turn, step), "type": "function", "function": function}
+
+
+CODEX_OPENING = (
+    "You are Codex, based on GPT-5. You are running as a coding agent in the Codex CLI on a"
+    " user's computer."
+)
+CODEX_CWD = "/home/user/project"
+
+
+def _function(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    """A function tool in the Responses API's shape, as Codex declares its tools."""
+    parameters = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return {
+        "type": "function",
+        "name": name,
+        "description": description,
+        "strict": False,
+        "parameters": parameters,
+    }
+
+
+def codex_tools(rng: random.Random) -> list[dict[str, Any]]:
+    """Codex's function tools (shell, apply_patch, update_plan, view_image), shaped as
+    codex-rs declares them; apply_patch's long grammar is prose of its length."""
+    string = {"type": "string"}
+    return [
+        _function(
+            "shell",
+            "Runs a shell command and returns its output.",
+            {
+                "command": {
+                    "type": "array",
+                    "items": string,
+                    "description": "The command to execute",
+                },
+                "workdir": {**string, "description": "The working directory to run it in"},
+                "timeout_ms": {"type": "number", "description": "The timeout in milliseconds"},
+                "with_escalated_permissions": {
+                    "type": "boolean",
+                    "description": "Whether to request escalated permissions.",
+                },
+                "justification": {**string, "description": "Why escalation is needed."},
+            },
+            ["command"],
+        ),
+        _function(
+            "apply_patch",
+            "Use the `apply_patch` tool to edit files. " + _prose(rng, 700),
+            {"input": {**string, "description": "The entire contents of the apply_patch command"}},
+            ["input"],
+        ),
+        _function(
+            "update_plan",
+            "Updates the task plan. Provide an optional explanation and a list of plan items,"
+            " each with a step and status. At most one step can be in_progress at a time.",
+            {
+                "explanation": string,
+                "plan": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"step": string, "status": string},
+                        "required": ["step", "status"],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            ["plan"],
+        ),
+        _function(
+            "view_image",
+            "Attach a local image (by filesystem path) to the conversation context for this turn.",
+            {"path": {**string, "description": "Local filesystem path to an image file"}},
+            ["path"],
+        ),
+    ]
+
+
+def _said(role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+
+def codex_context(rng: random.Random, words: int = 1200) -> list[dict[str, Any]]:
+    """Codex's initial context, the input items it opens every conversation with: its
+    permissions (a developer message), the project's AGENTS.md and the environment."""
+    permissions = (
+        "<permissions instructions>Filesystem sandboxing: workspace-write. Network access is"
+        " restricted. Approval policy: on-request.</permissions instructions>"
+    )
+    agents = (
+        f"# AGENTS.md instructions for {CODEX_CWD}\n\n<INSTRUCTIONS>\n{_prose(rng, words)}"
+        "\n</INSTRUCTIONS>"
+    )
+    environment = (
+        f"<environment_context>\n  <cwd>{CODEX_CWD}</cwd>\n  <approval_policy>on-request"
+        "</approval_policy>\n  <sandbox_mode>workspace-write</sandbox_mode>\n  <network_access>"
+        "restricted</network_access>\n  <shell>bash</shell>\n</environment_context>"
+    )
+    return [_said("developer", permissions), _said("user", agents), _said("user", environment)]
+
+
+def _executed(output: str, failed: bool) -> str:
+    """A shell call's output as Codex shows it to the model."""
+    return f"Exit code: {1 if failed else 0}\nWall time: 0.4 seconds\nOutput:\n{output}"
+
+
+def codex_action(action: Action) -> Action:
+    """One of the agent's actions as Codex takes it: a read is `sed`, a test run and a grep
+    are shell commands, an edit is a patch."""
+    arguments = action.arguments
+    if action.name == "Edit":
+        path = arguments["file_path"]
+        patch = (
+            f"*** Begin Patch\n*** Update File: {path}\n@@\n-{arguments['old_string']}\n"
+            f"+{arguments['new_string']}\n*** End Patch\n"
+        )
+        done = f"Success. Updated the following files:\nM {path}\n"
+        return Action("apply_patch", {"input": patch}, done)
+    if action.name == "Read":
+        command = f"sed -n '1,400p' {arguments['file_path']}"
+        lines = (line.split("\u2192", 1)[-1] for line in action.result.splitlines())
+        output = "\n".join(lines)
+    elif action.name == "Grep":
+        command = f"rg -n {arguments['pattern']} {arguments['path']}"
+        output = action.result
+    else:
+        command, output = arguments["command"], action.result
+    shell = {"command": ["bash", "-lc", command], "workdir": CODEX_CWD, "timeout_ms": 120000}
+    return Action("shell", shell, _executed(output, action.error), action.error)
+
+
+def codex_session(turns: int, facts: int, seed: int = 38, words: int = 3000) -> Session:
+    """The agent's session (`agent_session` of the same seed: its statements, work,
+    answers, idle gaps and probes) as a Codex session."""
+    agent = agent_session(turns, facts, seed)
+    rng = random.Random(f"codex:{seed}")
+    instructions = system_prompt(rng, words).replace(
+        "You are an interactive coding agent.", CODEX_OPENING, 1
+    )
+    tools = codex_tools(rng)
+    worked = [
+        Turn(t.user, tuple(map(codex_action, t.actions)), t.answer, t.idle) for t in agent.turns
+    ]
+    return Session(instructions, tools, worked, agent.facts, agent.probes, codex_context(rng))
+
+
+def codex_call_id(turn: int, step: int) -> str:
+    return f"call_{turn:03d}_{step}"

@@ -124,7 +124,7 @@ class Continuation:
         return native_text(sent.api, reply), reply.get("usage")
 
 
-def appended(items: bytes, item: bytes) -> bytes:
+def appended(items: bytes | memoryview, item: bytes) -> bytes:
     """A JSON array's bytes with one more item's at its end."""
     body = bytes(items).strip()
     return b"[" + item + b"]" if body == b"[]" else body[:-1] + b"," + item + b"]"
