@@ -136,18 +136,19 @@ async def test_segments_to_consolidate_are_rewritten_apart() -> None:
 
 
 def cached(params: dict[str, Any]) -> dict[str, Any]:
-    """A provider's usage for a turn whose prompt was cached but its last 100 tokens."""
+    """A provider's usage for a turn whose prompt was cached but its last 50 tokens."""
     return {
-        "prompt_tokens": 1_900,
+        "prompt_tokens": 1_500,
         "completion_tokens": 10,
-        "prompt_tokens_details": {"cached_tokens": 1_800},
+        "prompt_tokens_details": {"cached_tokens": 1_450},
     }
 
 
 def cheap_reads(tmp_path: Path, summary_model: str | None = None) -> Parts:
-    """An engine on a 2,000-token window of a model whose cache reads cost a tenth of its
-    input (GPT-5's, Claude's), optionally summarized by another model."""
-    config = settings(window=2000, context={"summary_model": summary_model})
+    """An engine on a 4,000-token window (a 3,200-token budget) of a model whose cache
+    reads cost a tenth of its input (GPT-5's, Claude's), optionally summarized by another
+    model."""
+    config = settings(window=4000, context={"summary_model": summary_model})
     entry = config.model_list[0]
     info = entry.model_info | {"cache_read_input_token_cost": 0.015e-6}
     models = [entry.model_copy(update={"model_info": info})]
@@ -179,7 +180,6 @@ async def test_a_fold_made_ahead_continues_the_prompt_the_turn_just_sent(tmp_pat
     for summary in continuations:
         assert summary[-1]["content"].startswith(CONTINUATION_TASK)
         assert summary[:-1] in sent  # a prompt a turn sent, unchanged
-    assert len(continuations) == len(parts.upstream.summaries)  # every fold, here
     summaries = [m for p in parts.upstream.sent for m in p["messages"] if SUMMARY in str(m)]
     assert summaries  # the continued summaries were the session's, sent by later turns
 
@@ -195,6 +195,20 @@ async def test_without_a_cache_report_every_fold_is_made_apart(tmp_path: Path) -
 
 async def test_another_summary_model_folds_apart(tmp_path: Path) -> None:
     parts = cheap_reads(tmp_path, summary_model="summarizer")
+    await turn_by_turn(parts)
+    assert parts.upstream.summaries
+    assert all(s[0]["content"] == SYSTEM_PROMPT for s in parts.upstream.summaries)
+
+
+async def test_a_continuation_past_the_budget_is_folded_apart(tmp_path: Path) -> None:
+    """Every request the proxy sends stays within the budget: a last prompt that, with
+    the task appended, would pass it is not continued."""
+    parts = cheap_reads(tmp_path)
+    parts.upstream.usage = lambda params: {
+        "prompt_tokens": 3_000,
+        "completion_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 2_900},
+    }
     await turn_by_turn(parts)
     assert parts.upstream.summaries
     assert all(s[0]["content"] == SYSTEM_PROMPT for s in parts.upstream.summaries)

@@ -182,11 +182,15 @@ class Continuing:
         prices: Prices | None,
         apart: int,
         now: float,
+        budget: int,
     ) -> Continuation | None:
         """The continuation of the session's last prompt for folding `span`, where the
-        prompt holds it and continuing costs less than folding apart (`apart` tokens)."""
+        prompt holds it, continued it stays within the `budget` (every request the proxy
+        sends does), and continuing costs less than folding apart (`apart` tokens)."""
         prompt = self._prompts.get(key)
         if prompt is None or prices is None or prompt.model != model:
+            return None
+        if prompt.usage.prompt + _TASK_TOKENS > budget:
             return None
         start = end - len(span)
         summary = previous.chain_hash if previous is not None and previous.text else None

@@ -68,6 +68,7 @@ class Folding:
                 prices=request.prices,
                 apart=apart,
                 now=self._clock(),
+                budget=request.budget,
             )
         made = await self._summaries.make(
             span,
