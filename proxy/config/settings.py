@@ -116,7 +116,10 @@ class ServerSettings(_Section):
 class ContextSettings(_Section):
     mode: Literal["auto", "off"] = "auto"
     budget_ratio: float = Field(0.8, ge=0.1, le=0.95)
-    keep_recent_ratio: float = Field(0.5, ge=0.1, le=0.9)
+    # The share of the budget (less system and tools) a fold keeps verbatim. None: chosen
+    # at each fold as what costs least over the turns until the next one (with cache_aware;
+    # 0.5 without it).
+    keep_recent_ratio: float | None = Field(None, ge=0.1, le=0.9)
     summarize_at: float = Field(0.7, ge=0.1, le=1.0)
     summary_model: str | None = None
     max_summary_tokens: int = Field(1024, ge=64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from proxy.concurrency import off_loop
@@ -14,6 +14,7 @@ from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.history import History
+from proxy.engine.planner.payoff import Kept, kept_share, rates
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.planner.window import Plan, plan_context
 from proxy.engine.types import Request, SessionView
@@ -21,9 +22,14 @@ from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint, StoredMessage
 from proxy.summary.message import PINNED_LABEL, summary_message
 
-__all__ = ["Planning", "fold_trigger"]
+__all__ = ["KEEP_RECENT_RATIO", "Planning", "fold_trigger", "users_per_request"]
 
 logger = logging.getLogger("context_proxy.engine")
+
+# What a fold keeps verbatim where the cost does not choose it (`context.cache_aware` off).
+KEEP_RECENT_RATIO = 0.5
+# The newest messages a session's pace (tokens and user turns per request) is read from.
+_PACE = 64
 
 
 class Planning:
@@ -136,7 +142,13 @@ class Planning:
                 budget=budget or request.budget,
                 counter=request.counter,
                 tools_tokens=request.tools_tokens,
-                keep_recent_ratio=self._settings.context.keep_recent_ratio,
+                keep_recent_ratio=self.kept_share(
+                    request,
+                    checkpoint,
+                    budget or request.budget,
+                    growth=sum(counts[-_PACE:]) / _requests(messages[-_PACE:]),
+                    users=users_per_request(messages),
+                ),
                 allow_summary=allow_summary,
                 system_tokens=request.system_tokens,
                 kept=checkpoint.kept if checkpoint else (),
@@ -145,6 +157,35 @@ class Planning:
             raise ContextOverflow(
                 f"This model's context budget is {request.budget} tokens; {exc}.", param="messages"
             ) from None
+
+    def kept_share(
+        self,
+        request: Request,
+        checkpoint: Checkpoint | None,
+        budget: int,
+        *,
+        growth: float,
+        users: float,
+    ) -> float:
+        """The share of the room a fold planned within `budget` keeps verbatim: the
+        setting's, or the one the session's pace makes cheapest (`payoff.kept_share`)."""
+        context = self._settings.context
+        if context.keep_recent_ratio is not None:
+            return context.keep_recent_ratio
+        if not context.cache_aware:
+            return KEEP_RECENT_RATIO
+        base = request.system_tokens + request.tools_tokens
+        recall = min(int(context.recall_ratio * request.budget), context.recall_max_tokens)
+        kept = Kept(
+            stable=base + self.summary_tokens(request.counter, checkpoint),
+            budget=budget,
+            room=budget - base,
+            growth=growth,
+            users=users,
+            summary=context.max_summary_tokens,
+            recall=recall,
+        )
+        return kept_share(kept, rates(request.prices))
 
     def _early(self, request: Request, state: SessionView, total: int, rewrite: bool) -> bool:
         """Whether to fold now, ahead of the budget: past the fold trigger with a cold cache
@@ -172,6 +213,17 @@ class Planning:
         text = PINNED_LABEL + "; ".join(checkpoint.pinned)
         key = f"pinned:{checkpoint.chain_hash}:{checkpoint.created}"
         return self._counts.text(counter, text, key)
+
+
+def users_per_request(messages: Sequence[Message]) -> float:
+    """User turns per upstream request (each answered by one assistant message) among the
+    newest messages: about 1 in a chat, a few tenths in an agent's tool loops."""
+    newest = messages[-_PACE:]
+    return sum(message.get("role") == "user" for message in newest) / _requests(newest)
+
+
+def _requests(messages: Sequence[Message]) -> int:
+    return max(1, sum(message.get("role") == "assistant" for message in messages))
 
 
 def fold_trigger(request: Request, summarize_at: float) -> int:

@@ -78,11 +78,12 @@ async def test_the_archive_is_extended_fold_by_fold(make_parts: Any) -> None:
     await parts.turn([*history, *conversation(2, tag="more")[:1]])
     newer = await parts.store.load(*key)
     assert newer is not None and newer.checkpoints > meta.checkpoints
+    # The archive as it was before the fold (the turn's own fold extended it in place).
+    assert (await archive.as_of(key, meta.checkpoints, meta.checkpoint)).count == first.count
     reads.clear()
     extended = await archive.as_of(key, newer.checkpoints, newer.checkpoint)
     assert extended.count == newer.checkpoints
-    # Read on from the first checkpoint it had not read (the turn's own fold may have
-    # read some already), never again from the start.
+    # Read on from the first checkpoint it had not read, never again from the start.
     assert reads and all(start >= meta.checkpoints for start in reads)
     assert set(first.index.units) <= set(extended.index.units)
 

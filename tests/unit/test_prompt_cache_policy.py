@@ -1,14 +1,24 @@
-"""When a fold pays for the cache rewrite it causes, and the marks a turn adds so the
-provider's prompt cache keeps the stable prefix (`proxy.engine.planner.payoff`, `caching`)."""
+"""When a fold pays for the cache rewrite it causes, what it keeps verbatim, and the marks
+a turn adds so the provider's prompt cache keeps the stable prefix
+(`proxy.engine.planner.payoff`, `caching`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from proxy.engine.planner.caching import cache_key, marked, marks_in, namespaced
-from proxy.engine.planner.payoff import CacheRates, Prompt, fold_due, fold_pays
+from proxy.engine.planner.payoff import (
+    SHARES,
+    CacheRates,
+    Kept,
+    Prompt,
+    fold_due,
+    fold_pays,
+    kept_share,
+)
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
 EPHEMERAL = {"type": "ephemeral"}
@@ -48,6 +58,35 @@ def test_a_fold_is_due_when_the_budget_forces_one_within_two_turns() -> None:
 def test_cold_cache_folds_whenever_the_prompt_shrinks() -> None:
     assert fold_pays(prompt(100_000), ANTHROPIC, cold=True)
     assert not fold_pays(prompt(80_000), ANTHROPIC, cold=True)  # nothing to gain
+
+
+# An agent's session as the cost benchmark's: 37k of system, tools and summary, a 160k
+# budget, 700 tokens a request, a user turn every three requests, an 8k recall block.
+AGENT = Kept(37_000, 160_000, 125_000, 700.0, 1 / 3, 1_024, 8_192)
+# A chat app's on a 16k model: a 13k budget, 150 tokens a turn, every request a user's.
+CHAT = Kept(1_500, 13_107, 13_000, 150.0, 1.0, 1_024, 8_192)
+
+
+def test_an_agent_keeps_the_smallest_window_its_recall_block_does_not_fill() -> None:
+    """Its recall block is capped far below the room: a larger window only adds what
+    every request reads again and every fold writes anew."""
+    assert kept_share(AGENT, ANTHROPIC) == SHARES[0]
+
+
+def test_a_chat_keeps_a_window_where_recall_would_fill_the_room_with_uncached_tokens() -> None:
+    """On a small model the recall block fills what the window leaves, written anew each
+    user turn: a token kept in the window is read at a quarter of that price. The window
+    stops short of folding every few turns."""
+    share = kept_share(CHAT, OPENAI)
+    assert 0.5 < share < SHARES[-1]
+    assert kept_share(replace(CHAT, recall=0), OPENAI) == SHARES[0]  # no recall: no trade
+
+
+def test_a_window_that_leaves_no_room_to_grow_is_never_chosen() -> None:
+    """A share that leaves less than one request's growth would fold at every request."""
+    fast = replace(CHAT, growth=5_000.0)
+    share = kept_share(fast, OPENAI)
+    assert CHAT.stable + CHAT.summary + share * CHAT.room + 5_000 <= CHAT.budget
 
 
 def test_a_session_cache_key_is_stable_and_names_no_session() -> None:

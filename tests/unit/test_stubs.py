@@ -170,7 +170,8 @@ def pairs_whole(messages: list[Message]) -> bool:
     return sorted(calls) == sorted(results)
 
 
-STUBBING = {"stub_tool_results_over": 300}
+# A fold that keeps half the room verbatim: the large outputs it leaves there are stubbed.
+STUBBING = {"stub_tool_results_over": 300, "keep_recent_ratio": 0.5}
 
 
 async def test_a_summary_stubs_the_large_outputs_it_leaves_in_the_window(make_parts: Any) -> None:

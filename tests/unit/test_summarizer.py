@@ -88,7 +88,7 @@ def test_a_bill_with_a_call_of_unknown_price_has_no_figure_and_charges_nothing()
 @pytest.mark.parametrize(
     ("room", "cap"),
     [
-        (1000, 250),  # half of what the recent half of the room leaves: 1000 × 0.5 / 2
+        (1000, 500),  # half of the room the fold's verbatim window leaves
         (10_000, 1024),  # never over `max_summary_tokens`
         (40, 32),  # never under 32
     ],

@@ -11,7 +11,7 @@ from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
 from proxy.engine.planner.payoff import Prompt, fold_due, rates
-from proxy.engine.planning import Planning, fold_trigger
+from proxy.engine.planning import Planning, fold_trigger, users_per_request
 from proxy.engine.types import Request
 from proxy.errors import ProxyError
 from proxy.facts.ledger import recent_text
@@ -55,14 +55,18 @@ class SummariesAhead:
         if prompt <= trigger or self._summaries.breaker(request.model).open:
             return
         if self._settings.context.cache_aware:
-            keep = min(window, int(self._settings.context.keep_recent_ratio * (trigger - base)))
+            users = users_per_request(request.conversation)
+            share = self._planning.kept_share(
+                request, checkpoint, trigger, growth=growth, users=users
+            )
+            keep = min(window, int(share * (trigger - base)))
             summary = self._settings.context.max_summary_tokens
             folded = base + head + summary + keep
             shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
             if not fold_due(shape, rates(request.prices)):
                 return
-        # Planned as if the budget ended at the trigger: the fold leaves `keep_recent_ratio`
-        # of that smaller room, so the next fold is several turns away.
+        # Planned as if the budget ended at the trigger: the fold leaves its kept share of
+        # that smaller room, so the next fold is several turns away.
         job = functools.partial(self._made, request, trigger)
         self._summaries.schedule(request.key, job, request.secrets)
 

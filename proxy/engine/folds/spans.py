@@ -5,12 +5,14 @@ summary is asked of the session's last prompt as its next turn (`continuing`).""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 from proxy.concurrency import off_loop
 from proxy.engine.folds.continuing import Continuing
 from proxy.engine.folds.summarizer import Bill, Summaries
+from proxy.engine.planner.payoff import SHARES
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.types import Request
 from proxy.facts.ledger import Fact
@@ -70,12 +72,17 @@ class Folding:
                 now=self._clock(),
                 budget=request.budget,
             )
+        # What the budget leaves beside system, tools and the window the fold keeps (as
+        # stored: stubs make it smaller), and at least what the largest kept share leaves.
+        room = request.budget - request.system_tokens - request.tools_tokens
+        kept = sum(s.tokens.get(request.counter.name, 0) for s in after)
+        room = max(room - kept, math.floor((1 - SHARES[-1]) * room))
         made = await self._summaries.make(
             span,
             end,
             previous,
             request.model,
-            request.budget - request.system_tokens - request.tools_tokens,
+            room,
             mode,
             request.provider_key,
             ledger,

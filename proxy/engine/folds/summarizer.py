@@ -142,9 +142,9 @@ class Summaries:
         counter = counter_for_model(
             self._upstream.models.provider_model(summary_model), context.token_counting
         )
-        # At most half of what `room` (the budget less system and tools) leaves beside the
-        # verbatim messages, and `max_summary_tokens`: the summary always fits.
-        share = math.floor(room * (1 - context.keep_recent_ratio) / 2)
+        # At most half of `room` (what the budget leaves beside system, tools and the
+        # messages the fold keeps verbatim), and `max_summary_tokens`: the summary fits.
+        share = math.floor(room / 2)
         max_summary = max(32, min(context.max_summary_tokens, share))
         limit = self._upstream.models.limits(summary_model).max_input_tokens
         label = self._label(summary_model)

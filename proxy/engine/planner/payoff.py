@@ -1,5 +1,5 @@
-"""When a fold pays for the prompt-cache rewrite it causes, by the rent-or-buy rule: pure
-arithmetic, no I/O."""
+"""When a fold pays for the prompt-cache rewrite it causes, by the rent-or-buy rule, and what
+it keeps verbatim, by the cost of the turns that follow: pure arithmetic, no I/O."""
 
 from __future__ import annotations
 
@@ -7,7 +7,19 @@ from dataclasses import dataclass
 
 from proxy.costs.prices import Prices
 
-__all__ = ["CacheRates", "Prompt", "fold_due", "fold_pays", "rates"]
+__all__ = [
+    "SHARES",
+    "CacheRates",
+    "Kept",
+    "Prompt",
+    "fold_due",
+    "fold_pays",
+    "kept_share",
+    "rates",
+]
+
+# The shares of the room a fold chooses from when the cost chooses what it keeps verbatim.
+SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +72,54 @@ def fold_due(prompt: Prompt, rates: CacheRates) -> bool:
     """Whether to make the next fold now, ahead of the request that needs it: the budget
     forces one within two turns, or folding pays while the cache is warm."""
     return prompt.now + 2 * prompt.growth > prompt.budget or fold_pays(prompt, rates, cold=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What a fold's choice of verbatim window weighs, in tokens."""
+
+    stable: int
+    """What every request reads as it is: tools, system, the summary's earlier segments."""
+    budget: int
+    """Where the next fold comes."""
+    room: int
+    """What a share is of: the budget less system and tools."""
+    growth: float
+    """Tokens one request adds."""
+    users: float
+    """User turns per request: each brings a recall block of its own."""
+    summary: int
+    """Tokens the fold's segment takes."""
+    recall: int
+    """The most a recall block takes (0: no recall); it fills what the prompt leaves."""
+
+
+def kept_share(kept: Kept, rates: CacheRates, shares: tuple[float, ...] = SHARES) -> float:
+    """The share of `room` to keep verbatim that costs least per token of growth until the
+    next fold: a larger window is read again by every request and rewritten by every fold,
+    and brings the next fold nearer; a smaller one leaves room a recall block fills with
+    tokens no cache holds (the next user turn asks something else)."""
+    costs = {share: _per_token(kept, rates, share) for share in shares}
+    return min(costs, key=lambda share: (costs[share], share))
+
+
+def _per_token(kept: Kept, rates: CacheRates, share: float) -> float:
+    """The cost of one token of growth, in uncached input tokens, over a cycle that starts
+    at the fold keeping `share` of the room and ends when the budget forces the next."""
+    window = share * kept.room
+    start = kept.stable + kept.summary + window
+    end = kept.budget
+    grows = end - start  # what the cycle adds before the next fold
+    growth = max(kept.growth, 1.0)
+    if grows < growth:
+        return float("inf")  # the next request would fold again
+    reads = rates.read * (start + end) / 2 / growth
+    # The next fold: its summary, the segment and window written anew, its prompt read.
+    fold = kept.summary * rates.output
+    fold += (kept.summary + window) * max(0.0, rates.write - rates.read) + end * rates.read
+    cap = kept.recall
+    recalled = grows / 2 if cap >= grows else cap - cap * cap / (2 * grows)  # on average
+    return reads + fold / grows + kept.users * rates.write * recalled / growth
 
 
 def rates(prices: Prices | None) -> CacheRates:
