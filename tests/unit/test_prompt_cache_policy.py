@@ -75,11 +75,19 @@ def test_an_agent_keeps_the_smallest_window_its_recall_block_does_not_fill() -> 
 
 def test_a_chat_keeps_a_window_where_recall_would_fill_the_room_with_uncached_tokens() -> None:
     """On a small model the recall block fills what the window leaves, written anew each
-    user turn: a token kept in the window is read at a quarter of that price. The window
-    stops short of folding every few turns."""
-    share = kept_share(CHAT, OPENAI)
-    assert 0.5 < share < SHARES[-1]
+    user turn: a token kept in the window is read at a quarter of that price, so the
+    window keeps the most it may (the other half is the recall block's)."""
+    assert kept_share(CHAT, OPENAI) == SHARES[-1] == 0.5
     assert kept_share(replace(CHAT, recall=0), OPENAI) == SHARES[0]  # no recall: no trade
+
+
+def test_a_smaller_window_is_not_kept_where_a_recall_block_would_fill_what_it_frees() -> None:
+    """On an 8k model (LoCoMo's) a recall block may take all the budget leaves: a smaller
+    window would trade verbatim messages for recalled ones, however little it saves
+    (on LoCoMo that cost 0.4 points). Without recall, reads alone choose the smallest."""
+    small = Kept(300, 6_553, 6_500, 300.0, 0.3, 1_024, 6_553)
+    assert kept_share(small, OPENAI) == SHARES[-1]
+    assert kept_share(replace(small, recall=0), OPENAI) == SHARES[0]
 
 
 def test_a_window_that_leaves_no_room_to_grow_is_never_chosen() -> None:
