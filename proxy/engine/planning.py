@@ -14,7 +14,7 @@ from proxy.config.settings import Settings
 from proxy.conversation.identity import Message
 from proxy.conversation.tokens import CountCache, TokenCounter
 from proxy.engine.history import History
-from proxy.engine.planner.payoff import Kept, kept_share, rates
+from proxy.engine.planner.payoff import Cycle, Kept, cycle, rates
 from proxy.engine.planner.stubs import Stubs
 from proxy.engine.planner.window import Plan, plan_context
 from proxy.engine.types import Request, SessionView
@@ -22,7 +22,13 @@ from proxy.errors import ContextOverflow
 from proxy.sessions.records import Checkpoint, StoredMessage
 from proxy.summary.message import PINNED_LABEL, summary_message
 
-__all__ = ["KEEP_RECENT_RATIO", "Planning", "fold_trigger", "users_per_request"]
+__all__ = [
+    "KEEP_RECENT_RATIO",
+    "Planning",
+    "fold_trigger",
+    "requests_per_message",
+    "users_per_request",
+]
 
 logger = logging.getLogger("context_proxy.engine")
 
@@ -142,7 +148,7 @@ class Planning:
                 budget=budget or request.budget,
                 counter=request.counter,
                 tools_tokens=request.tools_tokens,
-                keep_recent_ratio=self.kept_share(
+                keep_recent_ratio=self.keep_ratio(
                     request,
                     checkpoint,
                     budget or request.budget,
@@ -158,7 +164,7 @@ class Planning:
                 f"This model's context budget is {request.budget} tokens; {exc}.", param="messages"
             ) from None
 
-    def kept_share(
+    def keep_ratio(
         self,
         request: Request,
         checkpoint: Checkpoint | None,
@@ -167,25 +173,37 @@ class Planning:
         growth: float,
         users: float,
     ) -> float:
-        """The share of the room a fold planned within `budget` keeps verbatim: the
-        setting's, or the one the session's pace makes cheapest (`payoff.kept_share`)."""
-        context = self._settings.context
-        if context.keep_recent_ratio is not None:
-            return context.keep_recent_ratio
-        if not context.cache_aware:
-            return KEEP_RECENT_RATIO
+        """What a fold planned within `budget` keeps verbatim, as a share of that budget
+        less system and tools: the setting's, or the cycle's (of the request's budget)."""
+        chosen = self.cycle(request, checkpoint, growth=growth, users=users)
+        if chosen is None:
+            context = self._settings.context
+            return context.keep_recent_ratio or KEEP_RECENT_RATIO
         base = request.system_tokens + request.tools_tokens
-        recall = min(int(context.recall_ratio * request.budget), context.recall_max_tokens)
+        kept = chosen.share * (request.budget - base)
+        return min(1.0, kept / max(1, budget - base))
+
+    def cycle(
+        self, request: Request, checkpoint: Checkpoint | None, *, growth: float, users: float
+    ) -> Cycle | None:
+        """The session's cheapest cycle from fold to fold at its pace (`payoff.cycle`);
+        None where the settings choose (`keep_recent_ratio` set, `cache_aware` off) or a
+        recall block would fill the room (`summarize_at` and half the room, as then)."""
+        context = self._settings.context
+        if context.keep_recent_ratio is not None or not context.cache_aware:
+            return None
+        base = request.system_tokens + request.tools_tokens
         kept = Kept(
             stable=base + self.summary_tokens(request.counter, checkpoint),
-            budget=budget,
-            room=budget - base,
-            growth=growth,
-            users=users,
+            budget=request.budget,
+            room=request.budget - base,
+            # Two figures of the pace: a cycle is chosen once for the replies it spans.
+            growth=float(f"{growth:.2g}"),
+            users=round(users, 1),
             summary=context.max_summary_tokens,
-            recall=recall,
+            recall=min(int(context.recall_ratio * request.budget), context.recall_max_tokens),
         )
-        return kept_share(kept, rates(request.prices))
+        return cycle(kept, rates(request.prices))
 
     def _early(self, request: Request, state: SessionView, total: int, rewrite: bool) -> bool:
         """Whether to fold now, ahead of the budget: past the fold trigger with a cold cache
@@ -220,6 +238,12 @@ def users_per_request(messages: Sequence[Message]) -> float:
     newest messages: about 1 in a chat, a few tenths in an agent's tool loops."""
     newest = messages[-_PACE:]
     return sum(message.get("role") == "user" for message in newest) / _requests(newest)
+
+
+def requests_per_message(messages: Sequence[Message]) -> float:
+    """Upstream requests (assistant messages) per message among the newest messages."""
+    newest = messages[-_PACE:]
+    return _requests(newest) / max(1, len(newest))
 
 
 def _requests(messages: Sequence[Message]) -> int:

@@ -51,3 +51,38 @@ async def test_a_set_share_is_kept_as_set(make_parts: Any) -> None:
     room = 13_107
     window = await kept(make_parts(window=WINDOW, context={"keep_recent_ratio": 0.3}))
     assert 0.2 * room < window <= 0.3 * room
+
+
+async def test_a_conversation_is_sent_whole_until_it_nears_the_budget_then_folds_by_cost(
+    make_parts: Any,
+) -> None:
+    """On a 32k model (a 25,600-token budget) whose recall block (8,192 tokens at most)
+    cannot fill the room: the conversation goes whole until it passes `summarize_at`;
+    from its first fold on, a fold comes when the prompt reaches the size that costs
+    least at its pace, well before that, each keeping about a tenth of the room (a fold
+    at `summarize_at` keeps half of its room)."""
+    parts = make_parts(window=32_000)
+    parts.upstream.reply = lambda body: "Noted."
+    history: list[Message] = []
+    folds: list[int] = []  # the prompt sent by the turn after which each fold was made
+    kept: list[int] = []  # the verbatim window sent by the turn after each
+    checkpoints, folded = 0, False
+    for n in range(60):
+        words = " ".join(f"w{n}x{k}" for k in range(300))
+        history.append({"role": "user", "content": f"Note {n}: {words}."})
+        turn = await parts.turn(history)
+        history.append({"role": "assistant", "content": "Noted."})
+        if folded:  # made ahead after the turn before: this one sends it
+            messages = parts.upstream.sent[-1]["messages"]
+            kept.append(COUNTER.count_messages([m for m in messages if m["role"] != "system"]))
+        meta = await parts.store.load("t1", "s")
+        assert meta is not None
+        folded = meta.checkpoints > checkpoints
+        if folded:
+            folds.append(turn.tokens_sent)
+            checkpoints = meta.checkpoints
+    room = 25_600
+    assert len(folds) >= 4 and len(kept) >= 3
+    assert folds[0] > 0.6 * room  # the first: near `summarize_at`
+    assert max(folds[1:]) < folds[0] - 1_000  # then where the cycle ends
+    assert all(window < 0.15 * room for window in kept[1:])  # the new turn beside a tenth

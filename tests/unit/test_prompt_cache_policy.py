@@ -13,11 +13,13 @@ from proxy.engine.planner.caching import cache_key, marked, marks_in, namespaced
 from proxy.engine.planner.payoff import (
     SHARES,
     CacheRates,
+    Cycle,
     Kept,
     Prompt,
+    cycle,
+    due,
     fold_due,
     fold_pays,
-    kept_share,
 )
 
 ANTHROPIC = CacheRates(read=0.1, write=1.25, output=5.0)  # Claude: cache read 0.1x, write 1.25x
@@ -67,34 +69,48 @@ AGENT = Kept(37_000, 160_000, 125_000, 700.0, 1 / 3, 1_024, 8_192)
 CHAT = Kept(1_500, 13_107, 13_000, 150.0, 1.0, 1_024, 8_192)
 
 
-def test_an_agent_keeps_the_smallest_window_its_recall_block_does_not_fill() -> None:
-    """Its recall block is capped far below the room: a larger window only adds what
-    every request reads again and every fold writes anew."""
-    assert kept_share(AGENT, ANTHROPIC) == SHARES[0]
+def test_an_agent_folds_early_and_keeps_the_smallest_window() -> None:
+    """Its recall block is capped far below the room, so a larger window only adds what
+    every request reads again and every fold writes anew; and rereading the grown part
+    of a window from the cache passes what a fold costs long before the budget (the
+    rent-or-buy rule: a window growing g tokens a request has read W * W / 2g of its
+    grown part by the time it grew W)."""
+    chosen = cycle(AGENT, ANTHROPIC)
+    assert chosen is not None and chosen.share == SHARES[0]
+    start = AGENT.stable + AGENT.summary + chosen.share * AGENT.room
+    assert 10_000 < chosen.end - start < 40_000  # sqrt(2 x 700 x ~37k / 0.1) = 22.8k
+    # Reads at OpenAI's price (a quarter, not a tenth) make the cycle shorter.
+    cheaper = cycle(AGENT, OPENAI)
+    assert cheaper is not None and cheaper.end < chosen.end
 
 
-def test_a_chat_keeps_a_window_where_recall_would_fill_the_room_with_uncached_tokens() -> None:
-    """On a small model the recall block fills what the window leaves, written anew each
-    user turn: a token kept in the window is read at a quarter of that price, so the
-    window keeps the most it may (the other half is the recall block's)."""
-    assert kept_share(CHAT, OPENAI) == SHARES[-1] == 0.5
-    assert kept_share(replace(CHAT, recall=0), OPENAI) == SHARES[0]  # no recall: no trade
-
-
-def test_a_smaller_window_is_not_kept_where_a_recall_block_would_fill_what_it_frees() -> None:
-    """On an 8k model (LoCoMo's) a recall block may take all the budget leaves: a smaller
-    window would trade verbatim messages for recalled ones, however little it saves
-    (on LoCoMo that cost 0.4 points). Without recall, reads alone choose the smallest."""
+def test_where_a_recall_block_would_fill_the_room_no_cycle_is_chosen() -> None:
+    """A chat app on a 16k model, and a conversation on an 8k one (LoCoMo's): the recall
+    block may take all a fold frees, so a smaller window or an earlier fold would only
+    trade verbatim messages for recalled ones (on LoCoMo a smaller window cost 0.4
+    points). There the fold keeps half the room at `summarize_at`, as without a cycle;
+    without recall, the cost chooses."""
+    assert cycle(CHAT, OPENAI) is None
     small = Kept(300, 6_553, 6_500, 300.0, 0.3, 1_024, 6_553)
-    assert kept_share(small, OPENAI) == SHARES[-1]
-    assert kept_share(replace(small, recall=0), OPENAI) == SHARES[0]
+    assert cycle(small, OPENAI) is None
+    alone = cycle(replace(CHAT, recall=0), OPENAI)
+    assert alone is not None and alone.share == SHARES[0] and alone.end < CHAT.budget
 
 
-def test_a_window_that_leaves_no_room_to_grow_is_never_chosen() -> None:
-    """A share that leaves less than one request's growth would fold at every request."""
-    fast = replace(CHAT, growth=5_000.0)
-    share = kept_share(fast, OPENAI)
-    assert CHAT.stable + CHAT.summary + share * CHAT.room + 5_000 <= CHAT.budget
+def test_a_cycle_holds_at_least_two_requests() -> None:
+    """However fast a session grows, the window it keeps leaves room for its next
+    requests: a fold is never due again at the very next request."""
+    fast = replace(AGENT, growth=20_000.0)
+    chosen = cycle(fast, ANTHROPIC)
+    assert chosen is not None
+    assert AGENT.stable + AGENT.summary + chosen.share * AGENT.room + 20_000 <= chosen.end
+
+
+def test_a_fold_is_due_when_the_next_request_passes_the_cycle_or_the_budget() -> None:
+    chosen = Cycle(0.1, 70_000)
+    assert not due(68_000, 1_000, 160_000, chosen)
+    assert due(69_500, 1_000, 160_000, chosen)  # passes the cycle's end
+    assert due(60_000, 55_000, 160_000, Cycle(0.1, 200_000))  # the budget within two
 
 
 def test_a_session_cache_key_is_stable_and_names_no_session() -> None:

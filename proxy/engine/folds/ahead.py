@@ -10,8 +10,13 @@ from proxy.conversation.tokens import BOUND
 from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
-from proxy.engine.planner.payoff import Prompt, fold_due, rates
-from proxy.engine.planning import Planning, fold_trigger, users_per_request
+from proxy.engine.planner.payoff import Prompt, due, fold_due, rates
+from proxy.engine.planning import (
+    Planning,
+    fold_trigger,
+    requests_per_message,
+    users_per_request,
+)
 from proxy.engine.types import Request
 from proxy.errors import ProxyError
 from proxy.facts.ledger import recent_text
@@ -41,7 +46,8 @@ class SummariesAhead:
 
     def maybe_summarize(self, request: Request, meta: SessionMeta, growth: int) -> None:
         """After a reply that added `growth` tokens, schedule the next fold in the
-        background once the prompt is past the fold trigger and the fold is due."""
+        background once it is due: the session's cheapest cycle ends (`payoff.cycle`),
+        or, where the settings choose, the prompt passed `summarize_at`."""
         assert request.key is not None
         name, checkpoint = request.counter.name, meta.checkpoint
         if name not in meta.totals or name == BOUND.name:
@@ -49,25 +55,42 @@ class SummariesAhead:
         head = self._planning.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         window -= self._planning.stubs.saved(checkpoint, name)
-        base = request.system_tokens + request.tools_tokens
-        trigger = fold_trigger(request, self._settings.context.summarize_at)
-        prompt = base + head + window
-        if prompt <= trigger or self._summaries.breaker(request.model).open:
+        prompt = request.system_tokens + request.tools_tokens + head + window
+        if self._summaries.breaker(request.model).open:
             return
-        if self._settings.context.cache_aware:
-            users = users_per_request(request.conversation)
-            share = self._planning.kept_share(
-                request, checkpoint, trigger, growth=growth, users=users
-            )
-            keep = min(window, int(share * (trigger - base)))
-            summary = self._settings.context.max_summary_tokens
-            folded = base + head + summary + keep
-            shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
-            if not fold_due(shape, rates(request.prices)):
+        # The session's pace: what a request adds on average over the window (not this
+        # reply's own, one tool result or one short answer), and how many are users' turns.
+        messages = meta.length - (checkpoint.covers_until if checkpoint else 0)
+        requests = requests_per_message(request.conversation) * messages
+        pace = window / max(1.0, requests)
+        users = users_per_request(request.conversation)
+        chosen = self._planning.cycle(request, checkpoint, growth=pace, users=users)
+        # A conversation is first folded once it nears the budget (one that fits is sent
+        # whole: nothing is left to a summary that need not be); from then on, when its
+        # cycle says.
+        if chosen is not None and checkpoint is not None:
+            if not due(prompt, growth, request.budget, chosen):
                 return
-        # Planned as if the budget ended at the trigger: the fold leaves its kept share of
-        # that smaller room, so the next fold is several turns away.
-        job = functools.partial(self._made, request, trigger)
+            budget = min(prompt - 1, chosen.end)  # a fold that keeps the cycle's window
+        else:
+            # Past `summarize_at`, planned as if the budget ended there, so the fold leaves
+            # its share of that smaller room and the next one is several turns away.
+            context = self._settings.context
+            budget = fold_trigger(request, context.summarize_at)
+            if prompt <= budget:
+                return
+            if context.cache_aware:  # and only once it pays (the rent-or-buy rule)
+                base = request.system_tokens + request.tools_tokens
+                ratio = self._planning.keep_ratio(
+                    request, checkpoint, budget, growth=pace, users=users
+                )
+                keep = min(window, int(ratio * (budget - base)))
+                summary = context.max_summary_tokens
+                folded = base + head + summary + keep
+                shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
+                if not fold_due(shape, rates(request.prices)):
+                    return
+        job = functools.partial(self._made, request, budget)
         self._summaries.schedule(request.key, job, request.secrets)
 
     async def _made(self, request: Request, budget: int) -> None:

@@ -1,8 +1,9 @@
-"""When a fold pays for the prompt-cache rewrite it causes, by the rent-or-buy rule, and what
-it keeps verbatim, by the cost of the turns that follow: pure arithmetic, no I/O."""
+"""When a fold pays and what it keeps verbatim, by what the turns until the next fold cost
+at the provider's cache prices: pure arithmetic, no I/O."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from proxy.costs.prices import Prices
@@ -10,18 +11,24 @@ from proxy.costs.prices import Prices
 __all__ = [
     "SHARES",
     "CacheRates",
+    "Cycle",
     "Kept",
     "Prompt",
+    "cycle",
+    "due",
     "fold_due",
     "fold_pays",
-    "kept_share",
     "rates",
 ]
 
 # The shares of the room a fold chooses from when the cost chooses what it keeps verbatim:
 # never more than half, so a recall block always has the other half to find what a
-# question needs in, and less only where a recall block cannot fill what that frees.
+# question needs in.
 SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)
+# The cycle lengths tried, in requests' growth: from two requests up, a quarter longer
+# each (the cost is flat near its least: a quarter is well within its noise).
+_STEP = 1.25
+_LENGTHS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +90,7 @@ class Kept:
     stable: int
     """What every request reads as it is: tools, system, the summary's earlier segments."""
     budget: int
-    """Where the next fold comes."""
+    """The request's: the most a prompt (recall block included) may take."""
     room: int
     """What a share is of: the budget less system and tools."""
     growth: float
@@ -96,19 +103,66 @@ class Kept:
     """The most a recall block takes (0: no recall); it fills what the prompt leaves."""
 
 
-def kept_share(kept: Kept, rates: CacheRates, shares: tuple[float, ...] = SHARES) -> float:
-    """The share of `room` to keep verbatim that costs least per token of growth until the
-    next fold: a larger window is read again by every request and rewritten by every fold,
-    and brings the next fold nearer; a smaller one leaves room a recall block fills with
-    tokens no cache holds (the next user turn asks something else)."""
-    costs = {
-        share: _per_token(kept, rates, share)
-        for share in shares
-        # A recall block that fills what a smaller window frees trades verbatim messages
-        # for recalled ones (on LoCoMo, 0.4 points of its figure).
-        if share == shares[-1] or kept.recall < kept.budget - _start(kept, share)
-    }
-    return min(costs, key=lambda share: (costs[share], share))
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """From one fold to the next: what the fold keeps verbatim, and how large the prompt
+    grows before the next one."""
+
+    share: float
+    """Of the room, kept verbatim."""
+    end: int
+    """The prompt past which the next fold is due."""
+
+
+@functools.lru_cache(maxsize=4096)  # sessions at one pace, on one model, share it
+def cycle(kept: Kept, rates: CacheRates) -> Cycle | None:
+    """The fold that costs least per token of growth until the next. A larger window is
+    read again by every request, rewritten by the fold, and brings the next fold nearer;
+    a smaller one leaves room a recall block fills with tokens no cache holds (the next
+    user turn asks for other units). A longer cycle rereads what it grew more times; a
+    shorter one pays for its fold (the summary written, the window written anew, the
+    prompt read by the summarizer) over fewer tokens. None where a recall block would
+    fill what even the largest window leaves: a smaller window, or an earlier fold, only
+    trades verbatim messages for recalled ones (on LoCoMo, 0.4 points of its figure)."""
+    if kept.recall >= kept.budget - _start(kept, SHARES[-1]):
+        return None
+    growth = max(kept.growth, 1.0)
+    best, least = Cycle(SHARES[-1], kept.budget), float("inf")
+    for share in SHARES:
+        start = _start(kept, share)
+        length = 2 * growth
+        for _ in range(_LENGTHS):
+            if start + length > kept.budget:
+                length = kept.budget - start  # the budget forces the fold here
+            if length < growth:
+                break
+            cost = _per_token(kept, rates, share, start, length)
+            if cost < least:
+                best, least = Cycle(share, int(start + length)), cost
+            if start + length >= kept.budget:
+                break
+            length *= _STEP
+    return best
+
+
+def due(prompt: int, growth: int, budget: int, cycle: Cycle) -> bool:
+    """Whether to fold before the next request: it would pass the cycle's end, or the
+    budget within two requests."""
+    return prompt + growth > cycle.end or prompt + 2 * growth > budget
+
+
+def _per_token(kept: Kept, rates: CacheRates, share: float, start: float, length: float) -> float:
+    """The cost of one token of growth, in uncached input tokens, over a cycle from the
+    prompt `start` a fold leaves to `start + length`, where the next fold comes."""
+    growth = max(kept.growth, 1.0)
+    end = start + length
+    reads = rates.read * (start + end) / 2 / growth
+    # The next fold: its summary, the segment and window written anew, its prompt read.
+    window = share * kept.room
+    fold = kept.summary * rates.output
+    fold += (kept.summary + window) * max(0.0, rates.write - rates.read) + end * rates.read
+    recalled = _mean_recall(kept.budget - end, kept.budget - start, kept.recall)
+    return reads + fold / length + kept.users * rates.write * recalled / growth
 
 
 def _start(kept: Kept, share: float) -> float:
@@ -116,23 +170,14 @@ def _start(kept: Kept, share: float) -> float:
     return kept.stable + kept.summary + share * kept.room
 
 
-def _per_token(kept: Kept, rates: CacheRates, share: float) -> float:
-    """The cost of one token of growth, in uncached input tokens, over a cycle that starts
-    at the fold keeping `share` of the room and ends when the budget forces the next."""
-    window = share * kept.room
-    start = _start(kept, share)
-    end = kept.budget
-    grows = end - start  # what the cycle adds before the next fold
-    growth = max(kept.growth, 1.0)
-    if grows < growth:
-        return float("inf")  # the next request would fold again
-    reads = rates.read * (start + end) / 2 / growth
-    # The next fold: its summary, the segment and window written anew, its prompt read.
-    fold = kept.summary * rates.output
-    fold += (kept.summary + window) * max(0.0, rates.write - rates.read) + end * rates.read
-    cap = kept.recall
-    recalled = grows / 2 if cap >= grows else cap - cap * cap / (2 * grows)  # on average
-    return reads + fold / grows + kept.users * rates.write * recalled / growth
+def _mean_recall(low: float, high: float, cap: int) -> float:
+    """The mean of min(cap, room) for a room spread evenly from `low` to `high`: what a
+    recall block takes on average as the prompt grows through the cycle."""
+    if cap >= high:
+        return (low + high) / 2
+    if cap <= low:
+        return float(cap)
+    return ((cap * cap - low * low) / 2 + cap * (high - cap)) / (high - low)
 
 
 def rates(prices: Prices | None) -> CacheRates:
