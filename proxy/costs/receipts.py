@@ -8,9 +8,11 @@ steps beyond that, as OpenAI's is): that part is priced as a
 cache read, the rest as new input (at the cache-write price where the cache has
 breakpoints, as a client that marks them writes it), and the reply at the output price.
 What the proxy spent is the turn at its reported usage plus the summaries charged to it.
-Both sides are in the provider's tokens: the proxy's counts are scaled by the provider's
-prompt tokens over the proxy's count of what it sent. The net may be negative: then the
-proxy cost more than resending would have.
+Both sides are in the provider's tokens: the proxy's count of the conversation is scaled
+by the provider's prompt tokens over the proxy's count, as measured on the session's
+latest turn that sent its conversation whole (a folded prompt, system and summary for the
+most part, is counted unlike the messages it left out), or on this turn before any did.
+The net may be negative: then the proxy cost more than resending would have.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Receipt:
     owed: float = 0.0
     last_tokens: int = 0
     last_at: float | None = None
+    ratio: float | None = None
+    """The provider's prompt tokens over the proxy's count, on the latest whole turn."""
 
     @property
     def net(self) -> float:
@@ -78,6 +82,7 @@ class Receipt:
             "owed": self.owed,
             "last_tokens": self.last_tokens,
             "last_at": self.last_at,
+            "ratio": self.ratio,
         }
 
     @classmethod
@@ -139,12 +144,15 @@ def turn_cost(
     usage: no money figure (never a zero that looks measured), and the summaries stay
     owed; the conversation is remembered for the next turn's counterfactual either way.
     `sent` None: the conversation went whole, uncounted, so the provider's count is its."""
+    measured = usage.prompt / sent if usage is not None and usage.prompt and sent else None
+    whole = sent is not None and sent >= original  # nothing left out: what it counts is so
     if sent is None and usage is not None and usage.prompt:
         conversation = usage.prompt
     else:
-        ratio = usage.prompt / sent if usage is not None and usage.prompt and sent else 1.0
-        conversation = round(original * ratio)
-    after = replace(receipt, last_tokens=conversation, last_at=now)
+        ratio = receipt.ratio if not whole and receipt.ratio else measured
+        conversation = round(original * (ratio or 1.0))
+    learned = measured if whole and measured else receipt.ratio
+    after = replace(receipt, last_tokens=conversation, last_at=now, ratio=learned)
     if prices is None or usage is None:
         return None, after.owing(summaries)
     charged = summaries + receipt.owed

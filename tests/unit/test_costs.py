@@ -164,6 +164,21 @@ def test_turn_cost_is_resend_minus_spent_in_the_providers_tokens() -> None:
     assert (after.turns, after.owed, after.last_tokens, after.last_at) == (1, 0, 11_000, 1000.0)
 
 
+def test_a_folded_turn_counts_its_conversation_as_the_latest_whole_turn_did() -> None:
+    """A whole turn measures the provider's count of the conversation against the
+    proxy's (1.2 here); a folded one, whose prompt is mostly system and summary, counts
+    unlike the messages it left out (1.0 here): its conversation is scaled by 1.2."""
+    whole = Usage(prompt=1_200)
+    _, after = turn_cost(OPENAI, whole, 1_000, 1_000, 0.0, Receipt(), now=1.0)
+    assert after.ratio == pytest.approx(1.2) and after.last_tokens == 1_200
+    folded = Usage(prompt=500)
+    _, after = turn_cost(OPENAI, folded, 5_000, 500, 0.0, after, now=2.0)
+    assert after.last_tokens == 6_000 and after.ratio == pytest.approx(1.2)
+    # A session's first turns folded already (no whole turn yet): this turn's own ratio.
+    _, first = turn_cost(OPENAI, folded, 5_000, 500, 0.0, Receipt(), now=2.0)
+    assert first.last_tokens == 5_000 and first.ratio is None
+
+
 def test_an_unpriced_turn_has_no_money_figure_and_owes_its_summaries() -> None:
     usage = Usage(prompt=100, output=5)
     cost, after = turn_cost(None, usage, 400, 100, 0.002, Receipt(owed=0.001), now=5.0)
@@ -177,7 +192,14 @@ def test_an_unpriced_turn_has_no_money_figure_and_owes_its_summaries() -> None:
 
 def test_receipt_round_trips_and_old_records_load() -> None:
     receipt = Receipt(
-        spent=0.5, summaries=0.1, resend=0.75, turns=3, owed=0.01, last_tokens=9, last_at=2.0
+        spent=0.5,
+        summaries=0.1,
+        resend=0.75,
+        turns=3,
+        owed=0.01,
+        last_tokens=9,
+        last_at=2.0,
+        ratio=1.1,
     )
     assert Receipt.from_dict(receipt.to_dict()) == receipt
     assert Receipt.from_dict(None) == Receipt()
