@@ -27,7 +27,8 @@ from tests.upstream import FakeUpstream, Reply
 # verbatim: several of the files read last, the older of which it stubs.
 WINDOW = 16000
 FILES = 20
-CONTEXT = {"stub_tool_results_over": 300, "recall_ratio": 0.3}
+# Folds that keep half their room: the large outputs they leave in the window are stubbed.
+CONTEXT = {"stub_tool_results_over": 300, "recall_ratio": 0.3, "keep_recent_ratio": 0.5}
 SYSTEM = {"role": "system", "content": "You read files for the user."}
 READ_FILE = {
     "name": "read_file",
