@@ -10,7 +10,7 @@ from proxy.conversation.tokens import BOUND
 from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
-from proxy.engine.planner.payoff import Prompt, due, fold_due, rates
+from proxy.engine.planner.payoff import SHARES, Prompt, due, fold_due, rates
 from proxy.engine.planning import (
     Planning,
     fold_trigger,
@@ -55,8 +55,20 @@ class SummariesAhead:
         head = self._planning.summary_tokens(request.counter, checkpoint)
         window = meta.totals[name] - (checkpoint.before.get(name, 0) if checkpoint else 0)
         window -= self._planning.stubs.saved(checkpoint, name)
-        prompt = request.system_tokens + request.tools_tokens + head + window
+        base = request.system_tokens + request.tools_tokens
+        prompt = base + head + window
         if self._summaries.breaker(request.model).open:
+            return
+        context = self._settings.context
+        trigger = fold_trigger(request, context.summarize_at)
+        # Short of every fold's size (a cycle ends past the smallest window it may keep
+        # and two requests): nothing to weigh after this reply.
+        smallest = base + head + context.max_summary_tokens + SHARES[0] * (request.budget - base)
+        if (
+            prompt <= trigger
+            and prompt + growth <= smallest
+            and prompt + 2 * growth <= request.budget
+        ):
             return
         # The session's pace: what a request adds on average over the window (not this
         # reply's own, one tool result or one short answer), and how many are users' turns.
@@ -75,12 +87,10 @@ class SummariesAhead:
         else:
             # Past `summarize_at`, planned as if the budget ended there, so the fold leaves
             # its share of that smaller room and the next one is several turns away.
-            context = self._settings.context
-            budget = fold_trigger(request, context.summarize_at)
+            budget = trigger
             if prompt <= budget:
                 return
             if context.cache_aware:  # and only once it pays (the rent-or-buy rule)
-                base = request.system_tokens + request.tools_tokens
                 ratio = self._planning.keep_ratio(
                     request, checkpoint, budget, growth=pace, users=users
                 )
