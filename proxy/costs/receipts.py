@@ -8,10 +8,13 @@ steps beyond that, as OpenAI's is): that part is priced as a
 cache read, the rest as new input (at the cache-write price where the cache has
 breakpoints, as a client that marks them writes it), and the reply at the output price.
 What the proxy spent is the turn at its reported usage plus the summaries charged to it.
-Both sides are in the provider's tokens: the proxy's count of the conversation is scaled
-by the provider's prompt tokens over the proxy's count, as measured on the session's
-latest turn that sent its conversation whole (a folded prompt, system and summary for the
-most part, is counted unlike the messages it left out), or on this turn before any did.
+Both sides are in the provider's tokens. A turn that sent its conversation whole is
+counted as the provider counted it. A folded turn's conversation is the latest whole
+turn's, in the provider's tokens, plus what the conversation grew since at the rate the
+provider counted growth between whole turns: a folded prompt, system and summary for the
+most part, is counted unlike the messages it left out, and so is a conversation's start
+(system and tools) unlike what it grows by. Before two whole turns measured growth, the
+latest whole turn's ratio scales the whole conversation (before any, this turn's own).
 The net may be negative: then the proxy cost more than resending would have.
 """
 
@@ -24,6 +27,10 @@ from proxy.costs.prices import AUTOMATIC_MIN_TOKENS, AUTOMATIC_STEP, Prices
 from proxy.costs.usage import Usage
 
 __all__ = ["Receipt", "TurnCost", "resend_cost", "turn_cost"]
+
+# Growth between whole turns (proxy tokens) below which its rate is not trusted: a few
+# short messages count mostly their framing.
+GROWTH_MEASURED = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,11 @@ class Receipt:
     last_at: float | None = None
     ratio: float | None = None
     """The provider's prompt tokens over the proxy's count, on the latest whole turn."""
+    whole: tuple[int, int] | None = None
+    """The latest whole turn's conversation: the proxy's count and the provider's."""
+    growth: tuple[int, int] = (0, 0)
+    """What the conversation grew between whole turns, in the proxy's count and the
+    provider's: the rate at which a folded turn's growth since `whole` is counted."""
 
     @property
     def net(self) -> float:
@@ -83,11 +95,34 @@ class Receipt:
             "last_tokens": self.last_tokens,
             "last_at": self.last_at,
             "ratio": self.ratio,
+            "whole": self.whole,
+            "growth": self.growth,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Receipt:
-        return cls(**data) if data else cls()
+        if not data:
+            return cls()
+        whole, growth = data.get("whole"), data.get("growth")
+        pairs = {"whole": tuple(whole) if whole else None, "growth": tuple(growth or (0, 0))}
+        return cls(**(data | pairs))
+
+    def conversation(self, original: int) -> int | None:
+        """A folded turn's `original` conversation in the provider's tokens, from the
+        latest whole turn and the rate growth was counted at (None: not measured yet)."""
+        grown, counted = self.growth
+        if self.whole is None or grown < GROWTH_MEASURED:
+            return None
+        tokens, provider = self.whole
+        return max(round(provider + (original - tokens) * counted / grown), 0)
+
+    def counted_whole(self, original: int, conversation: int) -> Receipt:
+        """After a whole turn of `original` tokens the provider counted as `conversation`."""
+        growth = self.growth
+        if self.whole is not None and original > self.whole[0]:
+            tokens, provider = self.whole
+            growth = (growth[0] + original - tokens, growth[1] + conversation - provider)
+        return replace(self, whole=(original, conversation), growth=growth)
 
     def shown(self) -> dict[str, float | int] | None:
         """What a user reads (the sessions API, the viewer): None before a priced turn."""
@@ -146,13 +181,18 @@ def turn_cost(
     `sent` None: the conversation went whole, uncounted, so the provider's count is its."""
     measured = usage.prompt / sent if usage is not None and usage.prompt and sent else None
     whole = sent is not None and sent >= original  # nothing left out: what it counts is so
+    grown = None if whole else receipt.conversation(original)
     if sent is None and usage is not None and usage.prompt:
         conversation = usage.prompt
+    elif grown is not None:
+        conversation = grown
     else:
         ratio = receipt.ratio if not whole and receipt.ratio else measured
         conversation = round(original * (ratio or 1.0))
     learned = measured if whole and measured else receipt.ratio
     after = replace(receipt, last_tokens=conversation, last_at=now, ratio=learned)
+    if whole and measured:
+        after = after.counted_whole(original, conversation)
     if prices is None or usage is None:
         return None, after.owing(summaries)
     charged = summaries + receipt.owed

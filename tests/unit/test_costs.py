@@ -4,6 +4,9 @@ conversation (`proxy.costs`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import orjson
 import pytest
 
 from proxy.costs import Prices, Usage, usage_of
@@ -179,6 +182,24 @@ def test_a_folded_turn_counts_its_conversation_as_the_latest_whole_turn_did() ->
     assert first.last_tokens == 5_000 and first.ratio is None
 
 
+def test_a_folded_turn_counts_growth_at_the_rate_whole_turns_grew() -> None:
+    """An agent's conversation starts with system and tools the provider counts as the
+    proxy does (1,000 as 1,000) and grows by tool outputs it counts higher (2,000 more
+    as 3,000 more): a folded turn 4,000 tokens later is the latest whole turn's 4,000
+    plus 4,000 at 1.5, not 7,000 scaled by the whole turns' mean ratio (9,333)."""
+    _, after = turn_cost(OPENAI, Usage(prompt=1_000), 1_000, 1_000, 0.0, Receipt(), now=1.0)
+    _, after = turn_cost(OPENAI, Usage(prompt=4_000), 3_000, 3_000, 0.0, after, now=2.0)
+    assert after.whole == (3_000, 4_000) and after.growth == (2_000, 3_000)
+    _, folded = turn_cost(OPENAI, Usage(prompt=500), 7_000, 500, 0.0, after, now=3.0)
+    assert folded.last_tokens == 10_000
+    assert Receipt.from_dict(orjson.loads(orjson.dumps(folded.to_dict()))) == folded
+    # Growth too small to measure a rate (a short message's framing): the ratio scales.
+    _, short = turn_cost(OPENAI, Usage(prompt=1_100), 1_050, 1_050, 0.0, Receipt(), now=1.0)
+    _, short = turn_cost(OPENAI, Usage(prompt=1_300), 1_200, 1_200, 0.0, short, now=2.0)
+    _, folded = turn_cost(OPENAI, Usage(prompt=500), 2_400, 500, 0.0, short, now=3.0)
+    assert folded.last_tokens == round(2_400 * 1_300 / 1_200)
+
+
 def test_an_unpriced_turn_has_no_money_figure_and_owes_its_summaries() -> None:
     usage = Usage(prompt=100, output=5)
     cost, after = turn_cost(None, usage, 400, 100, 0.002, Receipt(owed=0.001), now=5.0)
@@ -200,8 +221,14 @@ def test_receipt_round_trips_and_old_records_load() -> None:
         last_tokens=9,
         last_at=2.0,
         ratio=1.1,
+        whole=(9, 10),
+        growth=(4, 5),
     )
     assert Receipt.from_dict(receipt.to_dict()) == receipt
+    assert Receipt.from_dict(orjson.loads(orjson.dumps(receipt.to_dict()))) == receipt
+    # A receipt stored before growth was measured loads as one without.
+    old = {k: v for k, v in receipt.to_dict().items() if k not in ("whole", "growth")}
+    assert Receipt.from_dict(old) == replace(receipt, whole=None, growth=(0, 0))
     assert Receipt.from_dict(None) == Receipt()
     assert receipt.shown() == {
         "turns": 3,
