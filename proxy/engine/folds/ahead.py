@@ -10,7 +10,7 @@ from proxy.conversation.tokens import BOUND
 from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
-from proxy.engine.planner.payoff import SHARES, Prompt, due, fold_due, rates
+from proxy.engine.planner.payoff import Prompt, due, fold_due, folded, rates
 from proxy.engine.planning import (
     Planning,
     fold_trigger,
@@ -63,7 +63,7 @@ class SummariesAhead:
         trigger = fold_trigger(request, context.summarize_at)
         # Short of every fold's size (a cycle ends past the smallest window it may keep
         # and two requests): nothing to weigh after this reply.
-        smallest = base + head + context.max_summary_tokens + SHARES[0] * (request.budget - base)
+        smallest = folded(base + head, context.max_summary_tokens, request.budget - base)
         if (
             prompt <= trigger
             and prompt + growth <= smallest
@@ -96,8 +96,8 @@ class SummariesAhead:
                 )
                 keep = min(window, int(ratio * (budget - base)))
                 summary = context.max_summary_tokens
-                folded = base + head + summary + keep
-                shape = Prompt(prompt, folded, base + head, request.budget, growth, summary)
+                after = base + head + summary + keep
+                shape = Prompt(prompt, after, base + head, request.budget, growth, summary)
                 if not fold_due(shape, rates(request.prices)):
                     return
         job = functools.partial(self._made, request, budget)

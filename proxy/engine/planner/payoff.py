@@ -18,6 +18,7 @@ __all__ = [
     "due",
     "fold_due",
     "fold_pays",
+    "folded",
     "rates",
 ]
 
@@ -165,9 +166,14 @@ def _per_token(kept: Kept, rates: CacheRates, share: float, start: float, length
     return reads + fold / length + kept.users * rates.write * recalled / growth
 
 
+def folded(stable: int, summary: int, room: int, share: float = SHARES[0]) -> float:
+    """The prompt right after a fold that keeps `share` of the `room` verbatim beside
+    `stable` and a `summary` (by default the smallest share any fold keeps)."""
+    return stable + summary + share * room
+
+
 def _start(kept: Kept, share: float) -> float:
-    """The prompt right after a fold that keeps `share` of the room."""
-    return kept.stable + kept.summary + share * kept.room
+    return folded(kept.stable, kept.summary, kept.room, share)
 
 
 def _mean_recall(low: float, high: float, cap: int) -> float:
