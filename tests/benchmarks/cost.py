@@ -59,8 +59,13 @@ from tests.summarizing import asks_summary
 from tests.upstream import FakeUpstream, Reply
 from tests.waiting import eventually
 
+# A smaller model of each session's provider, for the curve's summary-model row.
+SUMMARY_MODELS = {"agent": "claude-haiku-4-5", "chat": "gpt-4.1-mini", "codex": "gpt-5-mini"}
 # LiteLLM's prices as shipped, read before any Router writes deployments into its map.
-_MAP = {name: dict(adapter.model_cost[name]) for name in (AGENT_MODEL, CHAT_MODEL, CODEX_MODEL)}
+_MAP = {
+    name: dict(adapter.model_cost[name])
+    for name in (AGENT_MODEL, CHAT_MODEL, CODEX_MODEL, *SUMMARY_MODELS.values())
+}
 # The clients' own requests for a summary, by their openings.
 _COMPACTING = (COMPACT_REQUEST[:60], SUMMARIZATION_PROMPT[:60])
 
@@ -79,6 +84,10 @@ class Shape:
     # proxy the client counts against `window`: Claude Code's threshold on a window under
     # 165,000 tokens is below the proxy's 80% budget, and it would compact every request.
     squeezed: int = 0
+
+    def summary_route(self) -> str:
+        """Where the proxy routes `SUMMARY_MODELS[kind]`: this provider's chat API."""
+        return f"{self.provider.split('/')[0]}/{SUMMARY_MODELS[self.kind]}"
 
     def model_window(self) -> int:
         return self.squeezed or self.window
@@ -219,6 +228,15 @@ class Spend:
     compaction: Tokens = field(default_factory=Tokens)  # the client's own compaction calls
     summaries: Tokens = field(default_factory=Tokens)  # the proxy's summarizer calls
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    summary_rates: Rates | None = None  # a summary model's own, where it is another
+
+    def rates(self, kind: str, rates: Rates) -> Rates:
+        """What `kind`'s tokens are priced at: the session model's `rates`, or the summary
+        model's for the summarizer's calls."""
+        return self.summary_rates if kind == "summaries" and self.summary_rates else rates
+
+    def cost(self, kind: str, rates: Rates) -> float:
+        return self.part(kind).cost(self.rates(kind, rates))
 
     def part(self, kind: str) -> Tokens:
         return {"client": self.client, "compaction": self.compaction, "summaries": self.summaries}[
@@ -226,7 +244,7 @@ class Spend:
         ]
 
     def total(self, rates: Rates) -> float:
-        return sum(self.part(kind).cost(rates) for kind in KINDS)
+        return sum(self.cost(kind, rates) for kind in KINDS)
 
     def prompt(self) -> tuple[int, int]:
         """All prompt tokens, and those the provider read from its cache."""
@@ -259,20 +277,21 @@ class Ledger:
             self.kinds.append((kind, self.turn))
             record.body = {}
 
-    def spend(self, rates: Rates) -> tuple[Spend, list[float]]:
-        """The run's spend, and its cumulative cost at the end of each turn."""
+    def spend(self, rates: Rates, summaries: Rates | None) -> tuple[Spend, list[float]]:
+        """The run's spend, and its cumulative cost at the end of each turn (`summaries`:
+        the summary model's rates, where it is not the session's)."""
         eventually(
             lambda: all(r.usage for r in self.upstream.requests),
             "the upstream's last answers",
             seconds=120,
         )
         self.settle()
-        spend, by_turn = Spend(), [0.0] * (self.turn + 1)
+        spend, by_turn = Spend(summary_rates=summaries), [0.0] * (self.turn + 1)
         for record, (kind, turn) in zip(self.upstream.requests, self.kinds, strict=True):
             tokens = Tokens.of(record.usage)
             spend.part(kind).add(tokens)
             spend.calls[kind] += 1
-            by_turn[turn] += tokens.cost(rates)
+            by_turn[turn] += tokens.cost(spend.rates(kind, rates))
         running, cumulative = 0.0, []
         for cost in by_turn:
             running += cost
@@ -310,6 +329,7 @@ class Strategy:
     context: dict[str, Any] = field(default_factory=dict)
     keeps_tools: bool = False  # Codex's compaction request with its tools (codex#37305 fixed)
     only: tuple[str, ...] = ()  # the sessions it runs on (all where empty)
+    summary_model: bool = False  # summaries by the session's provider's smaller model
 
 
 STRATEGIES = [
@@ -317,11 +337,12 @@ STRATEGIES = [
     Strategy("(a') (a), compaction with its tools", proxy=False, keeps_tools=True, only=("codex",)),
     Strategy("(b) proxy, cache_aware off", proxy=True, context={"cache_aware": False}),
     Strategy("(c) proxy, items 3+4", proxy=True),
-    # The same proxy set to keep a small verbatim window: folds early, keeps 10% of the
-    # room verbatim (what a user trades for cost; recall brings the rest back).
-    Strategy(
-        "(d) (c), lean window", proxy=True, context={"summarize_at": 0.35, "keep_recent_ratio": 0.1}
-    ),
+    # The curve: the defaults with one setting changed, what a user trades for cost.
+    Strategy("(d) (c), window 0.1", proxy=True, context={"keep_recent_ratio": 0.1}),
+    Strategy("(e) (c), window 0.5", proxy=True, context={"keep_recent_ratio": 0.5}),
+    Strategy("(f) (c), recall 2,048", proxy=True, context={"recall_max_tokens": 2048}),
+    Strategy("(g) (c), no recall", proxy=True, context={"recall_ratio": 0.0}),
+    Strategy("(h) (c), smaller summary model", proxy=True, summary_model=True),
     Strategy("resend, never compacting", proxy=False, compacts=False),
 ]
 
@@ -359,13 +380,18 @@ def endpoint(
     if shape.native:
         info["native_api"] = True
     context = {k: v for k, v in strategy.context.items() if supports(k)}
+    models = [(shape.model, shape.provider, info)]
+    if strategy.summary_model:
+        context["summary_model"] = SUMMARY_MODELS[shape.kind]
+        models.append((SUMMARY_MODELS[shape.kind], shape.summary_route(), {}))
     config = {
         "model_list": [
             {
-                "model_name": shape.model,
-                "litellm_params": {"model": shape.provider, "api_base": base, "api_key": "sk-cost"},
-                "model_info": info,
+                "model_name": name,
+                "litellm_params": {"model": route, "api_base": base, "api_key": "sk-cost"},
+                "model_info": model_info,
             }
+            for name, route, model_info in models
         ],
         "router_settings": {"num_retries": 0},
         "context": context,
@@ -423,7 +449,8 @@ def run(strategy: Strategy, session: Session, shape: Shape, directory: Path) -> 
                 ledger.settle(fact)
             after = reported_net(base) if strategy.proxy else None
             net = None if after is None else after - (before or 0.0)
-        spend, cumulative = ledger.spend(Rates.of(shape.model))
+        summaries = Rates.of(SUMMARY_MODELS[shape.kind]) if strategy.summary_model else None
+        spend, cumulative = ledger.spend(Rates.of(shape.model), summaries)
     recall = sum(ledger.recalled) / max(len(session.facts), 1)
     return Outcome(strategy, spend, cumulative, recall, client.compactions, net)
 
@@ -440,7 +467,7 @@ def table(outcomes: list[Outcome], rates: Rates) -> list[str]:
     for o in outcomes:
         total = o.spend.total(rates)
         prompt, read = o.spend.prompt()
-        summaries = o.spend.summaries.cost(rates) + o.spend.compaction.cost(rates)
+        summaries = o.spend.cost("summaries", rates) + o.spend.cost("compaction", rates)
         own = (
             "n/a"
             if not o.strategy.proxy
@@ -466,7 +493,7 @@ def compactions(outcomes: list[Outcome], rates: Rates) -> list[str]:
     ] + [
         f"summaries, {o.strategy.name.split()[0]}: {o.spend.calls['summaries']} calls,"
         f" {o.spend.summaries.share():.1%} of their prompt tokens read from the cache,"
-        f" ${o.spend.summaries.cost(rates):.3f}"
+        f" ${o.spend.cost('summaries', rates):.3f}"
         for o in outcomes
         if o.strategy.proxy
     ]
@@ -574,9 +601,18 @@ def benchmark(directory: Path, quick: bool = False) -> str:
     for shape in SHAPES:
         if quick:
             shape = replace(shape, squeezed=QUICK_WINDOWS[shape.kind])
-        session, rates = made[shape.kind], Rates.of(shape.model)
-        chosen = [s for s in STRATEGIES if not s.only or shape.kind in s.only]
-        outcomes = [run(s, session, shape, directory) for s in chosen]
-        out += ["", describe(shape, session, rates), *table(outcomes, rates)]
-        out += compactions(outcomes, rates) + targets(shape.kind, outcomes, rates)
+        out += ["", *priced(shape, made[shape.kind], directory)]
     return "\n".join(out)
+
+
+def priced(shape: Shape, session: Session, directory: Path) -> list[str]:
+    """One session's block: every strategy that applies to it, run and priced."""
+    rates = Rates.of(shape.model)
+    chosen = [s for s in STRATEGIES if not s.only or shape.kind in s.only]
+    outcomes = [run(s, session, shape, directory) for s in chosen]
+    return [
+        describe(shape, session, rates),
+        *table(outcomes, rates),
+        *compactions(outcomes, rates),
+        *targets(shape.kind, outcomes, rates),
+    ]

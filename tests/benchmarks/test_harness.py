@@ -162,9 +162,15 @@ STRATEGIES = {
     "(a')": "(a') (a), compaction with its tools",
     "(b)": "(b) proxy, cache_aware off",
     "(c)": "(c) proxy, items 3+4",
-    "(d)": "(d) (c), lean window",
+    "(d)": "(d) (c), window 0.1",
+    "(e)": "(e) (c), window 0.5",
+    "(f)": "(f) (c), recall 2,048",
+    "(g)": "(g) (c), no recall",
+    "(h)": "(h) (c), smaller summary model",
     "never": "resend, never compacting",
 }
+
+PROXIES = ("(b)", "(c)", "(d)", "(e)", "(f)", "(g)", "(h)")
 
 
 def _check_cost(section: str) -> None:
@@ -197,7 +203,7 @@ def _check_cost(section: str) -> None:
         assert rows[STRATEGIES["(a)"]][3] == "1.00"
         compactions = {key: int(rows[name][6]) for key, name in STRATEGIES.items() if name in rows}
         assert compactions["(a)"] >= 1 and compactions.get("(a')", 1) >= 1, block
-        assert compactions["(b)"] == compactions["(c)"] == compactions["(d)"] == 0, block
+        assert all(compactions[key] == 0 for key in PROXIES), block
         assert compactions["never"] == 0, block
         own = {
             key: (int(calls), float(cached))
@@ -213,13 +219,13 @@ def _check_cost(section: str) -> None:
         summaries = {
             key: (int(calls), float(cached))
             for key, calls, cached in re.findall(
-                rf"^summaries, (\([bcd]\)): (\d+) calls, ({NUMBER})% of their prompt tokens"
+                rf"^summaries, (\([b-h]\)): (\d+) calls, ({NUMBER})% of their prompt tokens"
                 r" read from the cache, \$[\d.]+$",
                 block,
                 re.M,
             )
         }
-        assert list(summaries) == ["(b)", "(c)", "(d)"], block
+        assert list(summaries) == list(PROXIES), block
         for key, (calls, _) in summaries.items():
             assert calls == int(rows[STRATEGIES[key]][7]), block
         verdicts = re.findall(r"^target: .*  (PASS|MISS|reported)$", block, re.M)
