@@ -34,6 +34,7 @@ from proxy.recall.index import (
     Recalled,
     RecallIndex,
     asked_terms,
+    asking,
     least_tokens,
     recall_message,
     segment,
@@ -113,6 +114,11 @@ class Archived:
             asked_about = [hit for hit in searched if hit.start in stubbed]
             whole = {hit.start for hit in asked_about}
             hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
+        if not asking(asked):
+            # A message that asks nothing needs what it names of the facts stated before
+            # and the outputs it asks about, not units that merely share its words: those
+            # would be written to the provider's cache anew each turn, for no question.
+            return self.named(asked, [hit for hit in hits if hit.start in whole]), whole
         hits = self.named(asked, hits)
         return self.index.filled(hits, asked, len(hits) + _FILL), whole
 
@@ -229,6 +235,9 @@ class Archive:
             placed
             and shown is not None
             and all(shown.covers(hit) for hit in hits[: len(shown.shown)])
+            # and this message finds no more than it shows (a block chosen for a message
+            # that asked nothing holds only the facts it named: a question gets its own)
+            and len(hits) <= len(shown.shown)
             # and shows nothing this message does not ask about
             and shown.shown.keys() <= {hit.start for hit in hits}
             and inserts.recall_tokens <= room

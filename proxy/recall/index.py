@@ -80,6 +80,7 @@ _SCANT = 0.2  # a unit of less than this share of the best BM25 score is not ran
 _STATED = "="  # postings of the terms a unit states a value about: "=" + term (never a term)
 _QUESTION = "?"  # postings of the units that are a user's question (never a term)
 _ASKED = 0.5  # a question's relevance: it names what is asked, it does not answer it
+_QUESTION_MARK = re.compile(r"[?\uff1f\u061f](?=[\s)\]\"'»”]|$)")
 # The words of asking, not of what is asked: every probe has some ("quick check: where does
 # X live again?"), so a unit that shares only these would come back for every question.
 ASKING = frozenset(
@@ -151,6 +152,12 @@ def _answers(before: Message, message: Message) -> bool:
 def _asks(text: str) -> bool:
     """Whether a message is a question and nothing more (its last sentence asks)."""
     return text.rstrip().endswith("?")
+
+
+def asking(text: str) -> bool:
+    """Whether a message asks anything: a sentence of it ends in a question mark (Latin,
+    full-width or Arabic)."""
+    return _QUESTION_MARK.search(text) is not None
 
 
 def documents(texts: Sequence[tuple[int, str]], follows: str) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def test_a_recall_block_keeps_its_place_and_bytes_across_replicas(
     chat = alternating(urls, "steady")
     asked = len(model_calls(upstream))
     for _ in range(6):
-        history.append({"role": "user", "content": f"Remind me again: {opening}"})
+        history.append({"role": "user", "content": f"What did we say about this? {opening}"})
         reply = chat.chat.completions.create(model=MODEL, messages=[SYSTEM, *history])
         history.append({"role": "assistant", "content": reply.choices[0].message.content})
     bodies = model_calls(upstream)[asked:]

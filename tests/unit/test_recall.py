@@ -4,13 +4,16 @@ import re
 from collections import Counter
 from typing import Any
 
+from proxy.config.settings import ContextSettings
 from proxy.conversation.tokens import counter_by_name
+from proxy.engine.archive import Archived
 from proxy.facts.ledger import facts_in, merge, message_text
 from proxy.recall.index import (
     RECALL_PREFIX,
     Hit,
     Recalled,
     RecallIndex,
+    asking,
     best_first,
     inflections,
     later_values,
@@ -423,3 +426,27 @@ def test_units_of_several_sessions_are_fused_anew_not_by_each_ones_ranks() -> No
         weak,  # found by both, ranked second by each
         meaning_only,
     ]
+
+
+def test_only_a_message_that_asks_gets_the_units_that_share_its_words() -> None:
+    """A recall block is written to the provider's cache anew at each user turn: a
+    message that asks nothing gets where the facts it names were stated (and the outputs
+    it asks about), not every unit that shares its words; one that asks gets those
+    units, best first, and the room filled."""
+    messages = _conversation()
+    stated = next(i for i, m in enumerate(messages) if m["content"].startswith("The retry limit"))
+    index = _indexed(messages)
+    archived = Archived(index=index, stated=((frozenset({"retry", "limit"}), stated),))
+    context = ContextSettings()
+    told, _ = archived.found("Set the retry limit in the new worker as before.", "", set(), context)
+    assert [hit.start for hit in told] == [stated]
+    moving, _ = archived.found("Moving on to the search service port.", "", set(), context)
+    assert moving == []
+    asked, _ = archived.found("What was the search service port again?", "", set(), context)
+    port = next(i for i, m in enumerate(messages) if m["content"].endswith("port is 9200."))
+    assert port in [hit.start for hit in asked[:3]] and len(asked) > 1
+    # A question anywhere in the message asks, in any script's question mark.
+    for text in ["Which port? I need it for the config.", "端口是多少？", "Port (which one?)"]:
+        assert asking(text), text
+    for text in ["Fetch https://example.test/?port=1 now.", "Moving on.", "x?y"]:
+        assert not asking(text), text
