@@ -105,20 +105,20 @@ class Archived:
         """The units a recall block offers for the newest message `asked`, best first, and
         the stubbed outputs it asks about, which come back whole."""
         weights = (context.recall_relevance_weight, context.recall_recency_weight)
-        hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
-        whole: set[int] = set()
+        asked_about: list[Hit] = []
         if context.cache_aware:
             # A stubbed output comes back when the user's newest message asks about it
             # (not when the turns before mention it: it was stubbed after them).
             searched = self.stubs.search(asked, _HITS, *weights, _FLOOR)
             asked_about = [hit for hit in searched if hit.start in stubbed]
-            whole = {hit.start for hit in asked_about}
-            hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
+        whole = {hit.start for hit in asked_about}
         if not asking(asked):
             # A message that asks nothing needs what it names of the facts stated before
             # and the outputs it asks about, not units that merely share its words: those
             # would be written to the provider's cache anew each turn, for no question.
-            return self.named(asked, [hit for hit in hits if hit.start in whole]), whole
+            return self.named(asked, asked_about), whole
+        hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
+        hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
         hits = self.named(asked, hits)
         return self.index.filled(hits, asked, len(hits) + _FILL), whole
 
