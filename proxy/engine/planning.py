@@ -19,6 +19,8 @@ from proxy.engine.planner.stubs import Stubs
 from proxy.engine.planner.window import Plan, plan_context
 from proxy.engine.types import Request, SessionView
 from proxy.errors import ContextOverflow
+from proxy.facts.ledger import recent_text
+from proxy.recall.index import asking
 from proxy.sessions.records import Checkpoint, StoredMessage
 from proxy.summary.message import PINNED_LABEL, summary_message
 
@@ -26,8 +28,8 @@ __all__ = [
     "KEEP_RECENT_RATIO",
     "Planning",
     "fold_trigger",
+    "questions_per_request",
     "requests_per_message",
-    "users_per_request",
 ]
 
 logger = logging.getLogger("context_proxy.engine")
@@ -153,7 +155,7 @@ class Planning:
                     checkpoint,
                     budget or request.budget,
                     growth=sum(counts[-_PACE:]) / _requests(messages[-_PACE:]),
-                    users=users_per_request(messages),
+                    users=questions_per_request(messages),
                 ),
                 allow_summary=allow_summary,
                 system_tokens=request.system_tokens,
@@ -187,8 +189,7 @@ class Planning:
         self, request: Request, checkpoint: Checkpoint | None, *, growth: float, users: float
     ) -> Cycle | None:
         """The session's cheapest cycle from fold to fold at its pace (`payoff.cycle`);
-        None where the settings choose (`keep_recent_ratio` set, `cache_aware` off) or a
-        recall block would fill the room (`summarize_at` and half the room, as then)."""
+        None where the settings choose (`keep_recent_ratio` set, `cache_aware` off)."""
         context = self._settings.context
         if context.keep_recent_ratio is not None or not context.cache_aware:
             return None
@@ -233,11 +234,13 @@ class Planning:
         return self._counts.text(counter, text, key)
 
 
-def users_per_request(messages: Sequence[Message]) -> float:
-    """User turns per upstream request (each answered by one assistant message) among the
-    newest messages: about 1 in a chat, a few tenths in an agent's tool loops."""
+def questions_per_request(messages: Sequence[Message]) -> float:
+    """User turns that ask, per upstream request (each answered by one assistant message)
+    among the newest messages: each brings a recall block that fills the room (one that
+    asks nothing brings only the facts it names, `Archived.found`)."""
     newest = messages[-_PACE:]
-    return sum(message.get("role") == "user" for message in newest) / _requests(newest)
+    asks = sum(m.get("role") == "user" and asking(recent_text([m], 1)) for m in newest)
+    return asks / _requests(newest)
 
 
 def requests_per_message(messages: Sequence[Message]) -> float:

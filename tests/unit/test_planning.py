@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from proxy.config.settings import load_settings
 from proxy.conversation.tokens import CountCache
-from proxy.engine.planning import Planning
+from proxy.engine.planning import Planning, questions_per_request
 from proxy.sessions.records import Checkpoint
 from tests.unit.planned import CONVERSATION, TRANSCRIPT, StoredHistory, planned_request, state
 from tests.unit.sessions_factory import COUNTER
@@ -40,3 +40,19 @@ async def test_a_plan_never_sends_more_than_the_conversation_uncompressed(
     else:  # the summary is the cheaper way: it replaces what it covers
         assert plan.messages[1:] == CONVERSATION[4:]
         assert plan.tokens < whole
+
+
+def test_a_cycle_counts_the_user_turns_that_ask() -> None:
+    """Only a message that asks brings a recall block that fills the room: the cycle's
+    cost counts those, per request (an agent's tool loop is several requests a turn)."""
+    said = [
+        {"role": "user", "content": "Add the retry to the worker."},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Which port does it use? The old one?"},
+        {"role": "assistant", "content": "9200."},
+        {"role": "user", "content": [{"type": "text", "text": "Deploy it."}]},
+        {"role": "assistant", "content": "Deployed."},
+        {"role": "user", "content": "Where is the config?"},
+        {"role": "assistant", "content": "In deploy/."},
+    ]
+    assert questions_per_request(said) == 0.5

@@ -84,17 +84,17 @@ def test_an_agent_folds_early_and_keeps_the_smallest_window() -> None:
     assert cheaper is not None and cheaper.end < chosen.end
 
 
-def test_where_a_recall_block_would_fill_the_room_no_cycle_is_chosen() -> None:
-    """A chat app on a 16k model, and a conversation on an 8k one (LoCoMo's): the recall
-    block may take all a fold frees, so a smaller window or an earlier fold would only
-    trade verbatim messages for recalled ones (on LoCoMo a smaller window cost 0.4
-    points). There the fold keeps half the room at `summarize_at`, as without a cycle;
-    without recall, the cost chooses."""
-    assert cycle(CHAT, OPENAI) is None
-    small = Kept(300, 6_553, 6_500, 300.0, 0.3, 1_024, 6_553)
-    assert cycle(small, OPENAI) is None
+def test_where_every_turn_asks_the_fold_keeps_the_largest_window() -> None:
+    """A chat app on a 16k model whose every message asks: each brings a recall block
+    that takes all a fold frees, written anew, uncached, so a smaller window only trades
+    verbatim messages the cache holds for recalled ones it does not. The cost keeps half
+    the room and folds only at the budget. Where one message in ten asks, a smaller
+    window and a shorter cycle cost less; and without recall, less still."""
+    assert cycle(CHAT, OPENAI) == Cycle(SHARES[-1], CHAT.budget)
+    rarely = cycle(replace(CHAT, users=0.1), OPENAI)
+    assert rarely.share == SHARES[0] and rarely.end < CHAT.budget
     alone = cycle(replace(CHAT, recall=0), OPENAI)
-    assert alone is not None and alone.share == SHARES[0] and alone.end < CHAT.budget
+    assert alone.share == SHARES[0] and alone.end < rarely.end
 
 
 def test_a_cycle_holds_at_least_two_requests() -> None:

@@ -97,7 +97,8 @@ class Kept:
     growth: float
     """Tokens one request adds."""
     users: float
-    """User turns per request: each brings a recall block of its own."""
+    """User turns that ask, per request: each brings a recall block that fills the room
+    (one that asks nothing brings only the facts it names)."""
     summary: int
     """Tokens the fold's segment takes."""
     recall: int
@@ -116,17 +117,13 @@ class Cycle:
 
 
 @functools.lru_cache(maxsize=4096)  # sessions at one pace, on one model, share it
-def cycle(kept: Kept, rates: CacheRates) -> Cycle | None:
+def cycle(kept: Kept, rates: CacheRates) -> Cycle:
     """The fold that costs least per token of growth until the next. A larger window is
     read again by every request, rewritten by the fold, and brings the next fold nearer;
-    a smaller one leaves room a recall block fills with tokens no cache holds (the next
-    user turn asks for other units). A longer cycle rereads what it grew more times; a
-    shorter one pays for its fold (the summary written, the window written anew, the
-    prompt read by the summarizer) over fewer tokens. None where a recall block would
-    fill what even the largest window leaves: a smaller window, or an earlier fold, only
-    trades verbatim messages for recalled ones (on LoCoMo, 0.4 points of its figure)."""
-    if kept.recall >= kept.budget - _start(kept, SHARES[-1]):
-        return None
+    a smaller one leaves room a question's recall block fills with tokens no cache holds
+    (the next question asks for other units). A longer cycle rereads what it grew more
+    times; a shorter one pays for its fold (the summary written, the window written
+    anew, the prompt read by the summarizer) over fewer tokens."""
     growth = max(kept.growth, 1.0)
     best, least = Cycle(SHARES[-1], kept.budget), float("inf")
     for share in SHARES:
