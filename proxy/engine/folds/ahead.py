@@ -7,6 +7,7 @@ import functools
 
 from proxy.config.settings import Settings
 from proxy.conversation.tokens import BOUND
+from proxy.engine.folds.continuing import TASK_TOKENS
 from proxy.engine.folds.spans import Folding
 from proxy.engine.folds.summarizer import Bill, Summaries
 from proxy.engine.history import History
@@ -14,8 +15,8 @@ from proxy.engine.planner.payoff import Prompt, due, fold_due, folded, rates
 from proxy.engine.planning import (
     Planning,
     fold_trigger,
+    questions_per_request,
     requests_per_message,
-    users_per_request,
 )
 from proxy.engine.types import Request
 from proxy.errors import ProxyError
@@ -75,13 +76,17 @@ class SummariesAhead:
         messages = meta.length - (checkpoint.covers_until if checkpoint else 0)
         requests = requests_per_message(request.conversation) * messages
         pace = window / max(1.0, requests)
-        users = users_per_request(request.conversation)
+        users = questions_per_request(request.conversation)
         chosen = self._planning.cycle(request, checkpoint, growth=pace, users=users)
-        # A conversation is first folded once it nears the budget (one that fits is sent
-        # whole: nothing is left to a summary that need not be); from then on, when its
-        # cycle says.
-        if chosen is not None and checkpoint is not None:
-            if not due(prompt, growth, request.budget, chosen):
+        # A conversation is first folded once the budget forces it: when the next request,
+        # or its prompt continued for a summary, would not fit (one that fits is sent
+        # whole: nothing is left to a summary that need not be, nor paid for before it
+        # saves anything); from then on, when its cycle says.
+        if chosen is not None:
+            if checkpoint is None:
+                if prompt + growth + TASK_TOKENS <= request.budget:
+                    return
+            elif not due(prompt, growth, request.budget, chosen):
                 return
             budget = min(prompt - 1, chosen.end)  # a fold that keeps the cycle's window
         else:

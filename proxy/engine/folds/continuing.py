@@ -31,13 +31,14 @@ from proxy.sessions.records import Checkpoint, SessionKey, StoredMessage
 from proxy.upstream.client import Upstream
 from proxy.upstream.native import ITEMS, native_text
 
-__all__ = ["KEPT_SENT_BYTES", "Continuation", "Continuing", "Prompt", "held", "pays"]
+__all__ = ["KEPT_SENT_BYTES", "TASK_TOKENS", "Continuation", "Continuing", "Prompt", "held", "pays"]
 
 KEPT_SENT_BYTES = 16 << 20
 """The sessions' last prompts this process keeps, by their windows' JSON (or an estimate,
 four bytes a token, of a chat window's)."""
 _APART_FRAME = 300  # tokens of the summarizer's own prompt around the span it folds apart
-_TASK_TOKENS = 400  # the appended instruction, about
+TASK_TOKENS = 400
+"""The instruction a continuation appends, about: room the prompt must leave for it."""
 # A parameter the continued prompt leaves out: it belongs to the client's call, not to
 # what the cache holds (the reply's length, streaming, sampling many).
 _PER_CALL = frozenset(
@@ -83,7 +84,7 @@ def pays(prompt: Prompt, prices: Prices, apart: int, now: float) -> bool:
     if now - prompt.at > prices.ttl_seconds or prices.cache == "none":
         return False
     cached = min(held(prompt.usage, prices), prompt.usage.prompt)
-    rest = prompt.usage.prompt - cached + _TASK_TOKENS
+    rest = prompt.usage.prompt - cached + TASK_TOKENS
     continued = cached * prices.cache_read + rest * max(prices.input, prices.cache_write)
     return continued < (apart + _APART_FRAME) * prices.input
 
@@ -190,7 +191,7 @@ class Continuing:
         prompt = self._prompts.get(key)
         if prompt is None or prices is None or prompt.model != model:
             return None
-        if prompt.usage.prompt + _TASK_TOKENS > budget:
+        if prompt.usage.prompt + TASK_TOKENS > budget:
             return None
         start = end - len(span)
         summary = previous.chain_hash if previous is not None and previous.text else None
