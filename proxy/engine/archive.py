@@ -119,23 +119,12 @@ class Archived:
             return self.named(asked, asked_about), whole
         hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
         hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
-        stating = self.stating(asked)
-        hits = _first(stating, hits)
-        if stating:
-            # It names a fact whole, and the ledger knows where it was stated: a look-up,
-            # which those units answer. Units that merely share its words would be paid
-            # for, uncached, at each question, for nothing.
-            return hits, whole
+        hits = self.named(asked, hits)
         return self.index.filled(hits, asked, len(hits) + _FILL), whole
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
         """`hits` after the units where the facts `query` names were stated, which plain
         ranking can place below a question that named them too."""
-        return _first(self.stating(query), hits)
-
-    def stating(self, query: str) -> dict[int, Hit]:
-        """The units where the facts `query` names whole were stated (up to three), by
-        their starts, most specific fact first."""
         wanted = set(asked_terms(query))
         first: dict[int, Hit] = {}
         for words, source in self.stated:
@@ -144,11 +133,7 @@ class Archived:
             unit = self.index.unit_of(source) if words <= wanted else None
             if unit is not None and unit[0] not in first:
                 first[unit[0]] = Hit(unit[0], unit[1], 1.0, tuple(sorted(words)))
-        return first
-
-
-def _first(first: dict[int, Hit], hits: list[Hit]) -> list[Hit]:
-    return [*first.values(), *(h for h in hits if h.start not in first)][:_HITS]
+        return [*first.values(), *(h for h in hits if h.start not in first)][:_HITS]
 
 
 class Archive:

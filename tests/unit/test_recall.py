@@ -450,29 +450,3 @@ def test_only_a_message_that_asks_gets_the_units_that_share_its_words() -> None:
         assert asking(text), text
     for text in ["Fetch https://example.test/?port=1 now.", "Moving on.", "x?y"]:
         assert not asking(text), text
-
-
-def test_a_question_that_names_a_known_fact_gets_where_it_was_stated_not_the_fill() -> None:
-    """A question is paid for, uncached, with every unit its block holds: where it names
-    a fact whole and the facts ledger knows where that was stated, those units answer
-    it and nothing fills the rest of the room. A question that names no fact whole gets
-    its precise hits and the room filled by words and meaning."""
-    messages = _conversation()
-    index = _indexed(messages)
-    context = ContextSettings()
-    said = {
-        subject: next(i for i, m in enumerate(messages) if m["content"] == f"The {subject} is {v}.")
-        for subject, v in _SUBJECTS
-    }
-    known = Archived(
-        index=index,
-        stated=tuple((frozenset(subject.split()), at) for subject, at in said.items()),
-    )
-    looked_up, _ = known.found("Which retry limit did we settle on?", "", set(), context)
-    assert looked_up[0].start == said["retry limit"]
-    assert all(hit.precise for hit in looked_up) and len(looked_up) < 4
-    port, _ = known.found("What is the search service port?", "", set(), context)
-    assert port[0].start == said["search service port"] and all(h.precise for h in port)
-    # Naming part of a subject ("service" of the "search service port") names no fact.
-    vague, _ = known.found("Which service did we talk about?", "", set(), context)
-    assert any(not hit.precise for hit in vague)
