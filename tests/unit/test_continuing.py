@@ -29,7 +29,7 @@ GPT = Prices(2e-6, 8e-6, 0.5e-6, 2e-6, "automatic", 300.0)
 
 def prompt(usage: Usage, at: float = 0.0) -> Prompt:
     sent = Sent("chat", {"model": "m", "messages": []})
-    return Prompt(sent, "m", 0, 10, "head", None, at, usage, None, 0)
+    return Prompt(sent, "m", 0, 10, "head", None, at, usage, usage.prompt, None, 0)
 
 
 def test_what_the_cache_holds_of_a_prompt() -> None:
@@ -201,14 +201,17 @@ async def test_another_summary_model_folds_apart(tmp_path: Path) -> None:
 
 
 async def test_a_continuation_past_the_budget_is_folded_apart(tmp_path: Path) -> None:
-    """Every request the proxy sends stays within the budget: a last prompt that, with
-    the task appended, would pass it is not continued."""
+    """Every request the proxy sends stays within the budget, counted as the planner counts
+    every request (its tokenizer, against the budget the session's calibration leaves):
+    a last prompt that fits, but with the task appended would not, is folded apart."""
     parts = cheap_reads(tmp_path)
-    parts.upstream.usage = lambda params: {
-        "prompt_tokens": 3_000,
-        "completion_tokens": 10,
-        "prompt_tokens_details": {"cached_tokens": 2_900},
-    }
-    await turn_by_turn(parts)
+    history = conversation(2)
+    pasted = " ".join(f"p{i}" for i in range(500))  # the prompt fits; with the task, not
+    history += [{"role": "user", "content": pasted}, {"role": "assistant", "content": "ok"}]
+    try:
+        for end in range(1, len(history) + 1, 2):
+            await parts.turn(history[:end])
+    finally:
+        await parts.close()
     assert parts.upstream.summaries
     assert all(s[0]["content"] == SYSTEM_PROMPT for s in parts.upstream.summaries)

@@ -63,6 +63,7 @@ class Prompt:
     summary: str | None
     at: float  # when it was sent (the engine's clock)
     usage: Usage
+    tokens: int  # the prompt as this process counted it (the budget's units)
     api_key: str | None
     weight: int
 
@@ -162,6 +163,7 @@ class Continuing:
             summary=summary,
             at=at,
             usage=usage,
+            tokens=turn.tokens_sent or usage.prompt,
             api_key=request.provider_key if request is not None else None,
             weight=weight,
         )
@@ -191,7 +193,9 @@ class Continuing:
         prompt = self._prompts.get(key)
         if prompt is None or prices is None or prompt.model != model:
             return None
-        if prompt.usage.prompt + TASK_TOKENS > budget:
+        # In the budget's own units (calibrated to the provider's count, as every request
+        # is planned): the provider's count against it would refuse a prompt it undercounts.
+        if prompt.tokens + TASK_TOKENS > budget:
             return None
         start = end - len(span)
         summary = previous.chain_hash if previous is not None and previous.text else None
