@@ -120,7 +120,23 @@ class Archived:
         hits = self.index.search(asked, _HITS, *weights, _FLOOR, earlier=earlier)
         hits = [*asked_about, *(hit for hit in hits if hit.start not in whole)][:_HITS]
         hits = self.named(asked, hits)
+        if self.looks_up(asked):
+            # It asks for one known fact and nothing else: where it was stated answers it.
+            # Units that merely share its words would be paid for, uncached, at each such
+            # question, for nothing.
+            return hits, whole
         return self.index.filled(hits, asked, len(hits) + _FILL), whole
+
+    def looks_up(self, query: str) -> bool:
+        """Whether `query` asks for one fact the ledger knows where it was stated, in just
+        its subject's words (two or more: "the search service port", not "the port"). A
+        looser test, a fact's subject among the words asked, cost LoCoMo 30 points of its
+        figure: its questions name people and things its ledger holds facts of."""
+        asked = frozenset(asked_terms(query))
+        return len(asked) > 1 and any(
+            words == asked and self.index.unit_of(source) is not None
+            for words, source in self.stated
+        )
 
     def named(self, query: str, hits: list[Hit]) -> list[Hit]:
         """`hits` after the units where the facts `query` names were stated, which plain

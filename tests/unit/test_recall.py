@@ -450,3 +450,29 @@ def test_only_a_message_that_asks_gets_the_units_that_share_its_words() -> None:
         assert asking(text), text
     for text in ["Fetch https://example.test/?port=1 now.", "Moving on.", "x?y"]:
         assert not asking(text), text
+
+
+def test_a_question_for_one_known_fact_gets_where_it_was_stated_not_the_fill() -> None:
+    """A question is paid for, uncached, with every unit its block holds. One that asks
+    for a fact the ledger knows, in just its subject's words, gets where it was stated
+    and the precise hits; the room is not filled. One that asks more than the fact, or
+    names only part of its subject, gets the room filled by words and meaning."""
+    messages = _conversation()
+    said = {
+        subject: next(i for i, m in enumerate(messages) if m["content"] == f"The {subject} is {v}.")
+        for subject, v in _SUBJECTS
+    }
+    known = Archived(
+        index=_indexed(messages),
+        stated=tuple((frozenset(subject.split()), at) for subject, at in said.items()),
+    )
+    context = ContextSettings()
+    port, _ = known.found("What is the search service port?", "", set(), context)
+    assert port[0].start == said["search service port"]
+    assert all(hit.precise for hit in port)
+    for question in [
+        "Which service did we talk about?",  # part of a subject
+        "What is the search service port, and who chose it?",  # the fact and more
+    ]:
+        hits, _ = known.found(question, "", set(), context)
+        assert any(not hit.precise for hit in hits), question
