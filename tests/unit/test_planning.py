@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +47,7 @@ async def test_a_plan_never_sends_more_than_the_conversation_uncompressed(
 def test_a_cycle_counts_the_user_turns_that_ask() -> None:
     """Only a message that asks brings a recall block that fills the room: the cycle's
     cost counts those, per request (an agent's tool loop is several requests a turn)."""
-    said = [
+    said: list[dict[str, Any]] = [
         {"role": "user", "content": "Add the retry to the worker."},
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "Which port does it use? The old one?"},
