@@ -84,7 +84,9 @@ class SummariesAhead:
         # saves anything); from then on, when its cycle says.
         if chosen is not None:
             if checkpoint is None:
-                if prompt + growth + TASK_TOKENS <= request.budget:
+                # (and past `summarize_at`: on a small model the instruction alone is much
+                # of the budget)
+                if prompt <= trigger or prompt + growth + TASK_TOKENS <= request.budget:
                     return
             elif not due(prompt, growth, request.budget, chosen):
                 return
